@@ -1,0 +1,517 @@
+"""Mean decomposition of hidden states, Song & Zhong eqs. (2)-(3), in memory and streaming.
+
+For one layer's hidden states h of shape (C, T, d) (C contexts, T positions, width d)::
+
+    h[c, t] = mean + pos[t] + ctx[c] + resid[c, t]                        (eq. 2)
+    mean    = (1/CT) sum_{c,t} h[c, t]
+    pos[t]  = (1/C)  sum_c h[c, t] - mean                                  (eq. 3)
+    ctx[c]  = (1/T)  sum_t h[c, t] - mean
+    cvec    = ctx + resid = h - mean - pos
+
+Because the design is balanced, the cross terms of the two-way ANOVA vanish::
+
+    sum_{c,t} (h-mean)(h-mean)^T = C sum_t pos pos^T + T sum_c ctx ctx^T + sum_{c,t} resid resid^T
+
+Streaming (``decompose_stream``) makes ONE pass over batches of contexts (B, T, d) and keeps
+O(d^2 + T d + C d) numbers: never the C x T x d tensor. It is numerically safe when |mean| is
+orders of magnitude above the residual scale (GPT-2 has channels at ~10^3 x): every sum is taken
+around shifts fixed from the first batch (a global shift K for the total second moment, and a
+per-position shift p_hat for the within-context deviations), and the exact correction for the
+shift is applied once at the end::
+
+    sum (h-mean)(h-mean)^T = sum (h-K)(h-K)^T - N (mean-K)(mean-K)^T
+    a[c,t] = h[c,t] - m_c - p_hat[t] = resid[c,t] + delta[t],  delta = pos - p_hat
+    sum resid resid^T      = sum a a^T - C sum_t delta delta^T
+
+where m_c is context c's mean over positions. The corrections are tiny (O(1/sqrt(batch))
+relative), so float32 accumulation keeps float32 accuracy; float64 accumulation is available.
+``benchmarks/bench_decomposition.py`` and ``tests/test_decomposition.py`` measure both.
+
+The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; every sum is a
+``psum``), giving the single-device statistics up to float rounding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax.sharding import Mesh, PartitionSpec as P
+
+from geomjax.parallel import AXIS, check_divisible, shard_batch
+from geomjax.typing import Array, Float
+
+__all__ = [
+    "Decomposition",
+    "DecompositionStats",
+    "decompose",
+    "decompose_stream",
+    "decompose_sharded",
+    "StreamState",
+    "stream_init",
+    "stream_update",
+    "stream_finalize",
+]
+
+_ACCUM = ("float32", "float64")
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_dtype(x, where: str) -> None:
+    dt = np.dtype(x.dtype)
+    if not np.issubdtype(dt, np.floating) and dt.name not in ("bfloat16",):
+        raise TypeError(f"{where}: hidden states must be floating point, got dtype {dt}")
+    if dt == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError(
+            f"{where}: got float64 hidden states but JAX float64 is disabled, so they would be "
+            "silently cast to float32. Pass float32, or enable float64 "
+            "(jax.config.update('jax_enable_x64', True) or `with jax.enable_x64(True):`)."
+        )
+
+
+def _check_finite(x, where: str) -> None:
+    if _is_concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
+        bad = int(jnp.sum(~jnp.isfinite(x)))
+        raise ValueError(f"{where}: hidden states contain {bad} NaN/Inf values")
+
+
+def _check_shape(shape, where: str, drop_first: bool, want_ndim: int = 3) -> tuple[int, int, int]:
+    if len(shape) != want_ndim:
+        raise ValueError(
+            f"{where}: expected hidden states of shape (C, T, d) (rank 3), got shape {tuple(shape)}"
+        )
+    C, T, d = (int(s) for s in shape)
+    T_used = T - 1 if drop_first else T
+    if T_used < 2:
+        raise ValueError(
+            f"{where}: need at least 2 positions after drop_first={drop_first}, got T={T}"
+        )
+    if d < 1:
+        raise ValueError(f"{where}: width d must be >= 1, got shape {tuple(shape)}")
+    return C, T_used, d
+
+
+# ----------------------------------------------------------------------------------------------
+# In-memory decomposition
+# ----------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class Decomposition:
+    """The four parts of eq. (2) for one layer, all in the input dtype.
+
+    Attributes:
+      mean:  (d,)      global mean mu.
+      pos:   (T, d)    positional basis pos_t (sums to 0 over t).
+      ctx:   (C, d)    context basis ctx_c (sums to 0 over c).
+      resid: (C, T, d) residuals (sum to 0 over c and over t).
+    """
+
+    mean: Float[Array, " d"]
+    pos: Float[Array, "T d"]
+    ctx: Float[Array, "C d"]
+    resid: Float[Array, "C T d"]
+
+    @property
+    def cvec(self) -> Float[Array, "C T d"]:
+        """cvec = ctx + resid = h - mean - pos, shape (C, T, d) (Song & Zhong §2)."""
+        return self.ctx[:, None, :] + self.resid
+
+    def reconstruct(self) -> Float[Array, "C T d"]:
+        """h = mean + pos + ctx + resid (eq. 2), shape (C, T, d)."""
+        return self.mean[None, None, :] + self.pos[None, :, :] + self.cvec
+
+
+@jax.jit
+def _decompose(h: Float[Array, "C T d"]) -> Decomposition:
+    # Two-pass mean: the correction removes the rounding of the first pass, which would
+    # otherwise reappear in resid (resid = hc - pos - ctx carries -1x any error of the mean).
+    mean0 = jnp.mean(h, axis=(0, 1))
+    hc0 = h - mean0[None, None, :]
+    corr = jnp.mean(hc0, axis=(0, 1))
+    mean = mean0 + corr
+    hc = hc0 - corr[None, None, :]
+    pos = jnp.mean(hc, axis=0)
+    ctx = jnp.mean(hc, axis=1)
+    resid = hc - pos[None, :, :] - ctx[:, None, :]
+    return Decomposition(mean=mean, pos=pos, ctx=ctx, resid=resid)
+
+
+def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decomposition:
+    """Decompose hidden states h = mean + pos + ctx + resid (Song & Zhong eqs. (2)-(3)).
+
+    Args:
+      h: hidden states of one layer, shape (C, T, d) with C >= 2 contexts, T >= 2 positions.
+      drop_first: drop position 0 before decomposing (the source code does: the first token
+        acts as an attention sink). T then counts the remaining positions.
+
+    Returns:
+      ``Decomposition`` with mean (d,), pos (T, d), ctx (C, d), resid (C, T, d) and the derived
+      ``cvec`` (C, T, d), in h's dtype. The mean is removed first, with a second pass that
+      corrects its rounding, so a large mean does not cost precision.
+
+    Raises:
+      ValueError: wrong rank, C < 2, T < 2 (after ``drop_first``), NaN/Inf.
+      TypeError: non-float input, or float64 input while JAX float64 is disabled.
+    """
+    _check_dtype(h, "decompose")
+    C, _, _ = _check_shape(np.shape(h), "decompose", drop_first)
+    if C < 2:
+        raise ValueError(f"decompose: need at least 2 contexts (C >= 2), got C={C}")
+    _check_finite(h, "decompose")
+    h = jnp.asarray(h)
+    if drop_first:
+        h = h[:, 1:, :]
+    return _decompose(h)
+
+
+# ----------------------------------------------------------------------------------------------
+# Streaming decomposition
+# ----------------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class StreamState:
+    """Sufficient statistics of the one-pass decomposition (all in the accumulation dtype).
+
+    Attributes:
+      shift:        (d,)   K, the first batch's mean.
+      pos_shift:    (T, d) p_hat, the first batch's mean within-context deviation per position.
+      n_contexts:   ()     number of contexts seen (int32).
+      sum_ctx:      (d,)   sum_c (m_c - K).
+      sum_within:   (T, d) sum_c a[c, t], a = h - m_c - p_hat.
+      s_total:      (d, d) sum_{c,t} (h-K)(h-K)^T.
+      s_within:     (d, d) sum_{c,t} a a^T.
+    """
+
+    shift: Array
+    pos_shift: Array
+    n_contexts: Array
+    sum_ctx: Array
+    sum_within: Array
+    s_total: Array
+    s_within: Array
+
+
+@struct.dataclass
+class DecompositionStats:
+    """Result of the streaming decomposition (Song & Zhong eqs. (2)-(3)) for one layer.
+
+    Attributes:
+      mean: (d,) global mean.  pos: (T, d).  ctx: (C, d).
+      n_contexts: C.  n_positions: T.
+      centered_second_moment: (d, d) sum_{c,t} (h-mean)(h-mean)^T.
+      resid_second_moment:    (d, d) sum_{c,t} resid resid^T.
+      accum_dtype: "float32" or "float64", the dtype every sum was accumulated in. Float64
+        arrays stay float64; do further JAX arithmetic on them under ``jax.enable_x64(True)``
+        (or convert with ``np.asarray``), since JAX truncates float64 when x64 is off.
+    With a leading layer axis L on every array when produced by a stacked stream.
+    """
+
+    mean: Array
+    pos: Array
+    ctx: Array
+    centered_second_moment: Array
+    resid_second_moment: Array
+    n_contexts: int = struct.field(pytree_node=False)
+    n_positions: int = struct.field(pytree_node=False)
+    accum_dtype: str = struct.field(pytree_node=False)
+
+    @property
+    def pos_second_moment(self) -> Array:
+        """C * sum_t pos_t pos_t^T, shape (d, d): the positional share of the ANOVA identity."""
+        with _x64_context(self.accum_dtype):
+            return self.n_contexts * jnp.einsum("...td,...te->...de", self.pos, self.pos)
+
+    @property
+    def ctx_second_moment(self) -> Array:
+        """T * sum_c ctx_c ctx_c^T, shape (d, d): the context share of the ANOVA identity."""
+        with _x64_context(self.accum_dtype):
+            return self.n_positions * jnp.einsum("...cd,...ce->...de", self.ctx, self.ctx)
+
+    @property
+    def cvec_second_moment(self) -> Array:
+        """sum_{c,t} cvec cvec^T = T sum_c ctx ctx^T + sum resid resid^T, shape (d, d)."""
+        with _x64_context(self.accum_dtype):
+            return self.ctx_second_moment + self.resid_second_moment
+
+
+def _x64_context(accum_dtype: str):
+    if accum_dtype not in _ACCUM:
+        raise ValueError(f"accum_dtype must be one of {_ACCUM}, got {accum_dtype!r}")
+    if accum_dtype == "float64" and not jax.config.jax_enable_x64:
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+def _gram(x: Array) -> Array:
+    """x^T x for x of shape (..., d) flattened over all leading axes -> (d, d)."""
+    flat = x.reshape(-1, x.shape[-1])
+    return jnp.matmul(flat.T, flat, precision=jax.lax.Precision.HIGHEST)
+
+
+@partial(jax.jit, static_argnames=("dtype",))
+def _init_from(batch: Array, dtype: str) -> StreamState:
+    x = batch.astype(dtype)
+    shift = jnp.mean(x, axis=(0, 1))
+    m = jnp.mean(x, axis=1, keepdims=True)
+    pos_shift = jnp.mean(x - m, axis=0)
+    T, d = x.shape[1], x.shape[2]
+    z = jnp.zeros
+    return StreamState(
+        shift=shift,
+        pos_shift=pos_shift,
+        n_contexts=jnp.zeros((), jnp.int32),
+        sum_ctx=z((d,), dtype),
+        sum_within=z((T, d), dtype),
+        s_total=z((d, d), dtype),
+        s_within=z((d, d), dtype),
+    )
+
+
+def _local_update(state: StreamState, batch: Array) -> tuple[StreamState, Array, Array]:
+    """Sums of one batch of contexts (B, T, d), not yet reduced across devices."""
+    x = batch.astype(state.s_total.dtype) - state.shift[None, None, :]
+    m = jnp.mean(x, axis=1)  # (B, d): m_c - K
+    a = x - m[:, None, :] - state.pos_shift[None, :, :]
+    sums = StreamState(
+        shift=state.shift,
+        pos_shift=state.pos_shift,
+        n_contexts=jnp.asarray(batch.shape[0], jnp.int32),
+        sum_ctx=jnp.sum(m, axis=0),
+        sum_within=jnp.sum(a, axis=0),
+        s_total=_gram(x),
+        s_within=_gram(a),
+    )
+    finite = jnp.all(jnp.isfinite(batch))
+    return sums, m, finite
+
+
+def _add(state: StreamState, sums: StreamState) -> StreamState:
+    return state.replace(
+        n_contexts=state.n_contexts + sums.n_contexts,
+        sum_ctx=state.sum_ctx + sums.sum_ctx,
+        sum_within=state.sum_within + sums.sum_within,
+        s_total=state.s_total + sums.s_total,
+        s_within=state.s_within + sums.s_within,
+    )
+
+
+@partial(jax.jit, donate_argnums=(0,))
+def _update(state: StreamState, batch: Array) -> tuple[StreamState, Array, Array]:
+    sums, m, finite = _local_update(state, batch)
+    return _add(state, sums), m, finite
+
+
+def _sharded_update_fn(mesh: Mesh):
+    def local(state, batch):
+        sums, m, finite = _local_update(state, batch)
+        reduced = sums.replace(
+            n_contexts=jax.lax.psum(sums.n_contexts, AXIS),
+            sum_ctx=jax.lax.psum(sums.sum_ctx, AXIS),
+            sum_within=jax.lax.psum(sums.sum_within, AXIS),
+            s_total=jax.lax.psum(sums.s_total, AXIS),
+            s_within=jax.lax.psum(sums.s_within, AXIS),
+        )
+        finite = jax.lax.pmin(finite.astype(jnp.int32), AXIS) > 0
+        return _add(state, reduced), m, finite
+
+    mapped = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P(), P(AXIS)),
+        out_specs=(P(), P(AXIS), P()),
+    )
+    return jax.jit(mapped, donate_argnums=(0,))
+
+
+@partial(jax.jit, static_argnames=("n_positions",))
+def _finalize(state: StreamState, ctx_shifted: Array, n_positions: int):
+    C = state.n_contexts.astype(state.s_total.dtype)
+    dmean = state.sum_ctx / C  # mean - K
+    mean = state.shift + dmean
+    delta = state.sum_within / C  # pos - p_hat
+    pos = state.pos_shift + delta
+    ctx = ctx_shifted - dmean[None, :]
+    n_tokens = C * n_positions
+    centered = state.s_total - n_tokens * jnp.outer(dmean, dmean)
+    resid = state.s_within - C * _gram(delta)
+    # Exact symmetry (the sums are symmetric up to rounding of the two triangles).
+    centered = 0.5 * (centered + centered.T)
+    resid = 0.5 * (resid + resid.T)
+    return mean, pos, ctx, centered, resid
+
+
+def stream_init(first_batch: Float[Array, "B T d"], accum_dtype: str = "float32") -> StreamState:
+    """Empty streaming state whose shifts come from the first batch (B, T, d).
+
+    The first batch is only used to choose the shifts; pass it to ``stream_update`` as usual.
+    """
+    with _x64_context(accum_dtype):
+        return _init_from(jnp.asarray(first_batch), accum_dtype)
+
+
+def stream_update(state: StreamState, batch: Float[Array, "B T d"]) -> tuple[StreamState, Array]:
+    """Add one batch of contexts (B, T, d) to the state; returns (state, m_c - K of shape (B, d)).
+
+    The input state is donated (do not reuse it).
+    """
+    new, m, _ = _update(state, jnp.asarray(batch))
+    return new, m
+
+
+def stream_finalize(
+    state: StreamState, ctx_shifted: Float[Array, "C d"], n_positions: int, accum_dtype: str
+) -> DecompositionStats:
+    """Turn accumulated sums into mean, pos, ctx and the two second moments (exact shifts)."""
+    with _x64_context(accum_dtype):
+        mean, pos, ctx, centered, resid = _finalize(state, ctx_shifted, n_positions)
+    return DecompositionStats(
+        mean=mean,
+        pos=pos,
+        ctx=ctx,
+        centered_second_moment=centered,
+        resid_second_moment=resid,
+        n_contexts=int(state.n_contexts),
+        n_positions=int(n_positions),
+        accum_dtype=accum_dtype,
+    )
+
+
+def decompose_stream(
+    batches: Iterable[Float[Array, "B T d"]],
+    drop_first: bool = False,
+    *,
+    accum_dtype: str = "float32",
+    mesh: Mesh | None = None,
+    progress: bool | str = False,
+    total: int | None = None,
+) -> DecompositionStats:
+    """One-pass decomposition statistics (Song & Zhong eqs. (2)-(3)) over batches of contexts.
+
+    Memory is O(d^2 + T d + C d): independent of C T d. Sums are taken around shifts from the
+    first batch and corrected exactly at the end (see the module docstring), so a mean 10^3 x
+    the residual scale costs no precision.
+
+    Args:
+      batches: iterable of hidden-state batches, each (B, T, d) (B may vary; T and d may not).
+      drop_first: drop position 0 of every context (the source code's convention).
+      accum_dtype: "float32" (default) or "float64" (enabled locally even when JAX x64 is off).
+      mesh: optional 1-D ``"data"`` mesh; every batch is then sharded over its contexts and the
+        sums are combined with ``psum`` (B must be divisible by the number of devices).
+      progress: show a tqdm progress bar (a string sets its description).
+      total: number of batches, for the progress bar.
+
+    Returns:
+      ``DecompositionStats`` (mean (d,), pos (T, d), ctx (C, d), centered and residual second
+      moments (d, d), n_contexts, n_positions, accum_dtype).
+
+    Raises:
+      ValueError: empty stream, wrong rank, T or d changing between batches, C < 2, T < 2,
+        NaN/Inf (the error names the first bad batch).
+      TypeError: non-float input, or float64 input while JAX float64 is disabled.
+    """
+    iterator = iter(batches)
+    if progress:
+        from tqdm.auto import tqdm
+
+        desc = progress if isinstance(progress, str) else "decompose"
+        iterator = iter(tqdm(iterator, total=total, desc=desc, unit="batch"))
+    state: StreamState | None = None
+    ctx_chunks: list[Array] = []
+    finite_flags: list[Array] = []
+    shape_Td: tuple[int, int] | None = None
+    update = None
+    with _x64_context(accum_dtype):
+        for i, batch in enumerate(iterator):
+            _check_dtype(batch, f"decompose_stream (batch {i})")
+            B, T_used, d = _check_shape(np.shape(batch), f"decompose_stream (batch {i})", drop_first)
+            if shape_Td is None:
+                shape_Td = (T_used, d)
+            elif shape_Td != (T_used, d):
+                raise ValueError(
+                    f"decompose_stream: batch {i} has (T, d) = {(T_used, d)} but earlier batches "
+                    f"had {shape_Td}; every batch must have the same positions and width"
+                )
+            if B == 0:
+                raise ValueError(f"decompose_stream: batch {i} is empty (B = 0)")
+            x = batch[:, 1:, :] if drop_first else batch
+            if mesh is not None:
+                check_divisible(B, mesh, f"decompose_stream: batch {i} size")
+                x = shard_batch(x, mesh)
+            else:
+                x = jnp.asarray(x)
+            if state is None:
+                state = _init_from(x, accum_dtype)
+                update = _update if mesh is None else _sharded_update_fn(mesh)
+            state, m, finite = update(state, x)
+            ctx_chunks.append(m)
+            finite_flags.append(finite)
+    if state is None:
+        raise ValueError("decompose_stream: the stream of batches is empty")
+    flags = np.asarray(jax.device_get(finite_flags))
+    if not flags.all():
+        first = int(np.argmin(flags))
+        raise ValueError(f"decompose_stream: batch {first} contains NaN/Inf hidden states")
+    if int(state.n_contexts) < 2:
+        raise ValueError(
+            f"decompose_stream: need at least 2 contexts in total, got {int(state.n_contexts)}"
+        )
+    with _x64_context(accum_dtype):
+        ctx_shifted = jnp.concatenate(ctx_chunks, axis=0)
+    return stream_finalize(state, ctx_shifted, shape_Td[0], accum_dtype)
+
+
+def decompose_sharded(
+    h: Float[Array, "C T d"],
+    mesh: Mesh,
+    batch_size: int | None = None,
+    drop_first: bool = False,
+    accum_dtype: str = "float32",
+) -> DecompositionStats:
+    """Streaming statistics of an in-memory (C, T, d) array, sharded over a ``"data"`` mesh.
+
+    Splits the C contexts into batches of ``batch_size`` (default: all at once; must divide C
+    and be divisible by the mesh size) and runs :func:`decompose_stream` with ``mesh``.
+    """
+    C = int(np.shape(h)[0])
+    bs = C if batch_size is None else int(batch_size)
+    if bs < 1 or C % bs:
+        raise ValueError(
+            f"decompose_sharded: batch_size {bs} must divide the number of contexts C={C}"
+        )
+    return decompose_stream(
+        (h[i : i + bs] for i in range(0, C, bs)),
+        drop_first=drop_first,
+        accum_dtype=accum_dtype,
+        mesh=mesh,
+    )
+
+
+def stats_summary(stats: DecompositionStats) -> dict[str, Any]:
+    """Plain-Python summary (norms and traces) of a DecompositionStats, for metrics.json."""
+    tr = lambda a: float(jnp.trace(a))  # noqa: E731
+    return {
+        "n_contexts": stats.n_contexts,
+        "n_positions": stats.n_positions,
+        "accum_dtype": stats.accum_dtype,
+        "mean_norm": float(jnp.linalg.norm(stats.mean)),
+        "trace_centered": tr(stats.centered_second_moment),
+        "trace_pos": tr(stats.pos_second_moment),
+        "trace_ctx": tr(stats.ctx_second_moment),
+        "trace_resid": tr(stats.resid_second_moment),
+    }
