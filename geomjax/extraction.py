@@ -1,0 +1,209 @@
+"""Hidden-state extraction fused with the one-pass decomposition of every layer.
+
+Each batch of token windows (B, T) goes through the jitted model and straight into the
+streaming sufficient statistics of Song & Zhong eqs. (2)-(3) for all L+1 hidden states at once
+(vmapped over layers). Only one batch of hidden states, (L+1, B, T, d), ever exists; C x T x d x L
+is never materialised. With a ``"data"`` mesh, windows are sharded over devices, parameters are
+replicated, and the sums are combined with ``psum`` inside ``jax.shard_map``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+
+from geomjax.decomposition import (
+    DecompositionStats,
+    StreamState,
+    _add,
+    _local_update,
+    _x64_context,
+    stream_finalize,
+)
+from geomjax.parallel import AXIS, check_divisible, replicated, shard_batch
+from geomjax.typing import Array, Int
+
+__all__ = ["ForwardFn", "decompose_model_stream", "hidden_state_forward"]
+
+ForwardFn = Callable[..., Sequence[Array]]
+"""forward(params, ids (B, T) int32) -> sequence of L+1 hidden states, each (B, T, d)."""
+
+
+def hidden_state_forward(model, which: str = "hidden_states") -> ForwardFn:
+    """Wrap a geomjax Flax model as ``forward(params, ids) -> L+1 hidden states``.
+
+    Args:
+      model: a geomjax Flax model whose ``apply`` returns ``(output, Intermediates)``.
+      which: ``"hidden_states"`` (Hugging Face convention; GPT-2's last state after ln_f) or
+        ``"residual"`` (every state before the final LayerNorm, as the Song & Zhong code).
+    """
+
+    def forward(params, ids):
+        _, inter = model.apply({"params": params}, ids)
+        states = getattr(inter, which, None)
+        if states is None:
+            raise ValueError(f"model intermediates have no field {which!r}")
+        return states
+
+    return forward
+
+
+def _init_shifts(x: Array, dtype, reduce_mean) -> tuple[Array, Array]:
+    """Shifts (K (d,), p_hat (T, d)) from a batch (B, T, d), averaged across devices."""
+    x = x.astype(dtype)
+    m = jnp.mean(x, axis=1, keepdims=True)
+    return reduce_mean(jnp.mean(x, axis=(0, 1))), reduce_mean(jnp.mean(x - m, axis=0))
+
+
+def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype,
+               reduce_sum, reduce_mean, reduce_all):
+    states = forward(params, ids)
+    x = jnp.stack(list(states))  # (L, B, T, d)
+    if drop_first:
+        x = x[:, :, 1:, :]
+    shift, pos_shift = jax.vmap(lambda xl: _init_shifts(xl, dtype, reduce_mean))(x)
+    state = state.replace(
+        shift=jnp.where(is_first, shift, state.shift),
+        pos_shift=jnp.where(is_first, pos_shift, state.pos_shift),
+    )
+    sums, m, finite = jax.vmap(_local_update)(state, x)
+    sums = jax.tree.map(reduce_sum, sums)
+    return jax.vmap(_add)(state, sums), m, reduce_all(jnp.all(finite))
+
+
+def _empty_state(n_states: int, T: int, d: int, dtype) -> StreamState:
+    z = partial(jnp.zeros, dtype=dtype)
+    L = n_states
+    return StreamState(
+        shift=z((L, d)), pos_shift=z((L, T, d)), n_contexts=jnp.zeros((L,), jnp.int32),
+        sum_ctx=z((L, d)), sum_within=z((L, T, d)), s_total=z((L, d, d)), s_within=z((L, d, d)),
+    )
+
+
+def _make_step(forward, drop_first, dtype, mesh):
+    if mesh is None:
+        ident = lambda a: a  # noqa: E731
+        body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype,
+                       reduce_sum=ident, reduce_mean=ident, reduce_all=ident)
+        return jax.jit(body, donate_argnums=(0,))
+
+    def psum(a):
+        return jax.lax.psum(a, AXIS)
+
+    def pmean(a):
+        return jax.lax.pmean(a, AXIS)
+
+    def pall(a):
+        return jax.lax.pmin(a.astype(jnp.int32), AXIS) > 0
+
+    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype,
+                   reduce_sum=psum, reduce_mean=pmean, reduce_all=pall)
+    mapped = jax.shard_map(
+        body, mesh=mesh,
+        in_specs=(P(), P(), P(AXIS), P()),
+        out_specs=(P(), P(None, AXIS), P()),
+        check_vma=False,
+    )
+    return jax.jit(mapped, donate_argnums=(0,))
+
+
+def decompose_model_stream(
+    forward: ForwardFn,
+    params,
+    id_batches: Iterable[Int[Array, "B T"]],
+    *,
+    drop_first: bool = True,
+    accum_dtype: str = "float32",
+    mesh: Mesh | None = None,
+    progress: bool | str = False,
+    total: int | None = None,
+) -> list[DecompositionStats]:
+    """Run a model over token windows and decompose every layer in one pass (eqs. (2)-(3)).
+
+    Args:
+      forward: ``forward(params, ids) -> L+1 hidden states (B, T, d)``; see
+        :func:`hidden_state_forward`.
+      params: model parameters (replicated on the mesh when one is given).
+      id_batches: iterable of int token windows (B, T); B may vary, T may not.
+      drop_first: drop position 0 from every window (default True: the source code's choice).
+      accum_dtype: "float32" or "float64" accumulation of the statistics.
+      mesh: optional 1-D ``"data"`` mesh; B must be divisible by its size.
+      progress: tqdm progress bar (a string sets its description).
+      total: number of batches, for the progress bar.
+
+    Returns:
+      One ``DecompositionStats`` per hidden state (L+1 of them), in layer order.
+
+    Raises:
+      ValueError: empty stream, non-integer or non-2-D ids, T changing, fewer than 2 windows,
+        NaN/Inf hidden states (names the batch).
+    """
+    iterator = iter(id_batches)
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = iter(tqdm(iterator, total=total, unit="batch",
+                             desc=progress if isinstance(progress, str) else "extract"))
+    step = None
+    state = None
+    ctx_chunks, flags = [], []
+    T_in = None
+    if mesh is not None:
+        params = jax.device_put(params, replicated(mesh))
+    with _x64_context(accum_dtype):
+        for i, ids in enumerate(iterator):
+            ids_np = np.asarray(ids)
+            if ids_np.ndim != 2 or not np.issubdtype(ids_np.dtype, np.integer):
+                raise ValueError(
+                    f"decompose_model_stream: batch {i} must be integer token ids of shape (B, T), "
+                    f"got {ids_np.dtype} {ids_np.shape}"
+                )
+            if T_in is None:
+                T_in = ids_np.shape[1]
+                if T_in - int(drop_first) < 2:
+                    raise ValueError(f"decompose_model_stream: windows of length {T_in} leave "
+                                     f"fewer than 2 positions (drop_first={drop_first})")
+            elif ids_np.shape[1] != T_in:
+                raise ValueError(f"decompose_model_stream: batch {i} has T={ids_np.shape[1]}, "
+                                 f"earlier batches T={T_in}")
+            if ids_np.dtype != np.int32:
+                if ids_np.min(initial=0) < 0 or ids_np.max(initial=0) > np.iinfo(np.int32).max:
+                    raise ValueError(f"decompose_model_stream: batch {i} has ids outside int32")
+                ids_np = ids_np.astype(np.int32)
+            if mesh is not None:
+                check_divisible(ids_np.shape[0], mesh, f"decompose_model_stream: batch {i} size")
+                ids_dev = shard_batch(ids_np, mesh)
+            else:
+                ids_dev = jnp.asarray(ids_np)
+            if step is None:
+                shapes = jax.eval_shape(forward, params, ids_dev)
+                n_states, d = len(shapes), shapes[0].shape[-1]
+                state = _empty_state(n_states, T_in - int(drop_first), d, accum_dtype)
+                if mesh is not None:
+                    state = jax.device_put(state, replicated(mesh))
+                step = _make_step(forward, drop_first, accum_dtype, mesh)
+            state, m, finite = step(state, params, ids_dev, jnp.asarray(i == 0))
+            ctx_chunks.append(m)
+            flags.append(finite)
+    if state is None:
+        raise ValueError("decompose_model_stream: the stream of token batches is empty")
+    ok = np.asarray(jax.device_get(flags))
+    if not ok.all():
+        raise ValueError(f"decompose_model_stream: batch {int(np.argmin(ok))} produced NaN/Inf "
+                         "hidden states")
+    n_ctx = int(state.n_contexts[0])
+    if n_ctx < 2:
+        raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")
+    with _x64_context(accum_dtype):
+        ctx_all = jnp.concatenate(ctx_chunks, axis=1)  # (L, C, d)
+    T_used = T_in - int(drop_first)
+    out = []
+    for layer in range(ctx_all.shape[0]):
+        st_l = jax.tree.map(lambda a, layer=layer: a[layer], state)
+        out.append(stream_finalize(st_l, ctx_all[layer], T_used, accum_dtype))
+    return out
