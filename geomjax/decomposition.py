@@ -14,17 +14,19 @@ Because the design is balanced, the cross terms of the two-way ANOVA vanish::
 
 Streaming (``decompose_stream``) makes ONE pass over batches of contexts (B, T, d) and keeps
 O(d^2 + T d + C d) numbers: never the C x T x d tensor. It is numerically safe when |mean| is
-orders of magnitude above the residual scale (GPT-2 has channels at ~10^3 x): every sum is taken
-around shifts fixed from the first batch (a global shift K for the total second moment, and a
-per-position shift p_hat for the within-context deviations), and the exact correction for the
-shift is applied once at the end::
+orders of magnitude above the residual scale (GPT-2 has channels at ~10^3 x). Context means m_c
+are exact per batch (stored as m_c - K around a shift K), and the only d x d sum is taken around
+a per-position shift p_hat fixed from the first batch; its exact correction is applied once at
+the end::
 
-    sum (h-mean)(h-mean)^T = sum (h-K)(h-K)^T - N (mean-K)(mean-K)^T
-    a[c,t] = h[c,t] - m_c - p_hat[t] = resid[c,t] + delta[t],  delta = pos - p_hat
-    sum resid resid^T      = sum a a^T - C sum_t delta delta^T
+    a[c,t] = h[c,t] - m_c - p_hat[t] = resid[c,t] + delta[t],   delta = pos - p_hat
+    sum resid resid^T      = sum a a^T - C sum_t delta delta^T        (sum_c resid[c,t] = 0)
+    sum (h-mean)(h-mean)^T = C sum pos pos^T + T sum ctx ctx^T + sum resid resid^T   (ANOVA)
 
-where m_c is context c's mean over positions. The corrections are tiny (O(1/sqrt(batch))
-relative), so float32 accumulation keeps float32 accuracy; float64 accumulation is available.
+The correction is tiny (delta = O(resid / sqrt(batch))), every other term is a sum of positive
+semi-definite pieces, so float32 accumulation keeps float32 accuracy; float64 is available. Per
+token the stream costs one rank-1 update of a d x d matrix (2 d^2 flops), half of what
+accumulating the total second moment separately would cost.
 ``benchmarks/bench_decomposition.py`` and ``tests/test_decomposition.py`` measure both.
 
 The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; every sum is a
@@ -194,7 +196,6 @@ class StreamState:
       n_contexts:   ()     number of contexts seen (int32).
       sum_ctx:      (d,)   sum_c (m_c - K).
       sum_within:   (T, d) sum_c a[c, t], a = h - m_c - p_hat.
-      s_total:      (d, d) sum_{c,t} (h-K)(h-K)^T.
       s_within:     (d, d) sum_{c,t} a a^T.
     """
 
@@ -203,7 +204,6 @@ class StreamState:
     n_contexts: Array
     sum_ctx: Array
     sum_within: Array
-    s_total: Array
     s_within: Array
 
 
@@ -278,14 +278,13 @@ def _init_from(batch: Array, dtype: str) -> StreamState:
         n_contexts=jnp.zeros((), jnp.int32),
         sum_ctx=z((d,), dtype),
         sum_within=z((T, d), dtype),
-        s_total=z((d, d), dtype),
         s_within=z((d, d), dtype),
     )
 
 
 def _local_update(state: StreamState, batch: Array) -> tuple[StreamState, Array, Array]:
     """Sums of one batch of contexts (B, T, d), not yet reduced across devices."""
-    x = batch.astype(state.s_total.dtype) - state.shift[None, None, :]
+    x = batch.astype(state.s_within.dtype) - state.shift[None, None, :]
     m = jnp.mean(x, axis=1)  # (B, d): m_c - K
     a = x - m[:, None, :] - state.pos_shift[None, :, :]
     sums = StreamState(
@@ -294,7 +293,6 @@ def _local_update(state: StreamState, batch: Array) -> tuple[StreamState, Array,
         n_contexts=jnp.asarray(batch.shape[0], jnp.int32),
         sum_ctx=jnp.sum(m, axis=0),
         sum_within=jnp.sum(a, axis=0),
-        s_total=_gram(x),
         s_within=_gram(a),
     )
     finite = jnp.all(jnp.isfinite(batch))
@@ -306,7 +304,6 @@ def _add(state: StreamState, sums: StreamState) -> StreamState:
         n_contexts=state.n_contexts + sums.n_contexts,
         sum_ctx=state.sum_ctx + sums.sum_ctx,
         sum_within=state.sum_within + sums.sum_within,
-        s_total=state.s_total + sums.s_total,
         s_within=state.s_within + sums.s_within,
     )
 
@@ -324,7 +321,6 @@ def _sharded_update_fn(mesh: Mesh):
             n_contexts=jax.lax.psum(sums.n_contexts, AXIS),
             sum_ctx=jax.lax.psum(sums.sum_ctx, AXIS),
             sum_within=jax.lax.psum(sums.sum_within, AXIS),
-            s_total=jax.lax.psum(sums.s_total, AXIS),
             s_within=jax.lax.psum(sums.s_within, AXIS),
         )
         finite = jax.lax.pmin(finite.astype(jnp.int32), AXIS) > 0
@@ -341,15 +337,14 @@ def _sharded_update_fn(mesh: Mesh):
 
 @partial(jax.jit, static_argnames=("n_positions",))
 def _finalize(state: StreamState, ctx_shifted: Array, n_positions: int):
-    C = state.n_contexts.astype(state.s_total.dtype)
+    C = state.n_contexts.astype(state.s_within.dtype)
     dmean = state.sum_ctx / C  # mean - K
     mean = state.shift + dmean
     delta = state.sum_within / C  # pos - p_hat
     pos = state.pos_shift + delta
     ctx = ctx_shifted - dmean[None, :]
-    n_tokens = C * n_positions
-    centered = state.s_total - n_tokens * jnp.outer(dmean, dmean)
     resid = state.s_within - C * _gram(delta)
+    centered = C * _gram(pos) + n_positions * _gram(ctx) + resid
     # Exact symmetry (the sums are symmetric up to rounding of the two triangles).
     centered = 0.5 * (centered + centered.T)
     resid = 0.5 * (resid + resid.T)

@@ -81,7 +81,7 @@ def _empty_state(n_states: int, T: int, d: int, dtype) -> StreamState:
     L = n_states
     return StreamState(
         shift=z((L, d)), pos_shift=z((L, T, d)), n_contexts=jnp.zeros((L,), jnp.int32),
-        sum_ctx=z((L, d)), sum_within=z((L, T, d)), s_total=z((L, d, d)), s_within=z((L, d, d)),
+        sum_ctx=z((L, d)), sum_within=z((L, T, d)), s_within=z((L, d, d)),
     )
 
 

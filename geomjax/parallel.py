@@ -34,9 +34,10 @@ def data_mesh(n_devices: int | None = None) -> Mesh:
             f"data_mesh: asked for {n} devices but {available} are available "
             "(on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax)"
         )
-    if n == available:
-        return jax.make_mesh((n,), (AXIS,))
-    return Mesh(np.asarray(jax.devices()[:n]), (AXIS,))
+    # Auto axis types: shardings propagate through jit without per-op annotations.
+    return jax.make_mesh(
+        (n,), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:n]
+    )
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
