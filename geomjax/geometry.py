@@ -1,0 +1,568 @@
+"""Geometry of the positional and context bases: cosines, incoherence, clusters, PCA.
+
+Song & Zhong (2023) measure how the positional basis P = (pos_t) (T, d) and the context basis
+C = (ctx_c) (C, d) of one layer sit in R^d:
+
+* normalized Gram matrix of [P; C] (Fig. 2),
+* mutual incoherence max_{t,c} |cos(pos_t, ctx_c)| (§4, Table 1 last column),
+* intra/inter-cluster mean |cos| of ctx given topic labels (Table 1),
+* cluster compactness Tr(Σ_B Σ_W⁻¹) (App. C, Figs 24-26),
+* projections on the top right singular vectors of P (Fig. 1 / PCA plots).
+
+Conventions. Every function takes arrays for ONE layer; vmap over layers where natural.
+Inputs keep their floating dtype: float64 NumPy/JAX inputs are computed in float64 even when JAX
+float64 is globally disabled (the function then runs inside ``jax.enable_x64(True)``); nothing
+is cast down. Under ``jax.jit`` the caller's dtype is whatever JAX gave the tracer. Value checks
+(NaN/Inf, zero rows, label counts) run eagerly on concrete inputs and raise ``ValueError``;
+under tracing they cannot raise and the result is NaN where the math is undefined.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax.typing import Array, ArrayLike, Float, Int
+
+__all__ = [
+    "IncoherenceStats",
+    "PCAProjection",
+    "normalize_rows",
+    "normalized_gram",
+    "incoherence",
+    "incoherence_stats",
+    "cluster_similarity",
+    "cluster_compactness",
+    "pca_projections",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation and dtype helpers (shared with geomjax.spectral)
+# ----------------------------------------------------------------------------------------------
+
+
+def _is_concrete(x: Any) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _has_float64(a: Any) -> bool:
+    if isinstance(a, (list, tuple)):
+        return any(_has_float64(b) for b in a)
+    dt = getattr(a, "dtype", None)
+    return dt is not None and np.dtype(dt) == np.float64
+
+
+def float64_aware(fn: _F) -> _F:
+    """Runs ``fn`` under ``jax.enable_x64(True)`` when an array argument is float64.
+
+    Without it, a float64 NumPy array handed to a JAX function while float64 is globally disabled
+    would be silently cast to float32.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not jax.config.jax_enable_x64 and (
+            any(_has_float64(a) for a in args) or any(_has_float64(a) for a in kwargs.values())
+        ):
+            with jax.enable_x64(True):
+                return fn(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def as_float_array(
+    x: ArrayLike, name: str, ndim: int, shape_doc: str, finite: bool = False
+) -> jax.Array:
+    """Checks rank, floating dtype (and optionally finiteness); returns a JAX array, same dtype."""
+    if not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    if x.ndim != ndim:
+        raise ValueError(
+            f"{name} must be a rank-{ndim} array of shape {shape_doc}, got shape {tuple(x.shape)}"
+        )
+    dt = np.dtype(x.dtype)
+    if not (np.issubdtype(dt, np.floating) or dt.name == "bfloat16"):
+        raise TypeError(f"{name} must be a floating-point array, got dtype {dt}")
+    if dt == np.float64 and not jax.config.jax_enable_x64:
+        raise TypeError(  # pragma: no cover - float64_aware prevents this for public functions
+            f"{name} is float64 but JAX float64 is disabled; it would be cast to float32"
+        )
+    if finite:
+        check_finite(x, name)
+    return jnp.asarray(x)
+
+
+@jax.jit
+def _count_nonfinite(x: jax.Array) -> jax.Array:
+    return jnp.sum(~jnp.isfinite(x))
+
+
+@jax.jit
+def _zero_rows(x: jax.Array) -> jax.Array:
+    return jnp.sum(x * x, axis=-1) == 0
+
+
+def check_finite(x: ArrayLike, name: str) -> None:
+    """Raises ValueError if a concrete ``x`` holds NaN or Inf (no-op under tracing)."""
+    if _is_concrete(x):
+        if isinstance(x, np.ndarray):
+            bad = int(np.count_nonzero(~np.isfinite(x)))
+        else:
+            bad = int(_count_nonfinite(x))
+        if bad:
+            raise ValueError(
+                f"{name} contains {bad} NaN/Inf value(s); remove or impute them before the metric"
+            )
+
+
+def check_min_rows(x: jax.Array, name: str, minimum: int, what: str) -> None:
+    if x.shape[0] < minimum:
+        raise ValueError(
+            f"{name} needs at least {minimum} {what} (rows), got shape {tuple(x.shape)}"
+        )
+
+
+def check_nonzero_rows(x: jax.Array, name: str) -> None:
+    """Raises ValueError if a concrete ``x`` has a row of zero norm (its cosine is undefined)."""
+    if _is_concrete(x):
+        if isinstance(x, np.ndarray):
+            zero = np.flatnonzero(np.einsum("...d,...d->...", x, x) == 0)
+        else:
+            zero = np.flatnonzero(np.asarray(_zero_rows(x)))
+        if zero.size:
+            raise ValueError(
+                f"{name} has {zero.size} row(s) of zero norm (first: row {int(zero[0])}); "
+                "their cosine similarity is undefined"
+            )
+
+
+def _matrix(x: ArrayLike, name: str, shape_doc: str, min_rows: int, what: str) -> jax.Array:
+    x = as_float_array(x, name, 2, shape_doc, finite=True)
+    check_min_rows(x, name, min_rows, what)
+    if x.shape[1] < 1:
+        raise ValueError(f"{name} must have width d >= 1, got shape {tuple(x.shape)}")
+    return x
+
+
+def _labels(labels: ArrayLike, n: int, name: str = "labels") -> jax.Array:
+    if not hasattr(labels, "dtype"):
+        labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must be a rank-1 array of length {n}, got shape {labels.shape}")
+    if labels.shape[0] != n:
+        raise ValueError(
+            f"{name} has length {labels.shape[0]} but there are {n} rows to label; "
+            "give exactly one label per row"
+        )
+    dt = np.dtype(labels.dtype)
+    if not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.bool_)):
+        raise TypeError(f"{name} must hold integers (one class id per row), got dtype {dt}")
+    return jnp.asarray(labels)
+
+
+def _n_distinct(labels: jax.Array) -> int | None:
+    return int(np.unique(np.asarray(labels)).size) if _is_concrete(labels) else None
+
+
+# ----------------------------------------------------------------------------------------------
+# Normalized Gram
+# ----------------------------------------------------------------------------------------------
+
+
+def _unit_rows(x: jax.Array) -> jax.Array:
+    return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@float64_aware
+def normalize_rows(X: Float[Array, "N d"]) -> Float[Array, "N d"]:
+    """Rows scaled to unit L2 norm, x_i / ‖x_i‖ (Song & Zhong Fig. 2, P̄ and C̄).
+
+    Args:
+      X: (N, d) array; no row may be zero.
+
+    Returns:
+      (N, d) array of unit rows, same dtype.
+
+    Raises:
+      ValueError: wrong rank, NaN/Inf, or a zero row.
+    """
+    X = _matrix(X, "X", "(N, d)", 1, "vectors")
+    check_nonzero_rows(X, "X")
+    return _unit_rows(X)
+
+
+@jax.jit
+def _normalized_gram(X: jax.Array) -> jax.Array:
+    Xh = _unit_rows(X)
+    return jnp.matmul(Xh, Xh.T, precision=_HIGHEST)
+
+
+@float64_aware
+def normalized_gram(X: Float[Array, "N d"]) -> Float[Array, "N N"]:
+    """Normalized Gram matrix G = X̂ X̂ᵀ with unit rows x̂_i = x_i/‖x_i‖ (Song & Zhong Fig. 2).
+
+    Fig. 2 of Song & Zhong is ``normalized_gram(jnp.concatenate([pos, ctx]))``: the (T+C)²
+    matrix of cosines whose pos-pos block is smooth, pos-ctx block near 0 and ctx-ctx block
+    clustered.
+
+    Args:
+      X: (N, d) vectors, one per row; no row may be zero.
+
+    Returns:
+      (N, N) matrix of cosines G_ij = cos(x_i, x_j), same dtype as X.
+
+    Raises:
+      ValueError: wrong rank, NaN/Inf, or a zero row.
+    """
+    X = _matrix(X, "X", "(N, d)", 1, "vectors")
+    check_nonzero_rows(X, "X")
+    return _normalized_gram(X)
+
+
+# ----------------------------------------------------------------------------------------------
+# Incoherence
+# ----------------------------------------------------------------------------------------------
+
+
+class IncoherenceStats(NamedTuple):
+    """max and mean over all (t, c) of |cos(pos_t, ctx_c)|, scalars."""
+
+    max: Array
+    mean: Array
+
+
+@functools.partial(jax.jit, static_argnames="chunk_size")
+def _incoherence_parts(pos: jax.Array, ctx: jax.Array, chunk_size: int):
+    P = _unit_rows(pos)
+    n_ctx = ctx.shape[0]
+    chunk = min(chunk_size, n_ctx)
+    n_chunks = -(-n_ctx // chunk)
+
+    def body(i, carry):
+        mx, total = carry
+        # The last chunk is shifted back so it stays in range; rows already seen are masked.
+        start = jnp.minimum(i * chunk, n_ctx - chunk)
+        block = jax.lax.dynamic_slice_in_dim(ctx, start, chunk, axis=0)
+        keep = (start + jnp.arange(chunk)) >= i * chunk
+        a = jnp.abs(jnp.matmul(P, _unit_rows(block).T, precision=_HIGHEST))  # (T, chunk)
+        a = jnp.where(keep[None, :], a, jnp.zeros((), a.dtype))
+        return jnp.maximum(mx, jnp.max(a)), total + jnp.sum(a)
+
+    zero = jnp.zeros((), P.dtype)
+    mx, total = jax.lax.fori_loop(0, n_chunks, body, (zero, zero))
+    return mx, total / (pos.shape[0] * n_ctx)
+
+
+def _incoherence_inputs(pos, ctx):
+    pos = _matrix(pos, "pos", "(T, d)", 1, "positions")
+    ctx = _matrix(ctx, "ctx", "(C, d)", 1, "contexts")
+    if pos.shape[1] != ctx.shape[1]:
+        raise ValueError(
+            f"pos and ctx must have the same width d, got pos {tuple(pos.shape)} and "
+            f"ctx {tuple(ctx.shape)}"
+        )
+    check_nonzero_rows(pos, "pos")
+    check_nonzero_rows(ctx, "ctx")
+    dtype = jnp.result_type(pos.dtype, ctx.dtype)
+    return pos.astype(dtype), ctx.astype(dtype)
+
+
+@float64_aware
+def incoherence_stats(
+    pos: Float[Array, "T d"], ctx: Float[Array, "C d"], *, chunk_size: int = 1024
+) -> IncoherenceStats:
+    """Max and mean of |cos(pos_t, ctx_c)| over all t, c (Song & Zhong §4 and Table 1 "Incoh").
+
+    Song & Zhong §4 define the mutual incoherence as max_{t,c} |⟨pos_t/‖pos_t‖, ctx_c/‖ctx_c‖⟩|;
+    the caption of their Table 1 calls the same column an *averaged* cosine similarity, so both
+    are returned. Their public code never computed it.
+
+    Memory is O((T + chunk_size)·d + T·chunk_size): ctx is processed ``chunk_size`` rows at a
+    time (``lax.fori_loop``), never forming the full T×C cosine matrix.
+
+    Args:
+      pos: (T, d) positional basis; no zero rows.
+      ctx: (C, d) context basis; no zero rows.
+      chunk_size: number of contexts per block (static).
+
+    Returns:
+      IncoherenceStats(max, mean), scalars in the promoted dtype of pos and ctx.
+
+    Raises:
+      ValueError: wrong rank, different widths, NaN/Inf, or a zero row.
+    """
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    pos, ctx = _incoherence_inputs(pos, ctx)
+    mx, mean = _incoherence_parts(pos, ctx, int(chunk_size))
+    return IncoherenceStats(mx, mean)
+
+
+def incoherence(
+    pos: Float[Array, "T d"], ctx: Float[Array, "C d"], *, chunk_size: int = 1024
+) -> Float[Array, ""]:
+    """Mutual incoherence max_{t,c} |cos(pos_t, ctx_c)| (Song & Zhong §4, Table 1 last column).
+
+    Args:
+      pos: (T, d) positional basis; no zero rows.
+      ctx: (C, d) context basis; no zero rows.
+      chunk_size: contexts per block; memory O((T + chunk_size)·d).
+
+    Returns:
+      Scalar in [0, 1]: 0 when every pos_t is orthogonal to every ctx_c.
+
+    Raises:
+      ValueError: wrong rank, different widths, NaN/Inf, or a zero row.
+    """
+    return incoherence_stats(pos, ctx, chunk_size=chunk_size).max
+
+
+# ----------------------------------------------------------------------------------------------
+# Cluster similarity and compactness
+# ----------------------------------------------------------------------------------------------
+
+
+def _top_components(X: jax.Array, n_components: int) -> jax.Array:
+    """X V_k: rows of X in the basis of its top-k right singular vectors (no centering)."""
+    _, _, vt = jnp.linalg.svd(X, full_matrices=False)
+    return jnp.matmul(X, vt[:n_components].T, precision=_HIGHEST)
+
+
+@functools.partial(jax.jit, static_argnames="n_components")
+def _cluster_similarity(ctx, labels, n_components):
+    if n_components is not None:
+        ctx = _top_components(ctx, n_components)
+    c = _unit_rows(ctx)
+    a = jnp.abs(jnp.matmul(c, c.T, precision=_HIGHEST))
+    same = labels[:, None] == labels[None, :]
+    zero = jnp.zeros((), a.dtype)
+    intra = jnp.sum(jnp.where(same, a, zero)) / jnp.sum(same)
+    inter = jnp.sum(jnp.where(same, zero, a)) / jnp.sum(~same)
+    return intra, inter
+
+
+@float64_aware
+def cluster_similarity(
+    ctx: Float[Array, "C d"],
+    labels: Int[Array, " C"],
+    *,
+    n_components: int | None = None,
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """Intra- and inter-cluster mean |cos| of the context basis (Song & Zhong Table 1).
+
+    With ĉ_c = ctx_c/‖ctx_c‖ and A_ij = |⟨ĉ_i, ĉ_j⟩| over ordered pairs (i, j)::
+
+        intra = mean{A_ij : labels_i == labels_j}   (diagonal i == j included, A_ii = 1)
+        inter = mean{A_ij : labels_i != labels_j}
+
+    exactly as the source code's ``avg_similarity_within_NoPCA`` / ``_between_NoPCA`` (used
+    for Table 1), generalised from contiguous blocks of 64 to arbitrary labels. The source also
+    has a variant that first replaces ctx by its top-20 principal coordinates U₂₀S₂₀ (no
+    centering); pass ``n_components=20`` for it. Memory is O(C²).
+
+    Args:
+      ctx: (C, d) context basis, C >= 2; no zero rows.
+      labels: (C,) integer topic/document id of each context; at least two distinct ids.
+      n_components: optional number of principal directions to project on first (static).
+
+    Returns:
+      (intra, inter) scalars in [0, 1].
+
+    Raises:
+      ValueError: wrong rank, C < 2, len(labels) != C, a single distinct label, NaN/Inf,
+        a zero row, or n_components outside [1, min(C, d)].
+    """
+    ctx = _matrix(ctx, "ctx", "(C, d)", 2, "contexts")
+    labels = _labels(labels, ctx.shape[0])
+    k = _n_distinct(labels)
+    if k is not None and k < 2:
+        raise ValueError(
+            "labels hold a single distinct value, so the inter-cluster similarity is undefined; "
+            "give contexts from at least two topics"
+        )
+    if n_components is not None:
+        n_components = int(n_components)
+        if not 1 <= n_components <= min(ctx.shape):
+            raise ValueError(
+                f"n_components must be in [1, min(C, d) = {min(ctx.shape)}], got {n_components}"
+            )
+    else:
+        check_nonzero_rows(ctx, "ctx")
+    return _cluster_similarity(ctx, labels, n_components)
+
+
+@functools.partial(jax.jit, static_argnames="num_classes")
+def _compactness(X, codes, num_classes, rtol):
+    n = X.shape[0]
+    onehot = (codes[:, None] == jnp.arange(num_classes)[None, :]).astype(X.dtype)  # (N, K)
+    counts = jnp.sum(onehot, axis=0)  # (K,)
+    safe = jnp.where(counts > 0, counts, jnp.ones((), X.dtype))
+    means = jnp.matmul(onehot.T, X, precision=_HIGHEST) / safe[:, None]  # (K, d)
+    grand = jnp.mean(X, axis=0)
+    within = X - jnp.matmul(onehot, means, precision=_HIGHEST)
+    sigma_w = jnp.matmul(within.T, within, precision=_HIGHEST) / n
+    dev = (means - grand[None, :]) * jnp.sqrt(counts)[:, None]  # empty classes give 0 rows
+    sigma_b = jnp.matmul(dev.T, dev, precision=_HIGHEST) / n
+    lam, q = jnp.linalg.eigh(sigma_w)
+    keep = lam > rtol * jnp.max(lam)
+    inv = jnp.where(keep, 1.0 / jnp.where(keep, lam, jnp.ones((), lam.dtype)), 0.0)
+    # Tr(Σ_B Σ_W⁺) = Σ_j q_jᵀ Σ_B q_j / λ_j over the kept eigenpairs of Σ_W.
+    quad = jnp.sum(q * jnp.matmul(sigma_b, q, precision=_HIGHEST), axis=0)
+    return jnp.sum(quad * inv.astype(quad.dtype))
+
+
+@float64_aware
+def cluster_compactness(
+    X: Float[Array, "N d"],
+    labels: Int[Array, " N"],
+    *,
+    num_classes: int | None = None,
+    rtol: float | None = None,
+) -> Float[Array, ""]:
+    """Cluster compactness Tr(Σ_B Σ_W⁺) (Song & Zhong App. C, Figs 24-26); larger = tighter.
+
+    With N samples x_i, K classes of sizes n_k and means m_k, and grand mean m = mean_i x_i::
+
+        Σ_W = (1/N) Σ_k Σ_{i in k} (x_i - m_k)(x_i - m_k)ᵀ
+        Σ_B = (1/N) Σ_k n_k (m_k - m)(m_k - m)ᵀ          (Σ_W + Σ_B = total covariance, 1/N)
+
+    Both use the same 1/N, so the ratio does not depend on it (the F-statistic convention
+    1/(N-K), 1/(K-1) multiplies the result by (N-K)/(K-1)). Σ_W⁺ is the Moore-Penrose
+    pseudo-inverse: eigenvalues of Σ_W at or below ``rtol·λ_max`` are treated as zero, so a
+    singular Σ_W (d > N - K, or data in a subspace) is fine; directions where Σ_W vanishes are
+    ignored. The paper does not state its normalisation or inverse; this is the standard LDA
+    separability criterion.
+
+    Args:
+      X: (N, d) samples (e.g. ctx, cvec or raw hidden states flattened over contexts).
+      labels: (N,) integer class of each sample. With ``num_classes=None`` labels must be
+        concrete and may be any integers (they are re-encoded); with ``num_classes=K`` they must
+        already lie in [0, K) and the function is traceable (empty classes are ignored).
+      num_classes: optional static number of classes.
+      rtol: relative eigenvalue cut-off of the pseudo-inverse; default 10·d·eps(dtype)
+        (``jnp.linalg.pinv``'s default).
+
+    Returns:
+      Scalar Tr(Σ_B Σ_W⁺) >= 0.
+
+    Raises:
+      ValueError: wrong rank, N < 2, len(labels) != N, fewer than two classes, labels outside
+        [0, num_classes), or NaN/Inf.
+    """
+    X = _matrix(X, "X", "(N, d)", 2, "samples")
+    labels = _labels(labels, X.shape[0])
+    if num_classes is None:
+        if not _is_concrete(labels):
+            raise ValueError(
+                "labels are traced: pass num_classes=K (static) with labels already in [0, K)"
+            )
+        uniq, codes = np.unique(np.asarray(labels), return_inverse=True)
+        num_classes = int(uniq.size)
+        labels = jnp.asarray(codes.reshape(-1).astype(np.int32))
+    else:
+        num_classes = int(num_classes)
+        if _is_concrete(labels):
+            lab = np.asarray(labels)
+            if lab.min() < 0 or lab.max() >= num_classes:
+                raise ValueError(
+                    f"labels must lie in [0, num_classes={num_classes}), got range "
+                    f"[{lab.min()}, {lab.max()}]"
+                )
+            num_present = int(np.unique(lab).size)
+        else:
+            num_present = num_classes
+        if num_present < 2:
+            num_classes = num_present
+    if num_classes < 2:
+        raise ValueError(
+            "cluster compactness needs at least two distinct classes in labels, got "
+            f"{num_classes}"
+        )
+    d = X.shape[1]
+    if rtol is None:
+        rtol = 10.0 * d * float(jnp.finfo(X.dtype).eps)
+    return _compactness(X, labels, num_classes, jnp.asarray(rtol, X.dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# PCA projections
+# ----------------------------------------------------------------------------------------------
+
+
+class PCAProjection(NamedTuple):
+    """Top right singular vectors of P and projections on them.
+
+    Attributes:
+      components: (k, d) orthonormal rows v_1..v_k (sign: largest-|entry| positive).
+      singular_values: (k,) σ_1..σ_k of P.
+      pos: (T, k) coordinates of the rows of P, P V_kᵀ.
+      others: tuple of (..., k) coordinates of each extra array, X V_kᵀ.
+    """
+
+    components: Array
+    singular_values: Array
+    pos: Array
+    others: tuple
+
+
+@functools.partial(jax.jit, static_argnames="n_components")
+def _pca(P, others, n_components):
+    _, s, vt = jnp.linalg.svd(P, full_matrices=False)
+    v = vt[:n_components]
+    idx = jnp.argmax(jnp.abs(v), axis=1)
+    sign = jnp.sign(jnp.take_along_axis(v, idx[:, None], axis=1))  # (k, 1)
+    v = v * jnp.where(sign == 0, jnp.ones((), v.dtype), sign)
+    proj = lambda x: jnp.einsum("...d,kd->...k", x, v, precision=_HIGHEST)  # noqa: E731
+    return v, s[:n_components], proj(P), tuple(proj(x) for x in others)
+
+
+@float64_aware
+def pca_projections(
+    P: Float[Array, "T d"],
+    X_list: Sequence[Float[Array, "... d"]] = (),
+    n_components: int = 2,
+) -> PCAProjection:
+    """Projections on the top right singular vectors of P (Song & Zhong Fig. 1 PCA plots).
+
+    As the source code, P is NOT centered again (pos already sums to 0 over t): the components
+    are the top-k right singular vectors v_j of P, and every array is projected as x ↦ (⟨x, v_j⟩)_j.
+    Signs are fixed so that each v_j's entry of largest magnitude is positive.
+
+    Args:
+      P: (T, d) positional basis.
+      X_list: other arrays with last axis d (e.g. cvec of 10 sequences, (10, T, d)).
+      n_components: number k of components, 1 <= k <= min(T, d) (static).
+
+    Returns:
+      PCAProjection(components (k, d), singular_values (k,), pos (T, k), others (..., k) each).
+
+    Raises:
+      ValueError: wrong rank or width, k out of range, or NaN/Inf.
+    """
+    P = _matrix(P, "P", "(T, d)", 1, "positions")
+    k = int(n_components)
+    if not 1 <= k <= min(P.shape):
+        raise ValueError(f"n_components must be in [1, min(T, d) = {min(P.shape)}], got {k}")
+    others = []
+    for i, x in enumerate(X_list):
+        if not hasattr(x, "dtype"):
+            x = np.asarray(x)
+        if x.ndim < 1 or x.shape[-1] != P.shape[1]:
+            raise ValueError(
+                f"X_list[{i}] must have last axis d = {P.shape[1]}, got shape {tuple(x.shape)}"
+            )
+        x = as_float_array(x, f"X_list[{i}]", x.ndim, "(..., d)")
+        check_finite(x, f"X_list[{i}]")
+        others.append(x.astype(jnp.result_type(x.dtype, P.dtype)))
+    v, s, pp, oo = _pca(P, tuple(others), k)
+    return PCAProjection(v, s, pp, oo)
