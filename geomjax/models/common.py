@@ -1,0 +1,354 @@
+"""Shared pieces of the geomjax transformer ports: Intermediates, LayerNorm, embeddings, attention.
+
+Everything here is a pure function or a Flax linen module with explicit parameters. The GPT-2
+and BERT ports (``gpt2.py``, ``bert.py``) and the toy transformer build on these.
+
+Parameter layout of one attention block (``MultiHeadAttention``), chosen so that every head can be
+read directly for analysis (Song & Zhong eqs. (7)-(8), QK circuits):
+
+* ``q/kernel``, ``k/kernel``, ``v/kernel``: (d, H, K); ``q/bias``, ``k/bias``, ``v/bias``: (H, K)
+* ``o/kernel``: (H, K, d); ``o/bias``: (d,)
+
+so that ``q_h = x @ q/kernel[:, h, :] + q/bias[h]`` and ``out = sum_h z_h @ o/kernel[h] + o/bias``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from geomjax.typing import Array, ArrayLike, Bool, Float, Int
+
+__all__ = [
+    "ACTIVATIONS",
+    "Embed",
+    "Intermediates",
+    "LayerNorm",
+    "MLP",
+    "MultiHeadAttention",
+    "attention_head_weights",
+    "attention_mask_4d",
+    "check_input_ids",
+    "check_segment_ids",
+    "embed_lookup",
+    "layer_norm",
+]
+
+
+@struct.dataclass
+class Intermediates:
+    """Everything a geomjax model exposes besides its output (a pytree; jit/vmap friendly).
+
+    Attributes:
+      hidden_states: L+1 arrays (B, T, d), exactly Hugging Face's ``output_hidden_states``: the
+        embedding output, then the output of every block; for GPT-2 the last entry has the final
+        LayerNorm ``ln_f`` applied (as ``transformers`` returns it).
+      residual: L+1 arrays (B, T, d): the residual stream before any final LayerNorm (the
+        convention of the Song & Zhong code, which did not apply ``ln_f``). For BERT (post-LN, no
+        final LayerNorm) this is the same tuple as ``hidden_states``.
+      final_ln: (B, T, d) output of the final LayerNorm (GPT-2 ``ln_f``), or None if the model
+        has none.
+      attentions: None, or L arrays (B, H, T, T) of attention probabilities (rows sum to one) when
+        the model was called with ``return_attention=True``.
+      pooler_output: None, or (B, d) BERT pooler output ``tanh(W h[:, 0] + b)`` when the
+        checkpoint has pooler weights.
+    """
+
+    hidden_states: tuple[Array, ...]
+    residual: tuple[Array, ...] = ()
+    final_ln: Array | None = None
+    attentions: tuple[Array, ...] | None = None
+    pooler_output: Array | None = None
+
+
+def _gelu_tanh(x: Array) -> Array:
+    return jax.nn.gelu(x, approximate=True)
+
+
+def _gelu_erf(x: Array) -> Array:
+    return jax.nn.gelu(x, approximate=False)
+
+
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    # Hugging Face names -> exact same formula.
+    "gelu_new": _gelu_tanh,  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu": _gelu_erf,  # x Phi(x), erf form
+}
+"""Activations implemented exactly, keyed by their Hugging Face ``ACT2FN`` name."""
+
+
+def layer_norm(
+    x: Float[Array, "... d"], scale: Float[Array, " d"], bias: Float[Array, " d"], eps: float
+) -> Float[Array, "... d"]:
+    """Compute LayerNorm over the last axis: (x - mean) / sqrt(var + eps) * scale + bias.
+
+    The variance is the biased two-pass variance mean((x - mean)^2), as ``torch.nn.LayerNorm``.
+
+    Args:
+      x: (..., d) input.
+      scale: (d,) gain (Hugging Face ``weight``).
+      bias: (d,) shift.
+      eps: added to the variance.
+
+    Returns:
+      (..., d) normalized array.
+    """
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    xc = x - mean
+    var = jnp.mean(xc * xc, axis=-1, keepdims=True)
+    bshape = (1,) * (x.ndim - 1) + (-1,)
+    return xc * jax.lax.rsqrt(var + eps) * scale.reshape(bshape) + bias.reshape(bshape)
+
+
+class LayerNorm(nn.Module):
+    """LayerNorm with parameters ``scale`` (d,) and ``bias`` (d,); see :func:`layer_norm`."""
+
+    eps: float = 1e-5
+
+    @nn.compact
+    def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
+        d = x.shape[-1]
+        scale = self.param("scale", nn.initializers.ones, (d,), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (d,), jnp.float32)
+        return layer_norm(x, scale, bias, self.eps)
+
+
+def embed_lookup(table: Float[Array, "V d"], ids: Int[Array, "*batch"]) -> Float[Array, "*batch d"]:
+    """Look up rows of an embedding table; out-of-range ids give NaN rows (never wrapped/clipped).
+
+    Under ``jit`` ids cannot be checked eagerly, so an id < 0 or >= V yields a NaN row that
+    propagates to every output instead of silently reading another token's embedding.
+
+    Args:
+      table: (V, d) embedding matrix.
+      ids: integer array of any shape.
+
+    Returns:
+      (*ids.shape, d) embeddings.
+    """
+    n = table.shape[0]
+    valid = (ids >= 0) & (ids < n)
+    rows = jnp.take(table, jnp.clip(ids, 0, n - 1), axis=0)
+    return jnp.where(valid[..., None], rows, jnp.asarray(jnp.nan, table.dtype))
+
+
+class Embed(nn.Module):
+    """Embedding table ``embedding`` (num_embeddings, features), N(0, 0.02) at init."""
+
+    num_embeddings: int
+    features: int
+    init_std: float = 0.02
+
+    def setup(self):
+        self.embedding = self.param(
+            "embedding",
+            nn.initializers.normal(self.init_std),
+            (self.num_embeddings, self.features),
+            jnp.float32,
+        )
+
+    def __call__(self, ids: Int[Array, "*batch"]) -> Float[Array, "*batch d"]:
+        return embed_lookup(self.embedding, ids)
+
+    def attend(self, x: Float[Array, "*batch d"]) -> Float[Array, "*batch V"]:
+        """Tied read-out: x @ embeddingᵀ."""
+        return jnp.einsum("...d,vd->...v", x, self.embedding)
+
+
+def attention_mask_4d(
+    T: int, attention_mask: Int[Array, "B T"] | Bool[Array, "B T"] | None, causal: bool
+) -> Bool[Array, "B 1 T T"] | None:
+    """Build the boolean (B|1, 1, T, T) mask "query t may attend key s" (True = attend).
+
+    Args:
+      T: sequence length.
+      attention_mask: None or (B, T) with 1/True for real tokens and 0/False for padding (keys
+        marked 0 are never attended; Hugging Face convention).
+      causal: if True, also require s <= t.
+
+    Returns:
+      None when nothing is masked, else a boolean array broadcastable to (B, H, T, T).
+    """
+    mask = None
+    if causal:
+        mask = jnp.tril(jnp.ones((T, T), dtype=bool))[None, None]
+    if attention_mask is not None:
+        keys = (jnp.asarray(attention_mask) != 0)[:, None, None, :]
+        mask = keys if mask is None else (mask & keys)
+    return mask
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention, per-head parameters (see module docstring for the layout).
+
+    Scores are q·k / sqrt(K); masked scores are replaced by the float32 minimum before the
+    softmax, as Hugging Face's eager attention adds it (a query with every key masked then
+    attends uniformly, again as Hugging Face eager).
+    """
+
+    n_head: int
+    head_dim: int
+    d_model: int
+    use_bias: bool = True
+    init_std: float = 0.02
+
+    def setup(self):
+        init = nn.initializers.normal(self.init_std)
+        hk = (self.n_head, self.head_dim)
+        self.q = nn.DenseGeneral(hk, use_bias=self.use_bias, kernel_init=init, name="q")
+        self.k = nn.DenseGeneral(hk, use_bias=self.use_bias, kernel_init=init, name="k")
+        self.v = nn.DenseGeneral(hk, use_bias=self.use_bias, kernel_init=init, name="v")
+        self.o = nn.DenseGeneral(
+            self.d_model, axis=(-2, -1), use_bias=self.use_bias, kernel_init=init, name="o"
+        )
+
+    def __call__(
+        self, x: Float[Array, "B T d"], mask: Bool[Array, "B 1 T T"] | None
+    ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+        q = self.q(x)  # (B, T, H, K)
+        k = self.k(x)
+        v = self.v(x)
+        scores = jnp.einsum("bqhk,bshk->bhqs", q, k) * (self.head_dim**-0.5)
+        if mask is not None:
+            scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+        probs = jax.nn.softmax(scores, axis=-1)
+        z = jnp.einsum("bhqs,bshk->bqhk", probs, v)
+        return self.o(z), probs
+
+
+def _is_tracer(x) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def check_input_ids(
+    input_ids: ArrayLike, vocab_size: int, n_positions: int, *, what: str = "model"
+) -> Int[Array, "B T"]:
+    """Check token ids (B, T) against the model's vocabulary and positions; return them as int32.
+
+    Shape is always checked. Values are checked when the array is concrete (outside ``jit``);
+    under ``jit`` an out-of-range id produces NaN outputs (see :func:`embed_lookup`).
+
+    Args:
+      input_ids: (B, T) integer token ids.
+      vocab_size: number of rows of the token embedding.
+      n_positions: number of learned positions.
+      what: model name used in messages.
+
+    Returns:
+      (B, T) int32 array.
+
+    Raises:
+      ValueError: wrong rank, empty, T > n_positions, non-integer dtype, or ids outside
+        [0, vocab_size).
+    """
+    shape = np.shape(input_ids)
+    if len(shape) != 2:
+        raise ValueError(
+            f"{what}: input_ids must be a 2-D (batch, seq_len) integer array, got shape {shape}; "
+            "add a batch axis with ids[None, :]"
+        )
+    B, T = shape
+    if B == 0 or T == 0:
+        raise ValueError(f"{what}: input_ids is empty (shape {shape})")
+    if T > n_positions:
+        raise ValueError(
+            f"{what}: sequence length {T} exceeds the model's {n_positions} positions "
+            f"(n_positions / max_position_embeddings); split the text into windows of at most "
+            f"{n_positions} tokens (nothing is truncated)"
+        )
+    dtype = np.dtype(input_ids.dtype if hasattr(input_ids, "dtype") else np.asarray(input_ids).dtype)
+    if not np.issubdtype(dtype, np.integer):
+        raise ValueError(f"{what}: input_ids must have an integer dtype, got {dtype}")
+    if _is_tracer(input_ids):
+        return input_ids.astype(jnp.int32)
+    arr = np.asarray(input_ids)
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= vocab_size:
+        raise ValueError(
+            f"{what}: token ids must lie in [0, {vocab_size}) (the model's vocab_size), got "
+            f"min {lo}, max {hi}; the tokenizer does not match this model (see "
+            "geomjax.convert.tokenizers.check_tokenizer)"
+        )
+    return jnp.asarray(arr.astype(np.int32))
+
+
+def check_segment_ids(
+    ids: ArrayLike | None, shape: tuple[int, int], n_values: int, name: str, what: str
+) -> Int[Array, "B T"] | None:
+    """Check an optional (B, T) integer side input (token types, attention mask); return int32.
+
+    Args:
+      ids: None or (B, T) integer/bool array.
+      shape: expected (B, T).
+      n_values: allowed values are 0..n_values-1.
+      name: argument name for messages.
+      what: model name for messages.
+
+    Returns:
+      None or the (B, T) int32 array.
+    """
+    if ids is None:
+        return None
+    if tuple(np.shape(ids)) != tuple(shape):
+        raise ValueError(
+            f"{what}: {name} must have shape {tuple(shape)} (like input_ids), got {np.shape(ids)}"
+        )
+    dtype = np.dtype(ids.dtype if hasattr(ids, "dtype") else np.asarray(ids).dtype)
+    if not (np.issubdtype(dtype, np.integer) or dtype == np.bool_):
+        raise ValueError(f"{what}: {name} must be integer or bool, got {dtype}")
+    if _is_tracer(ids):
+        return ids.astype(jnp.int32)
+    arr = np.asarray(ids)
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= n_values):
+        raise ValueError(
+            f"{what}: {name} values must lie in [0, {n_values}), got min {int(arr.min())}, "
+            f"max {int(arr.max())}"
+        )
+    return jnp.asarray(arr.astype(np.int32))
+
+
+class MLP(nn.Module):
+    """Position-wise feed-forward block: proj(act(fc(x))); kernels ``fc`` (d, F), ``proj`` (F, d)."""
+
+    d_ff: int
+    d_model: int
+    activation: str
+    init_std: float = 0.02
+
+    def setup(self):
+        init = nn.initializers.normal(self.init_std)
+        self.fc = nn.Dense(self.d_ff, kernel_init=init, name="fc")
+        self.proj = nn.Dense(self.d_model, kernel_init=init, name="proj")
+
+    def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
+        return self.proj(ACTIVATIONS[self.activation](self.fc(x)))
+
+
+def attention_head_weights(attn_params: dict) -> dict[str, Array]:
+    """Rearrange a ``MultiHeadAttention`` parameter dict into per-head matrices.
+
+    Args:
+      attn_params: ``{"q"|"k"|"v": {"kernel" (d, H, K), "bias" (H, K)}, "o": {"kernel" (H, K, d),
+        "bias" (d,)}}``.
+
+    Returns:
+      dict with W_q, W_k, W_v (H, d, K), W_o (H, K, d), b_q, b_k, b_v (H, K), b_o (d,).
+    """
+    t = lambda w: jnp.transpose(w, (1, 0, 2))  # (d, H, K) -> (H, d, K)
+    a = attn_params
+    return {
+        "W_q": t(a["q"]["kernel"]),
+        "W_k": t(a["k"]["kernel"]),
+        "W_v": t(a["v"]["kernel"]),
+        "W_o": a["o"]["kernel"],
+        "b_q": a["q"]["bias"],
+        "b_k": a["k"]["bias"],
+        "b_v": a["v"]["bias"],
+        "b_o": a["o"]["bias"],
+    }

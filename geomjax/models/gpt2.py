@@ -1,0 +1,205 @@
+"""GPT-2 (Radford et al. 2019) as a Flax linen module, numerically equal to Hugging Face's GPT2LMHeadModel.
+
+Pre-LN decoder: x_0 = wte[ids] + wpe[0..T-1]; x_{l+1} = x_l + attn(ln_1(x_l)) then
++ mlp(ln_2(·)); logits = ln_f(x_L) @ wteᵀ (tied). Inference only (no dropout).
+
+``model.apply({"params": params}, input_ids)`` returns ``(logits (B, T, V), Intermediates)``:
+
+* ``inter.hidden_states``: L+1 states, Hugging Face convention (last one after ``ln_f``);
+* ``inter.residual``: L+1 states, all before ``ln_f`` (the Song & Zhong code's convention);
+* ``inter.final_ln``: ``ln_f(x_L)``.
+
+Parameter tree::
+
+    wte/embedding (V, d)   wpe/embedding (P, d)   ln_f/{scale, bias} (d,)
+    h_<l>/ln_1, h_<l>/ln_2: {scale, bias} (d,)
+    h_<l>/attn/{q,k,v}/kernel (d, H, K), bias (H, K);  h_<l>/attn/o/kernel (H, K, d), bias (d,)
+    h_<l>/mlp/fc/kernel (d, F), bias (F,);  h_<l>/mlp/proj/kernel (F, d), bias (d,)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import flax.linen as nn
+
+from geomjax.models.common import (
+    MLP,
+    Embed,
+    Intermediates,
+    LayerNorm,
+    MultiHeadAttention,
+    attention_head_weights,
+    attention_mask_4d,
+    check_input_ids,
+    check_segment_ids,
+)
+from geomjax.typing import Array, ArrayLike, Float, Int
+
+__all__ = ["GPT2", "GPT2Block", "GPT2Config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class GPT2Config:
+    """Hyperparameters of a GPT-2 model (hashable; Hugging Face ``GPT2Config`` names).
+
+    Build one from a ``config.json`` with ``geomjax.convert.gpt2_config_from_hf`` (which rejects
+    attributes this port does not implement).
+
+    Attributes:
+      vocab_size: V.
+      n_positions: P, the number of learned positions (longest allowed sequence).
+      n_embd: d.
+      n_layer: L.
+      n_head: H (K = d / H).
+      n_inner: MLP width F; None means 4 d.
+      activation_function: one of ``gelu_new`` / ``gelu_pytorch_tanh`` (same formula).
+      layer_norm_epsilon: LayerNorm eps.
+    """
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None
+    activation_function: str = "gelu_new"
+    layer_norm_epsilon: float = 1e-5
+
+    model_type: ClassVar[str] = "gpt2"
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"GPT2Config: n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(
+                f"GPT2Config: activation_function={self.activation_function!r} is not implemented; "
+                "use 'gelu_new' (or 'gelu_pytorch_tanh')"
+            )
+        for f in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
+            if int(getattr(self, f)) < 1:
+                raise ValueError(f"GPT2Config: {f} must be >= 1, got {getattr(self, f)}")
+
+    @property
+    def d_model(self) -> int:
+        return self.n_embd
+
+    @property
+    def num_layers(self) -> int:
+        return self.n_layer
+
+    @property
+    def num_heads(self) -> int:
+        return self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def d_mlp(self) -> int:
+        return self.n_inner if self.n_inner is not None else 4 * self.n_embd
+
+    @property
+    def max_positions(self) -> int:
+        return self.n_positions
+
+
+class GPT2Block(nn.Module):
+    """One pre-LN GPT-2 block: x + attn(ln_1 x), then + mlp(ln_2 ·)."""
+
+    config: GPT2Config
+
+    def setup(self):
+        c = self.config
+        self.ln_1 = LayerNorm(c.layer_norm_epsilon)
+        self.attn = MultiHeadAttention(c.n_head, c.head_dim, c.n_embd)
+        self.ln_2 = LayerNorm(c.layer_norm_epsilon)
+        self.mlp = MLP(c.d_mlp, c.n_embd, c.activation_function)
+
+    def __call__(self, x, mask):
+        a, probs = self.attn(self.ln_1(x), mask)
+        x = x + a
+        x = x + self.mlp(self.ln_2(x))
+        return x, probs
+
+
+class GPT2(nn.Module):
+    """GPT-2 language model (tied unembedding), returning ``(logits, Intermediates)``."""
+
+    config: GPT2Config
+
+    def setup(self):
+        c = self.config
+        self.wte = Embed(c.vocab_size, c.n_embd, init_std=0.02)
+        self.wpe = Embed(c.n_positions, c.n_embd, init_std=0.01)
+        self.h = [GPT2Block(c) for _ in range(c.n_layer)]
+        self.ln_f = LayerNorm(c.layer_norm_epsilon)
+
+    def __call__(
+        self,
+        input_ids: Int[ArrayLike, "B T"],
+        attention_mask: Int[ArrayLike, "B T"] | None = None,
+        *,
+        return_attention: bool = False,
+        compute_logits: bool = True,
+    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
+        """Compute GPT-2 logits and every residual-stream state for token ids (B, T).
+
+        Args:
+          input_ids: (B, T) integer ids in [0, vocab_size), T <= n_positions.
+          attention_mask: optional (B, T), 1 for real tokens and 0 for padding keys (Hugging Face
+            convention); combined with the causal mask.
+          return_attention: also return the L attention-probability arrays (B, H, T, T).
+          compute_logits: if False, skip the (B, T, V) unembedding and return None as output.
+
+        Returns:
+          ``(logits (B, T, V) or None, Intermediates)``.
+
+        Raises:
+          ValueError: bad shape, T > n_positions, ids outside [0, vocab_size) (checked eagerly;
+            under ``jit`` a bad id gives NaN outputs instead).
+        """
+        c = self.config
+        ids = check_input_ids(input_ids, c.vocab_size, c.n_positions, what="GPT2")
+        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", "GPT2")
+        T = ids.shape[1]
+        x = self.wte(ids) + self.wpe.embedding[:T][None]
+        mask = attention_mask_4d(T, am, causal=True)
+        residual = [x]
+        probs = []
+        for block in self.h:
+            x, p = block(x, mask)
+            residual.append(x)
+            probs.append(p)
+        final = self.ln_f(x)
+        logits = self.wte.attend(final) if compute_logits else None
+        inter = Intermediates(
+            hidden_states=tuple(residual[:-1]) + (final,),
+            residual=tuple(residual),
+            final_ln=final,
+            attentions=tuple(probs) if return_attention else None,
+        )
+        return logits, inter
+
+
+def gpt2_attention_weights(params: dict, config: GPT2Config, layer: int) -> dict[str, Array]:
+    """Collect per-head attention weights, biases and LayerNorm parameters of GPT-2 block ``layer``.
+
+    Returns a dict with W_q, W_k, W_v (H, d, K); W_o (H, K, d); b_q, b_k, b_v (H, K); b_o (d,);
+    ln_1_scale, ln_1_bias, ln_2_scale, ln_2_bias (d,) (ln_1 feeds the attention, ln_2 the MLP).
+    Head h computes q_h = ln_1(x) @ W_q[h] + b_q[h] (same for k, v) and the block adds
+    sum_h softmax(q_h k_hᵀ / sqrt(K)) v_h @ W_o[h] + b_o.
+    """
+    blk = params[f"h_{layer}"]
+    a = blk["attn"]
+    out = attention_head_weights(a)
+    out.update(
+        ln_1_scale=blk["ln_1"]["scale"],
+        ln_1_bias=blk["ln_1"]["bias"],
+        ln_2_scale=blk["ln_2"]["scale"],
+        ln_2_bias=blk["ln_2"]["bias"],
+    )
+    return out
+

@@ -1,0 +1,90 @@
+"""GPT-2 BPE and BERT WordPiece tokenizers vs `transformers`' tokenizers built from the same files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import geomjax as gj  # noqa: E402
+from geomjax.convert import tokenizers as T  # noqa: E402
+
+TEXTS = [
+    "Hello world!",
+    "  leading spaces\n\nnew lines\ttabs   trailing  ",
+    "héllo wörld 日本語 🤖 ½ café naïve",
+    "<|endoftext|>The end.<|endoftext|>",
+    "it's don't we'll I'M 123 4567 3.14159 $100",
+    "The quick brown fox—jumps!? [SEP] [MASK] (really)",
+    "",
+]
+
+
+@pytest.fixture(scope="module")
+def gpt2_tok():
+    return T.gpt2_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def bert_tok():
+    return T.bert_tokenizer()
+
+
+def test_gpt2_matches_transformers(gpt2_tok, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    enc, merges = T.gpt2_bpe_files()
+    # transformers >= 5 ignores vocab_file=/merges_file= in the constructor: load from a directory
+    shutil.copy(enc, tmp_path / "vocab.json")
+    shutil.copy(merges, tmp_path / "merges.txt")
+    ref = transformers.GPT2TokenizerFast.from_pretrained(str(tmp_path))
+    assert gpt2_tok.vocab_size == len(ref) == 50257
+    for s in TEXTS:
+        ids = gpt2_tok.encode(s)
+        assert ids.dtype == np.int32
+        assert ids.tolist() == ref(s)["input_ids"], s
+        assert gpt2_tok.decode(ids) == s
+    assert gpt2_tok.encode("Hello world").tolist() == [15496, 995]  # documented GPT-2 ids
+    assert gpt2_tok.token_to_id("<|endoftext|>") == 50256
+    batch = gpt2_tok.encode_batch(TEXTS[:3])
+    assert [b.tolist() for b in batch] == [gpt2_tok.encode(s).tolist() for s in TEXTS[:3]]
+
+
+def test_bert_matches_transformers(bert_tok):
+    transformers = pytest.importorskip("transformers")
+    ref = transformers.BertTokenizerFast.from_pretrained(str(gj.models.minilm_path()))
+    assert bert_tok.vocab_size == len(ref) == 30522
+    for s in TEXTS:
+        with_special = bert_tok.encode(s, add_special_tokens=True)
+        assert with_special.dtype == np.int32
+        assert with_special.tolist() == ref(s)["input_ids"], s
+        assert bert_tok.encode(s).tolist() == ref(s, add_special_tokens=False)["input_ids"], s
+    # MiniLM is uncased: lowercased and accents stripped, as its tokenizer_config.json says
+    assert bert_tok.encode("CAFÉ").tolist() == bert_tok.encode("cafe").tolist()
+    cased = T.bert_tokenizer(lowercase=False, strip_accents=False)
+    assert cased.encode("CAFÉ").tolist() != bert_tok.encode("CAFÉ").tolist()
+
+
+def test_check_tokenizer(gpt2_tok, bert_tok):
+    minilm = gj.convert.load_config(gj.models.minilm_path())
+    T.check_tokenizer(bert_tok, minilm, exact=True)
+    with pytest.raises(ValueError, match=r"50257 ids but the model's vocab_size is 30522"):
+        T.check_tokenizer(gpt2_tok, minilm)
+    padded = gj.models.GPT2Config(vocab_size=50304)
+    T.check_tokenizer(gpt2_tok, padded)  # a padded vocabulary covers every id
+    with pytest.raises(ValueError, match="50257 ids"):
+        T.check_tokenizer(gpt2_tok, padded, exact=True)
+    with pytest.raises(ValueError, match="vocab_size is 24"):
+        T.check_tokenizer(gpt2_tok, gj.models.GPT2Config(vocab_size=24, n_embd=8, n_head=2))
+
+
+def test_tokenizer_file_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        T.gpt2_tokenizer(tmp_path / "a.json", tmp_path / "b.bpe")
+    with pytest.raises(ValueError, match="both"):
+        T.gpt2_tokenizer(tmp_path / "a.json")
+    with pytest.raises(FileNotFoundError, match="vocab.txt"):
+        T.bert_tokenizer(tmp_path)
