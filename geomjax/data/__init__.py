@@ -1,0 +1,87 @@
+"""Offline corpora, document-labelled window sampling, character tokenizer, synthetic generators.
+
+::
+
+    from geomjax import data
+    docs = data.load_corpus("wikitext2")                     # [(title, text), ...]
+    corpus = data.tokenize_documents(docs, tokenize)         # any tokenize(text) -> ids
+    w = data.sample_windows(corpus, C, T, seed, within_document=True, non_overlapping=True)
+    w.ids (C, T) int32, w.doc_labels (C,), w.offsets (C,)
+    t = data.sample_topics(corpus, n_docs=4, n_per_doc=64, T=128, key_or_seed=0)
+"""
+
+from geomjax.data.chars import CharTokenizer
+from geomjax.data.corpora import (
+    Document,
+    TokenizedCorpus,
+    as_token_array,
+    hf_dataset,
+    load_corpus,
+    local_text,
+    pydoc_topics,
+    shared_data_dir,
+    split_text,
+    stdlib_python,
+    tiny_shakespeare,
+    tokenize_documents,
+    wikitext2,
+    wikitext2_articles,
+)
+from geomjax.data.sampling import (
+    Windows,
+    as_key,
+    sample_topics,
+    sample_windows,
+    window_capacity,
+    windows_in_batches,
+)
+from geomjax.data.synthetic import (
+    ADDITION_VOCAB,
+    AdditionBatch,
+    ModularData,
+    addition_batch,
+    addition_problems,
+    addition_string,
+    addition_tokenizer,
+    encode_addition,
+    has_carry,
+    modular_addition_data,
+    random_tokens,
+    randomize_tokens,
+)
+
+__all__ = [
+    "ADDITION_VOCAB",
+    "AdditionBatch",
+    "CharTokenizer",
+    "Document",
+    "ModularData",
+    "TokenizedCorpus",
+    "Windows",
+    "addition_batch",
+    "addition_problems",
+    "addition_string",
+    "addition_tokenizer",
+    "as_key",
+    "as_token_array",
+    "encode_addition",
+    "has_carry",
+    "hf_dataset",
+    "load_corpus",
+    "local_text",
+    "modular_addition_data",
+    "pydoc_topics",
+    "random_tokens",
+    "randomize_tokens",
+    "sample_topics",
+    "sample_windows",
+    "shared_data_dir",
+    "split_text",
+    "stdlib_python",
+    "tiny_shakespeare",
+    "tokenize_documents",
+    "wikitext2",
+    "wikitext2_articles",
+    "window_capacity",
+    "windows_in_batches",
+]

@@ -1,0 +1,93 @@
+"""Training: TrainState, optax builders, losses, jitted steps with a ``lax.scan`` inner loop,
+``.npz`` checkpoints with exact resume, and the toy-transformer tasks with presets.
+
+::
+
+    from geomjax import train
+    cfg = train.get_config("shakespeare", "smoke")          # smoke | cpu | paper
+    res = train.fit(cfg, run_dir="runs/shakespeare")        # resumes from the latest checkpoint
+    res.history.train["loss"]  (per step)   res.history.evals  (validation)
+"""
+
+from geomjax.train.checkpoint import (
+    checkpoint_path,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from geomjax.train.losses import (
+    accuracy,
+    cross_entropy,
+    exact_match,
+    last_position_loss,
+    mask_tokens,
+    masked_lm_loss,
+    next_token_loss,
+    shift_for_next_token,
+    token_cross_entropy,
+)
+from geomjax.train.loop import (
+    History,
+    jit_train_step,
+    make_eval_fn,
+    make_train_chunk,
+    make_train_step,
+    train_loop,
+)
+from geomjax.train.optim import OptimConfig, decay_mask, make_optimizer, make_schedule
+from geomjax.train.state import TrainState, create_train_state, step_keys
+from geomjax.train.tasks import (
+    FitResult,
+    Programs,
+    TrainConfig,
+    addition_config,
+    build_programs,
+    fit,
+    get_config,
+    init_state,
+    load_task_data,
+    modular_config,
+    shakespeare_config,
+)
+
+__all__ = [
+    "FitResult",
+    "History",
+    "OptimConfig",
+    "Programs",
+    "TrainConfig",
+    "TrainState",
+    "accuracy",
+    "addition_config",
+    "build_programs",
+    "checkpoint_path",
+    "create_train_state",
+    "cross_entropy",
+    "decay_mask",
+    "exact_match",
+    "fit",
+    "get_config",
+    "init_state",
+    "jit_train_step",
+    "last_position_loss",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_checkpoint",
+    "load_task_data",
+    "make_eval_fn",
+    "make_optimizer",
+    "make_schedule",
+    "make_train_chunk",
+    "make_train_step",
+    "mask_tokens",
+    "masked_lm_loss",
+    "modular_config",
+    "next_token_loss",
+    "save_checkpoint",
+    "shakespeare_config",
+    "shift_for_next_token",
+    "step_keys",
+    "token_cross_entropy",
+    "train_loop",
+]

@@ -1,0 +1,428 @@
+"""Training tasks for the toy transformer, their presets, and :func:`fit` (train / resume a run).
+
+Tasks (``TrainConfig.task``):
+
+* ``"shakespeare"`` — character LM on tiny Shakespeare (NanoGPT ``shakespeare_char``; Song & Zhong §5):
+  random windows of ``seq_len + 1`` characters of the first 90% (train) — the model reads
+  ``seq_len`` characters and predicts the next at every position; validation on fixed random
+  windows of the last 10%.
+* ``"addition"`` — "a+b=c" with reversed answer (Song & Zhong §5), loss only after "=".
+* ``"modular"`` — (a, b, "=") -> (a + b) mod p, full-batch, last-position loss (Nanda et al.).
+
+Presets: ``get_config(task, variant)`` with variant ``"smoke"`` (a few steps, for tests),
+``"cpu"`` (minutes on a laptop CPU) or ``"paper"`` (the source's hyperparameters, REFERENCE.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from geomjax.data import (
+    CharTokenizer,
+    addition_batch,
+    modular_addition_data,
+    sample_windows,
+    tiny_shakespeare,
+)
+from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config, nanogpt_config
+from geomjax.parallel import replicated
+from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.train.losses import accuracy, cross_entropy, exact_match, shift_for_next_token
+from geomjax.train.loop import History, make_eval_fn, make_train_chunk, make_train_step, train_loop
+from geomjax.train.optim import OptimConfig, make_optimizer
+from geomjax.train.state import TrainState, create_train_state
+
+__all__ = [
+    "FitResult",
+    "Programs",
+    "TrainConfig",
+    "addition_config",
+    "build_programs",
+    "fit",
+    "get_config",
+    "init_state",
+    "load_task_data",
+    "modular_config",
+    "shakespeare_config",
+]
+
+TASKS = ("shakespeare", "addition", "modular")
+VARIANTS = ("smoke", "cpu", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """A complete, hashable description of a training run.
+
+    Attributes:
+      task: ``"shakespeare"``, ``"addition"`` or ``"modular"``.
+      model: toy transformer config.
+      optim: optimizer config.
+      batch_size: B per step (``modular``: 0 means full batch).
+      seq_len: tokens the model reads per sequence (shakespeare: windows are seq_len + 1 long;
+        addition: padded string length - 1).
+      total_steps: optimizer steps.
+      steps_per_call: N steps per jitted ``lax.scan`` call (metrics are fetched every N steps).
+      eval_every: evaluate every this many steps (0: at start and end only).
+      eval_batches: number of validation batches of ``batch_size`` (shakespeare, addition).
+      ckpt_every: checkpoint every this many steps (0: only at the end).
+      seed: the run's seed; everything (init, batches, dropout, validation windows) derives from it.
+      max_digits, carry, n_train: addition options (operands of ⌊L/2⌋..L digits; training-set size).
+      p, train_frac: modular addition options.
+    """
+
+    task: str
+    model: ToyConfig
+    optim: OptimConfig
+    batch_size: int
+    seq_len: int
+    total_steps: int
+    steps_per_call: int = 10
+    eval_every: int = 0
+    eval_batches: int = 4
+    ckpt_every: int = 0
+    seed: int = 0
+    max_digits: int = 10
+    carry: bool = True
+    n_train: int = 0
+    p: int = 113
+    train_frac: float = 0.3
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"TrainConfig: task must be one of {TASKS}, got {self.task!r}")
+        N = self.steps_per_call
+        for name in ("total_steps", "eval_every", "ckpt_every"):
+            if getattr(self, name) % N:
+                raise ValueError(f"TrainConfig: {name} = {getattr(self, name)} must be a multiple of "
+                                 f"steps_per_call = {N}")
+        if self.task != "modular" and self.seq_len > self.model.max_len:
+            raise ValueError(f"TrainConfig: seq_len {self.seq_len} exceeds the model's max_len {self.model.max_len}")
+
+    def replace(self, **kw) -> "TrainConfig":
+        """Copy with some fields changed (``model=``/``optim=`` take configs)."""
+        return dataclasses.replace(self, **kw)
+
+
+# ----------------------------------------------------------------------------------------- presets
+
+def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainConfig:
+    """Character-level tiny Shakespeare presets.
+
+    * ``paper``: NanoGPT as Song & Zhong ran it (REFERENCE.md): 6 layers, 6 heads, d 384, block 256,
+      batch 64, dropout 0.1, no biases, AdamW lr 5e-5 cosine to 5e-6, weight decay 0.1 (tensors with
+      >= 2 dims, embeddings included), β (0.9, 0.99), 200 warm-up steps, 100k steps, clip 1.0.
+      They trained in bf16 autocast; geomjax trains in float32.
+    * ``cpu``: 4 layers, 4 heads, d 128, block 64, batch 32, 1000 steps at lr 2e-3 (about 4 minutes
+      on 2 CPU cores).
+    * ``smoke``: 2 layers, d 32, block 32, batch 16, 60 steps.
+    """
+    if variant == "paper":
+        model = nanogpt_config(vocab_size)
+        optim = OptimConfig(lr=5e-5, schedule="cosine", warmup_steps=200, decay_steps=100_000, final_lr=5e-6,
+                            b1=0.9, b2=0.99, weight_decay=0.1, decay="matrices", decay_embeddings=True,
+                            grad_clip=1.0)
+        return TrainConfig("shakespeare", model, optim, batch_size=64, seq_len=256, total_steps=100_000,
+                           steps_per_call=250, eval_every=2500, eval_batches=20, ckpt_every=5000)
+    if variant == "cpu":
+        model = nanogpt_config(vocab_size, n_layers=4, n_heads=4, d_model=128, d_mlp=512, max_len=64, dropout=0.0)
+        optim = OptimConfig(lr=2e-3, schedule="cosine", warmup_steps=100, decay_steps=1000, final_lr=2e-4,
+                            b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
+        return TrainConfig("shakespeare", model, optim, batch_size=32, seq_len=64, total_steps=1000,
+                           steps_per_call=50, eval_every=250, eval_batches=8, ckpt_every=500)
+    if variant == "smoke":
+        model = nanogpt_config(vocab_size, n_layers=2, n_heads=2, d_model=32, d_mlp=128, max_len=32, dropout=0.0)
+        optim = OptimConfig(lr=1e-2, schedule="cosine", warmup_steps=10, decay_steps=60, final_lr=1e-3,
+                            b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
+        return TrainConfig("shakespeare", model, optim, batch_size=16, seq_len=32, total_steps=60,
+                           steps_per_call=10, eval_every=30, eval_batches=4, ckpt_every=30)
+    raise ValueError(f"shakespeare_config: variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def addition_config(variant: str = "smoke", carry: bool = True) -> TrainConfig:
+    """Addition presets (Song & Zhong §5).
+
+    * ``paper``: 8 layers, 8 heads, d 512, float32, 5–10 digit operands, reversed answer, loss after
+      "=", 1M training problems, 10k validation. The source's block of 32 cannot hold the longest
+      problem (10+1+10+1+11+1 = 34 characters), so geomjax pads each problem to 34 and the model
+      reads 33 positions. Optimizer settings are not in REFERENCE.md; NanoGPT defaults are used
+      (lr 1e-3 cosine to 1e-4, 100 warm-up, β (0.9, 0.99), weight decay 0.1, clip 1.0).
+    * ``cpu``: 2 layers, d 128, 3–6 digits, 3000 steps. ``smoke``: 1 layer, d 32, 2–4 digits, 40 steps.
+    """
+    vocab = 13
+    if variant == "paper":
+        L, T = 10, 33
+        model = ToyConfig(vocab_size=vocab, n_layers=8, n_heads=8, d_model=512, d_mlp=2048, max_len=T)
+        optim = OptimConfig(lr=1e-3, warmup_steps=100, decay_steps=20_000, final_lr=1e-4, b1=0.9, b2=0.99,
+                            weight_decay=0.1, grad_clip=1.0)
+        return TrainConfig("addition", model, optim, batch_size=256, seq_len=T, total_steps=20_000,
+                           steps_per_call=100, eval_every=1000, eval_batches=40, ckpt_every=2000,
+                           max_digits=L, carry=carry, n_train=1_000_000)
+    if variant == "cpu":
+        L = 6
+        T = 3 * L + 3
+        model = ToyConfig(vocab_size=vocab, n_layers=2, n_heads=4, d_model=128, d_mlp=512, max_len=T)
+        optim = OptimConfig(lr=1e-3, warmup_steps=100, decay_steps=3000, final_lr=1e-4, b1=0.9, b2=0.99,
+                            weight_decay=0.1, grad_clip=1.0)
+        return TrainConfig("addition", model, optim, batch_size=64, seq_len=T, total_steps=3000,
+                           steps_per_call=100, eval_every=500, eval_batches=16, ckpt_every=1000,
+                           max_digits=L, carry=carry, n_train=100_000)
+    if variant == "smoke":
+        L = 4
+        T = 3 * L + 3
+        model = ToyConfig(vocab_size=vocab, n_layers=1, n_heads=2, d_model=32, d_mlp=64, max_len=T)
+        optim = OptimConfig(lr=3e-3, warmup_steps=5, decay_steps=40, final_lr=3e-4, weight_decay=0.0)
+        return TrainConfig("addition", model, optim, batch_size=16, seq_len=T, total_steps=40,
+                           steps_per_call=10, eval_batches=2, max_digits=L, carry=carry, n_train=512)
+    raise ValueError(f"addition_config: variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def modular_config(variant: str = "smoke", *, relu: bool = True) -> TrainConfig:
+    """Modular addition presets (Nanda et al., the clock blog).
+
+    * ``paper``: REFERENCE.md — p 113, 30% train, full batch, 1 layer, d 128, 4 heads, d_mlp 512,
+      ReLU (``relu=False``: the ReLU-free variant), AdamW lr 1e-3, weight decay 1.0 on every
+      parameter, β (0.9, 0.98), 10 warm-up steps then constant, 50,000 steps.
+    * ``cpu``: the same model and data, 5,000 steps. ``smoke``: p 23, d 32, 40 steps.
+    """
+    act = "relu" if relu else "none"
+    optim = OptimConfig(lr=1e-3, schedule="constant", warmup_steps=10, b1=0.9, b2=0.98, weight_decay=1.0,
+                        decay="all")
+    if variant in ("paper", "cpu"):
+        steps = 50_000 if variant == "paper" else 5_000
+        return TrainConfig("modular", nanda_config(113, activation=act), optim, batch_size=0, seq_len=3,
+                           total_steps=steps, steps_per_call=500 if variant == "paper" else 100,
+                           eval_every=1000 if variant == "paper" else 500, ckpt_every=5000 if variant == "paper" else 0,
+                           p=113, train_frac=0.3)
+    if variant == "smoke":
+        model = nanda_config(23, d_model=32, n_heads=2, d_mlp=64, activation=act)
+        return TrainConfig("modular", model, optim, batch_size=0, seq_len=3, total_steps=40, steps_per_call=10, p=23, train_frac=0.3)
+    raise ValueError(f"modular_config: variant must be one of {VARIANTS}, got {variant!r}")
+
+
+def get_config(task: str, variant: str = "smoke", **kw) -> TrainConfig:
+    """Preset ``variant`` (``smoke`` / ``cpu`` / ``paper``) of ``task`` (shakespeare / addition / modular)."""
+    makers = {"shakespeare": shakespeare_config, "addition": addition_config, "modular": modular_config}
+    if task not in makers:
+        raise ValueError(f"get_config: task must be one of {sorted(makers)}, got {task!r}")
+    return makers[task](variant, **kw)
+
+
+# ------------------------------------------------------------------------------------------- data
+
+def load_task_data(cfg: TrainConfig, data_dir: str | os.PathLike | None = None) -> tuple[Any, Any, dict]:
+    """Host-side data of a task: (train data pytree, eval data pytree (E, B, ...), info dict).
+
+    Everything is derived from ``cfg.seed`` (the validation windows / problems are fixed per seed).
+    """
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
+    if cfg.task == "shakespeare":
+        text = tiny_shakespeare(data_dir)[0][1]
+        tok = CharTokenizer.from_text(text)
+        if tok.vocab_size != cfg.model.vocab_size:
+            raise ValueError(f"tiny Shakespeare has {tok.vocab_size} characters but the model's vocab_size is "
+                             f"{cfg.model.vocab_size}; build the config with vocab_size={tok.vocab_size}")
+        n = int(len(text) * 0.9)
+        train = tok.encode(text[:n])
+        val = tok.encode(text[n:])
+        E, B, T = cfg.eval_batches, cfg.batch_size, cfg.seq_len
+        w = sample_windows([val], E * B, T + 1, key)
+        eval_data = {"ids": w.ids.reshape(E, B, T + 1)}
+        return {"stream": jnp.asarray(train)}, eval_data, {"tokenizer": tok, "n_train_tokens": len(train),
+                                                            "n_val_tokens": len(val)}
+    if cfg.task == "addition":
+        k_tr, k_va = jax.random.split(key)
+        T1 = cfg.seq_len + 1
+        tr = addition_batch(k_tr, cfg.n_train, cfg.max_digits, T1, carry=cfg.carry)
+        E, B = cfg.eval_batches, cfg.batch_size
+        va = addition_batch(k_va, E * B, cfg.max_digits, T1, carry=cfg.carry)
+        train = {"ids": jnp.asarray(tr.ids), "loss_mask": jnp.asarray(tr.loss_mask)}
+        eval_data = {"ids": va.ids.reshape(E, B, T1), "loss_mask": va.loss_mask.reshape(E, B, T1)}
+        return train, eval_data, {"n_train": cfg.n_train}
+    md = modular_addition_data(cfg.p, cfg.train_frac, key)
+    train = {"x": jnp.asarray(md.x_train), "y": jnp.asarray(md.y_train)}
+    eval_data = {"x": md.x_test[None], "y": md.y_test[None]}
+    return train, eval_data, {"n_train": len(md.y_train), "n_test": len(md.y_test)}
+
+
+# ---------------------------------------------------------------------------------------- programs
+
+class Programs(NamedTuple):
+    """Everything compiled for a config: model, optimizer, jitted chunk and eval functions."""
+
+    model: ToyTransformer
+    tx: Any
+    schedule: Any
+    loss_fn: Any
+    batch_fn: Any
+    step_fn: Any
+    chunk_fn: Any
+    eval_fn: Any
+
+
+def _lm_loss(model: ToyTransformer):
+    def loss_fn(params, batch, key):
+        x, y, m = shift_for_next_token(batch["ids"], batch.get("loss_mask"))
+        rngs = None if key is None else {"dropout": key}
+        logits, _ = model.apply({"params": params}, x, deterministic=key is None, rngs=rngs)
+        metrics = {"accuracy": accuracy(logits, y, m)}
+        if m is not None:
+            metrics["exact_match"] = exact_match(logits, y, m)
+        return cross_entropy(logits, y, m), metrics
+
+    return loss_fn
+
+
+def _last_loss(model: ToyTransformer, n_classes: int):
+    def loss_fn(params, batch, key):
+        rngs = None if key is None else {"dropout": key}
+        logits, _ = model.apply({"params": params}, batch["x"], deterministic=key is None, rngs=rngs)
+        last = logits[:, -1, :n_classes]
+        return cross_entropy(last, batch["y"]), {"accuracy": accuracy(last, batch["y"])}
+
+    return loss_fn
+
+
+def _batch_fn(cfg: TrainConfig):
+    B, T1 = cfg.batch_size, cfg.seq_len + 1
+    if cfg.task == "shakespeare":
+        def batch_fn(data, key):
+            stream = data["stream"]
+            starts = jax.random.randint(key, (B,), 0, stream.shape[0] - T1 + 1)
+            ids = jax.vmap(lambda s: jax.lax.dynamic_slice(stream, (s,), (T1,)))(starts)
+            return {"ids": ids}
+    elif cfg.task == "addition":
+        def batch_fn(data, key):
+            idx = jax.random.randint(key, (B,), 0, data["ids"].shape[0])
+            return {"ids": data["ids"][idx], "loss_mask": data["loss_mask"][idx]}
+    else:
+        def batch_fn(data, key):
+            del key  # full batch (Nanda et al.)
+            return data
+    return batch_fn
+
+
+@functools.lru_cache(maxsize=16)
+def build_programs(cfg: TrainConfig, mesh: Mesh | None = None) -> Programs:
+    """Model, optimizer, loss, batch function and the jitted chunk/eval functions of a config (cached:
+    the same config and mesh reuse one compilation)."""
+    model = ToyTransformer(cfg.model)
+    tx, schedule = make_optimizer(cfg.optim)
+    loss_fn = _last_loss(model, cfg.p) if cfg.task == "modular" else _lm_loss(model)
+    batch_fn = _batch_fn(cfg)
+    step_fn = make_train_step(loss_fn, tx, batch_fn, schedule=schedule, mesh=mesh)
+    chunk_fn = make_train_chunk(step_fn, cfg.steps_per_call, mesh=mesh)
+    return Programs(model, tx, schedule, loss_fn, batch_fn, step_fn, chunk_fn, make_eval_fn(loss_fn))
+
+
+def init_state(cfg: TrainConfig, programs: Programs | None = None, mesh: Mesh | None = None) -> TrainState:
+    """Fresh TrainState of a config: parameters from ``fold_in(key(seed), 0)``, the run key from
+    ``fold_in(key(seed), 2)`` (1 is the data key of :func:`load_task_data`)."""
+    pr = programs or build_programs(cfg, mesh)
+    base = jax.random.key(cfg.seed)
+    T = 3 if cfg.task == "modular" else cfg.seq_len
+    params = pr.model.init(jax.random.fold_in(base, 0), jnp.zeros((1, T), jnp.int32))["params"]
+    state = create_train_state(params, pr.tx, jax.random.fold_in(base, 2))
+    if mesh is not None:
+        state = jax.device_put(state, replicated(mesh))
+    return state
+
+
+@dataclasses.dataclass
+class FitResult:
+    """Output of :func:`fit`: final state, history, resumed-from step and the run directory."""
+
+    state: TrainState
+    history: History
+    resumed_from: int | None
+    run_dir: Path | None
+    info: dict
+
+
+def fit(
+    cfg: TrainConfig,
+    *,
+    run_dir: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
+    resume: bool = True,
+    mesh: Mesh | None = None,
+    progress: bool = True,
+    stop_at: int | None = None,
+    keep_checkpoints: int | None = None,
+) -> FitResult:
+    """Train the toy transformer on ``cfg``'s task; resume from ``run_dir``'s latest checkpoint.
+
+    With ``run_dir``, writes ``config.json``, checkpoints ``checkpoints/ckpt_{step}.npz`` every
+    ``cfg.ckpt_every`` steps and at the end, and ``history.json``. A resumed run reproduces the
+    uninterrupted run's per-step losses bit-for-bit.
+
+    Args:
+      cfg: the run's configuration.
+      run_dir: output folder (None: nothing is written, no resume).
+      data_dir: offline data folder (tiny Shakespeare).
+      resume: continue from the latest checkpoint in ``run_dir`` if there is one.
+      mesh: a ``"data"`` mesh for data parallelism (batch sharded, parameters replicated).
+      progress: show a tqdm bar.
+      stop_at: stop early at this step (simulates an interrupted run; the state is checkpointed).
+      keep_checkpoints: keep only the newest k checkpoints.
+
+    Returns:
+      :class:`FitResult`.
+    """
+    pr = build_programs(cfg, mesh)
+    train_data, eval_data, info = load_task_data(cfg, data_dir)
+    if mesh is not None:
+        train_data = jax.device_put(train_data, replicated(mesh))
+    state = init_state(cfg, pr, mesh)
+    resumed = None
+    ckpt_dir = None
+    if run_dir is not None:
+        run_dir = Path(run_dir)
+        ckpt_dir = run_dir / "checkpoints"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        from geomjax.train.checkpoint import _jsonable
+
+        cfg_json = _jsonable(cfg)
+        last = latest_checkpoint(ckpt_dir) if resume else None
+        if last is not None:
+            state, meta = load_checkpoint(last, state)
+            if meta.get("config") != cfg_json:
+                diff = _diff(meta.get("config"), cfg_json)
+                warnings.warn(f"resuming {last} written with a different config ({diff}); the trajectory "
+                              "will not match the original run", stacklevel=2)
+            if mesh is not None:
+                state = jax.device_put(state, replicated(mesh))
+            resumed = int(meta["step"])
+        (run_dir / "config.json").write_text(json.dumps(cfg_json, indent=2))
+
+    def checkpoint_fn(st):
+        save_checkpoint(ckpt_dir, st, cfg, keep=keep_checkpoints)
+
+    state, hist = train_loop(
+        state, pr.chunk_fn, train_data, total_steps=cfg.total_steps, steps_per_call=cfg.steps_per_call,
+        eval_fn=pr.eval_fn, eval_data=eval_data, eval_every=cfg.eval_every,
+        checkpoint_fn=checkpoint_fn if ckpt_dir is not None else None, ckpt_every=cfg.ckpt_every,
+        stop_at=stop_at, progress=progress, desc=f"{cfg.task}",
+    )
+    if run_dir is not None:
+        name = "history.json" if resumed is None else f"history_from_{resumed:08d}.json"
+        (run_dir / name).write_text(json.dumps(hist.to_json()))
+    return FitResult(state, hist, resumed, run_dir, info)
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        parts = [_diff(a.get(k), b.get(k), f"{prefix}{k}.") for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        return "; ".join(p for p in parts if p)
+    return f"{prefix.rstrip('.')}: {a!r} -> {b!r}"
+
