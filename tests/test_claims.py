@@ -1,0 +1,314 @@
+"""geomjax.claims: registry, verdict rules, run() output, and the Song & Zhong claims.
+
+Planted claims have known truth (closed forms: E[U] = 1/2, Var U = 1/12). The Song & Zhong
+verdicts are checked against independent NumPy/SciPy computations of the decisive numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.stats
+
+import geomjax.claims as claims
+from geomjax.claims import Claim, Evaluation, Inequality, Tolerance
+from geomjax.parallel import data_mesh
+
+N_PLANT = 4096
+SEM_U = math.sqrt(1 / 12 / N_PLANT)  # closed-form sem of the mean of N_PLANT uniforms
+
+
+def _uniform(key):
+    return jax.random.uniform(key, (), jnp.float64)
+
+
+def _uniform_vec(key):
+    return jax.random.uniform(key, (3,), jnp.float64)
+
+
+def planted(id_: str, predicted, sampler=_uniform, source="Test doc eq. (1)") -> Claim:
+    return Claim(
+        id=id_,
+        source=source,
+        statement="E[U] = 1/2",
+        predicted=predicted,
+        sampler=sampler,
+        n_samples={"quick": N_PLANT, "full": 2 * N_PLANT},
+        chunk=1024,
+    )
+
+
+@pytest.fixture
+def registered():
+    """Register claims for one test and always unregister them."""
+    ids = []
+
+    def add(claim):
+        claims.register(claim)
+        ids.append(claim.id)
+        return claim
+
+    yield add
+    for i in ids:
+        claims.unregister(i)
+
+
+# ----------------------------------------------------------------------------------------------
+# Registry and verdict rules
+# ----------------------------------------------------------------------------------------------
+
+
+def test_register_select_unregister(registered):
+    registered(planted("testplant.alpha.one", 0.5, source="Planted paper Lemma 7"))
+    registered(planted("testplant.alpha.two", 0.5))
+    registered(planted("testplant.beta", 0.5))
+    ids = lambda sel: [c.id for c in claims.select_claims(sel)]
+    assert ids("testplant.alpha.*") == ["testplant.alpha.one", "testplant.alpha.two"]
+    assert ids("testplant.alpha") == ["testplant.alpha.one", "testplant.alpha.two"]  # id prefix
+    assert ids("testplant") == ["testplant.alpha.one", "testplant.alpha.two", "testplant.beta"]  # group
+    assert ids("planted paper lemma 7") == ["testplant.alpha.one"]  # printed source, any case
+    assert ids(["testplant.beta", "testplant.alpha.two"]) == ["testplant.alpha.two", "testplant.beta"]
+    assert ids("testplant.nothing") == []
+    all_ids = [c.id for c in claims.all_claims()]
+    assert all_ids == sorted(all_ids) and "testplant.beta" in all_ids
+    claims.unregister("testplant.beta")
+    assert ids("testplant") == ["testplant.alpha.one", "testplant.alpha.two"]
+    claims.unregister("testplant.beta")  # unregistering twice is harmless
+
+
+def test_register_rejects_foreign_duplicates_and_non_claims():
+    existing = claims.select_claims("song_zhong.lemma1")[0]
+    with pytest.raises(ValueError, match="already registered"):
+        claims.register(existing)  # same id, different module
+    with pytest.raises(TypeError, match="expected a Claim"):
+        claims.register("song_zhong.lemma1")
+
+
+def test_claim_validation():
+    ev = lambda budget, key: Evaluation(value=0.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        Claim(id="x.y", source="s", statement="s", predicted=0.0)
+    with pytest.raises(ValueError, match="exactly one"):
+        Claim(id="x.y", source="s", statement="s", predicted=0.0, sampler=_uniform, evaluate=ev)
+    with pytest.raises(ValueError, match="id"):
+        Claim(id="x y", source="s", statement="s", predicted=0.0, sampler=_uniform)
+    with pytest.raises(ValueError, match="closed-form"):
+        Claim(id="x.y", source="s", statement="s", sampler=_uniform)
+    with pytest.raises(ValueError, match="MonteCarloRule"):
+        Claim(id="x.y", source="s", statement="s", predicted=0.0, sampler=_uniform, rule=Tolerance())
+    with pytest.raises(ValueError, match="Tolerance or Inequality"):
+        Claim(id="x.y", source="s", statement="s", predicted=0.0, evaluate=ev)
+    with pytest.raises(ValueError, match="lacks budgets"):
+        Claim(id="x.y", source="s", statement="s", predicted=0.0, sampler=_uniform, n_samples={"quick": 10})
+
+
+def test_planted_true_claim_holds():
+    r = claims.run_claim(planted("testplant.true", 0.5))
+    assert r.verdict == "holds"
+    assert abs(r.estimate - 0.5) <= 5 * r.sem
+    assert r.sem == pytest.approx(SEM_U, rel=0.05)
+    assert r.details["n_samples"] == N_PLANT and r.details["dtype"] == "float64"
+    assert abs(r.details["z"]) <= 5 and r.details["worst_abs_z"] == pytest.approx(abs(r.details["z"]))
+
+
+def test_planted_false_claim_does_not_hold_with_z():
+    """Predicted value off by 20 closed-form sems: not holding, |z| ≈ 20 reported."""
+    r = claims.run_claim(planted("testplant.false", 0.5 + 20 * SEM_U))
+    assert r.verdict == "does not hold"
+    z = r.details["z"]
+    assert z == pytest.approx((r.estimate - r.predicted) / r.sem)
+    assert 15 < -z < 25  # estimate ≈ 1/2 lies ≈ 20 sem below the prediction
+    assert r.to_dict()["z_score"] == pytest.approx(z)
+
+
+def test_vector_claim_fails_if_one_element_is_off():
+    good = claims.run_claim(planted("testplant.vec", [0.5, 0.5, 0.5], sampler=_uniform_vec))
+    assert good.verdict == "holds" and len(good.estimate) == 3
+    bad = claims.run_claim(planted("testplant.vec", [0.5, 0.5 + 20 * SEM_U, 0.5], sampler=_uniform_vec))
+    assert bad.verdict == "does not hold"
+    assert abs(bad.details["z"][1]) > 15 and bad.details["worst_abs_z"] == pytest.approx(abs(bad.details["z"][1]))
+
+
+def test_claim_key_depends_on_id_and_seed_only():
+    c = planted("testplant.key", 0.5)
+    a = claims.run_claim(c, seed=3)
+    b = claims.run_claim(c, seed=3)
+    other = claims.run_claim(c, seed=4)
+    assert a.estimate == b.estimate and a.estimate != other.estimate
+    # the key is fold_in(key(seed), crc32(id)): recompute the estimate independently with NumPy
+    key = jax.random.fold_in(jax.random.key(3), zlib.crc32(b"testplant.key") & 0x7FFFFFFF)
+    with jax.enable_x64(True):
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(N_PLANT, dtype=jnp.int32))
+        x = np.asarray(jax.vmap(_uniform)(keys))
+    assert a.estimate == pytest.approx(x.mean(), rel=1e-12)
+    assert a.sem == pytest.approx(x.std(ddof=1) / math.sqrt(N_PLANT), rel=1e-10)
+
+
+def test_sharded_claim_equals_single_device():
+    c = planted("testplant.mesh", 0.5)
+    single = claims.run_claim(c)
+    sharded = claims.run_claim(c, mesh=data_mesh(4))
+    assert sharded.estimate == pytest.approx(single.estimate, rel=1e-12)
+    assert sharded.sem == pytest.approx(single.sem, rel=1e-10)
+
+
+def _ineq(lhs, rhs, lower=None):
+    return Claim(
+        id="testplant.ineq", source="s", statement="lhs ≤ rhs", predicted="rhs",
+        evaluate=lambda budget, key: Evaluation(lhs=np.array(lhs), rhs=np.array(rhs), lhs_lower=lower),
+        rule=Inequality(),
+    )
+
+
+def test_deterministic_rules():
+    tol = lambda v: Claim(
+        id="testplant.tol", source="s", statement="v = 1", predicted=1.0,
+        evaluate=lambda budget, key: Evaluation(value=np.array(v)), rule=Tolerance(rtol=0.0, atol=1e-3),
+    )
+    assert claims.run_claim(tol([1.0, 1.0005])).verdict == "holds"
+    r = claims.run_claim(tol([1.0, 1.01]))
+    assert r.verdict == "does not hold" and r.details["worst_abs_error"] == pytest.approx(0.01)
+    assert claims.run_claim(tol([1.0, np.nan])).verdict == "inconclusive"
+    assert claims.run_claim(_ineq([1.0, 2.0], [1.5, 2.5])).verdict == "holds"
+    r = claims.run_claim(_ineq([1.0, 3.0], [1.5, 2.0]))
+    assert r.verdict == "does not hold"
+    assert r.details["worst_ratio_lower_over_rhs"] == pytest.approx(1.5) and r.details["n_violations_certified"] == 1
+    assert (r.estimate, r.predicted) == (3.0, 2.0)
+    # lhs above rhs but its certified lower bound below: cannot decide
+    assert claims.run_claim(_ineq([1.0, 3.0], [1.5, 2.0], lower=np.array([1.0, 1.9]))).verdict == "inconclusive"
+
+
+def test_run_writes_json_and_markdown(tmp_path, registered):
+    registered(planted("testplant.ok", 0.5))
+    registered(planted("testplant.off", 0.5 + 20 * SEM_U))
+    results = claims.run(select="testplant", budget="quick", seed=0, out_dir=tmp_path)
+    assert [r.id for r in results] == ["testplant.off", "testplant.ok"]
+    payload = json.loads((tmp_path / "claims.json").read_text())
+    assert payload["budget"] == "quick" and payload["seed"] == 0
+    assert payload["counts"] == {"holds": 1, "does not hold": 1, "inconclusive": 0}
+    by_id = {d["id"]: d for d in payload["results"]}
+    for r in results:
+        d = by_id[r.id]
+        assert d["verdict"] == r.verdict and d["source"] == "Test doc eq. (1)"
+        assert d["estimate"] == pytest.approx(r.estimate) and d["sem"] == pytest.approx(r.sem)
+        assert d["predicted"] == pytest.approx(r.predicted)
+        assert d["details"]["n_samples"] == N_PLANT
+    md = (tmp_path / "claims.md").read_text()
+    assert "| id | source | statement | predicted | estimate | sem | check | verdict |" in md
+    assert "holds: 1, does not hold: 1" in md
+    off_row = next(line for line in md.splitlines() if line.startswith("| testplant.off"))
+    assert "**does not hold**" in off_row and f"{abs(by_id['testplant.off']['z_score']):.3g}" in off_row
+    assert "**holds**" in next(line for line in md.splitlines() if line.startswith("| testplant.ok"))
+    assert "5·sem" in md  # the verdict rule is stated
+
+
+def test_run_bad_input_and_error_recording(registered):
+    with pytest.raises(ValueError, match="budget"):
+        claims.run(select="song_zhong.lemma2", budget="medium")
+    with pytest.raises(ValueError, match="match no claim"):
+        claims.run(select="no_such_source")
+    with pytest.raises(ValueError, match="errors"):
+        claims.run(select="song_zhong.lemma2", errors="ignore")
+
+    def boom(budget, key):
+        raise RuntimeError("planted failure")
+
+    registered(Claim(id="testplant.boom", source="s", statement="s", predicted=0.0, evaluate=boom, rule=Tolerance()))
+    with pytest.raises(RuntimeError, match="planted failure"):
+        claims.run(select="testplant.boom")
+    (r,) = claims.run(select="testplant.boom", errors="record")
+    assert r.verdict == "inconclusive" and "planted failure" in r.details["error"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Song & Zhong claims (quick budget), checked against independent computations
+# ----------------------------------------------------------------------------------------------
+
+EXPECTED = {
+    "song_zhong.anova_orthogonality": "holds",
+    "song_zhong.pos_estimation_error": "holds",
+    "song_zhong.theorem1.printed": "does not hold",
+    "song_zhong.theorem1.proof_basis": "holds",
+    "song_zhong.theorem1.corrected": "holds",
+    "song_zhong.lemma1": "holds",
+    "song_zhong.lemma2": "does not hold",
+    "song_zhong.lemma3": "does not hold",
+    "song_zhong.eq5.derivative_approx": "does not hold",
+    "song_zhong.eq5.derivative_approx_interior": "holds",
+    "song_zhong.incoherence_baseline.cos2": "holds",
+    "song_zhong.incoherence_baseline.abs_cos": "holds",
+}
+
+
+@pytest.fixture(scope="module")
+def song_zhong(tmp_path_factory):
+    out = tmp_path_factory.mktemp("claims")
+    results = claims.run(select="song_zhong", budget="quick", out_dir=out)
+    return {r.id: r for r in results}, out
+
+
+def test_song_zhong_verdicts(song_zhong):
+    res, out = song_zhong
+    assert set(res) == set(EXPECTED)
+    assert {i: r.verdict for i, r in res.items()} == EXPECTED
+    for r in res.values():
+        assert r.source.startswith("Song & Zhong"), r.source
+    payload = json.loads((out / "claims.json").read_text())
+    assert payload["counts"]["does not hold"] == sum(v == "does not hold" for v in EXPECTED.values())
+
+
+def test_song_zhong_monte_carlo_predictions_are_the_closed_forms(song_zhong):
+    res, _ = song_zhong
+    d = 64
+    # E cos² = 1/d and E|cos| = E√B for B ~ Beta(1/2, (d−1)/2), by numerical integration (SciPy)
+    assert res["song_zhong.incoherence_baseline.cos2"].predicted == pytest.approx(1 / d, rel=1e-14)
+    e_abs = scipy.stats.beta(0.5, (d - 1) / 2).expect(np.sqrt)
+    assert res["song_zhong.incoherence_baseline.abs_cos"].predicted == pytest.approx(e_abs, rel=1e-8)
+    # E Σ_t ‖pos_t − pos*_t‖² = σ² E Σ_t ‖ε̄_t − ε̄‖² = σ²·d·(T−1)/C (C=8, T=6, d=4, σ=0.5)
+    assert res["song_zhong.pos_estimation_error"].predicted == pytest.approx(0.25 * 4 * 5 / 8)
+    for cid in ("song_zhong.pos_estimation_error", "song_zhong.incoherence_baseline.cos2",
+                "song_zhong.incoherence_baseline.abs_cos"):
+        r = res[cid]
+        assert abs(r.estimate - r.predicted) <= 5 * r.sem and r.sem > 0
+
+
+def test_lemma2_worst_ratio_is_the_closed_form(song_zhong):
+    """|γ_t|·8(t−1) = 4j/(N sin(πj/N)), j = t−1; its max over 1 < t ≤ N/2 is at j = N/2 − 1."""
+    r = song_zhong[0]["song_zhong.lemma2"]
+    ratios = []
+    for N in (4, 16, 64, 256, 1024):
+        j = np.arange(1, N // 2)
+        ratios.append(4 * j / (N * np.sin(np.pi * j / N)))
+    assert r.details["worst_ratio_lower_over_rhs"] == pytest.approx(max(r_.max() for r_ in ratios), rel=1e-10)
+    assert r.details["n_violations_certified"] == r.details["n_instances"] == sum(len(x) for x in ratios)
+
+
+def test_theorem1_printed_violation_is_real():
+    """Independent NumPy check of the certified counterexample: G = ccᵀ, c_t = cos(π(t−½)/T),
+    T = 64, k = 20, m = 4. Every B leaves (1/T)‖G − F B Bᵀ Fᵀ‖_op ≥ (1/T)‖(I−Π)G(I−Π)‖_op (Π the
+    projector onto the printed span), which exceeds 6/(8k)^m·‖Δ^(m,m)G̃‖_max."""
+    T, k, m = 64, 20, 4
+    t = np.arange(1, T + 1)
+    c = np.cos(np.pi * (t - 0.5) / T)
+    G = np.outer(c, c)
+    F = np.cos(np.outer(t - 1, np.arange(1, k + 1) - 0.5) * np.pi / T)  # printed f_s
+    Q, _ = np.linalg.qr(F)
+    r = c - Q @ (Q.T @ c)
+    lower = (r @ r) / T  # ‖(I−Π)ccᵀ(I−Π)‖_op = ‖(I−Π)c‖²
+    ct = np.concatenate([c, c[::-1]])  # eq. (4) for a rank-one G
+    A = np.outer(ct, ct)
+    for _ in range(m):
+        A = T**2 * (A - np.roll(A, 1, 0) - np.roll(A, 1, 1) + np.roll(np.roll(A, 1, 0), 1, 1))
+    rhs = 6 / (8 * k) ** m * np.abs(A).max()
+    assert lower > 40 * rhs
+    res = claims.run(select="song_zhong.theorem1.printed")[0]
+    row = next(x for x in res.details["per_matrix"] if x["G"] == "u_shape")
+    assert (row["worst_k"], row["worst_m"]) == (k, m)
+    assert row["lhs_lower_at_worst"] == pytest.approx(lower, rel=1e-8)
+    assert row["rhs_at_worst"] == pytest.approx(rhs, rel=1e-8)
