@@ -1,0 +1,159 @@
+"""The ``geomjax`` command: demo, geometry, verify, train, report.
+
+Every command writes a run directory: ``config.json`` (resolved), ``metrics.json``,
+``figures/*.png``, ``report.md``, ``report.html`` (and ``report.json`` to re-render).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", default=defaults.model,
+                   help="'minilm' (the offline MiniLM package), or a local Hugging Face model "
+                        "directory / cache entry with config.json + model.safetensors")
+    g.add_argument("--corpus", default=defaults.corpus,
+                   help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
+    g.add_argument("--data-dir", default=None,
+                   help="folder holding tinyshakespeare/ and wikitext-2/ (default: ../shared/data "
+                        "or $GEOMJAX_DATA)")
+    g.add_argument("--n-docs", type=int, default=defaults.n_docs,
+                   help="documents to draw windows from (their labels feed the cluster metrics)")
+    g.add_argument("--windows-per-doc", type=int, default=defaults.windows_per_doc,
+                   help="non-overlapping windows per document (C = n_docs x windows_per_doc)")
+    g.add_argument("-T", "--seq-len", type=int, default=defaults.seq_len,
+                   help="window length in tokens (before dropping the first)")
+    g.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    g.add_argument("--seed", type=int, default=defaults.seed)
+    c = p.add_argument_group("conventions")
+    c.add_argument("--keep-first", action="store_true",
+                   help="keep position 0 (default: drop it, as the Song & Zhong code)")
+    c.add_argument("--final-ln", action="store_true",
+                   help="use the last state after the final LayerNorm (Hugging Face's convention; "
+                        "the Song & Zhong GPT-2 code did not apply it)")
+    c.add_argument("--causal", action="store_true",
+                   help="run BERT with a causal mask (the source code's is_decoder=True)")
+    c.add_argument("--raw-relative-norm", action="store_true",
+                   help="relative norm against raw states with the mean included (source code)")
+    c.add_argument("--accum-dtype", choices=["float32", "float64"], default=defaults.accum_dtype)
+    c.add_argument("--screenot-k", type=int, default=defaults.screenot_k)
+    x = p.add_argument_group("execution")
+    x.add_argument("--devices", type=int, default=None,
+                   help="shard windows over this many devices of a 1-D 'data' mesh")
+    x.add_argument("--out", default=None, help="run directory (default runs/<command>-<time>)")
+    x.add_argument("--no-progress", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from geomjax.pipeline import GeometryConfig
+
+    d = GeometryConfig()
+    parser = argparse.ArgumentParser(
+        prog="geomjax",
+        description="Geometry of transformer hidden states and statistics of attention (JAX).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_demo = sub.add_parser(
+        "demo", help="the main job: a real pretrained model (MiniLM) on real text, full report")
+    _add_geometry_args(p_demo, d)
+    p_demo.add_argument("--budget", choices=["quick", "full"], default="quick",
+                        help="Monte Carlo budget of the claims section")
+    p_geo = sub.add_parser(
+        "geometry", help="per-layer position/context decomposition study (Song & Zhong)")
+    _add_geometry_args(p_geo, d)
+    p_ver = sub.add_parser("verify", help="check the sources' quantitative claims")
+    p_ver.add_argument("--source", default=None,
+                       help="claim selection: a source (song_zhong, wertich, bao, clock) or an id glob")
+    p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
+    p_ver.add_argument("--seed", type=int, default=0)
+    p_ver.add_argument("--out", default=None)
+    p_tr = sub.add_parser("train", help="train a toy transformer preset (resumes from checkpoints)")
+    p_tr.add_argument("task", choices=["shakespeare", "addition", "modular"])
+    p_tr.add_argument("--preset", choices=["smoke", "cpu", "paper"], default="cpu",
+                      help="smoke: a few steps; cpu: minutes on this CPU; paper: the source's "
+                           "configuration (meant for a GPU)")
+    p_tr.add_argument("--data-dir", default=None)
+    p_tr.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in --out")
+    p_tr.add_argument("--devices", type=int, default=None)
+    p_tr.add_argument("--out", default=None)
+    p_tr.add_argument("--no-progress", action="store_true")
+    p_rep = sub.add_parser("report", help="re-render report.md / report.html of a run directory")
+    p_rep.add_argument("run_dir")
+    return parser
+
+
+def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
+    from geomjax.pipeline import GeometryConfig
+
+    return GeometryConfig(
+        model=args.model, corpus=args.corpus, data_dir=args.data_dir, n_docs=args.n_docs,
+        windows_per_doc=args.windows_per_doc, seq_len=args.seq_len, batch_size=args.batch_size,
+        seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln,
+        causal=args.causal, centered_relative_norm=not args.raw_relative_norm,
+        accum_dtype=args.accum_dtype, screenot_k=args.screenot_k, devices=args.devices,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``geomjax`` command."""
+    args = build_parser().parse_args(argv)
+    if getattr(args, "devices", None) and "XLA_FLAGS" not in os.environ:
+        import jax
+
+        if jax.default_backend() == "cpu":
+            jax.config.update("jax_num_cpu_devices", int(args.devices))
+    from geomjax import report
+
+    if args.command == "report":
+        out = report.render_run(args.run_dir)
+        print(f"report: {out}")
+        return 0
+    run = report.RunDir(args.out, command=args.command)
+    if args.command in ("demo", "geometry"):
+        from geomjax import pipeline
+
+        cfg = _config_from_args(args)
+        sections, metrics = pipeline.run_geometry(cfg, run, progress=not args.no_progress)
+        if args.command == "demo":
+            s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,
+                                                     seed=cfg.seed)
+            sections += s_claims
+            metrics["claims"] = m_claims
+        run.write_config(dataclasses.asdict(cfg) | {"command": args.command})
+        run.write_json("metrics.json", metrics)
+        run.write_report(f"geomjax {args.command}: {cfg.model} on {cfg.corpus}", sections,
+                         meta=pipeline.meta_line(cfg))
+    elif args.command == "train":
+        from geomjax import pipeline
+
+        sections, metrics, cfg = pipeline.run_training(
+            args.task, args.preset, run, resume=not args.fresh, data_dir=args.data_dir,
+            devices=args.devices, progress=not args.no_progress)
+        run.write_json("metrics.json", metrics)
+        run.write_report(f"geomjax train: {args.task} ({args.preset})", sections)
+    elif args.command == "verify":
+        from geomjax import pipeline
+
+        sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
+                                                seed=args.seed)
+        run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
+                          "seed": args.seed})
+        run.write_json("metrics.json", metrics)
+        run.write_report("geomjax verify", sections)
+        failed = [c for c in metrics["results"] if c["verdict"] != "holds"]
+        print(f"{len(metrics['results'])} claims checked, {len(failed)} do not hold "
+              f"(see {run.path / 'claims.md'})")
+    print(f"run directory: {run.path}\nreport: {run.path / 'report.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""Matplotlib figures (no JAX compute here): inputs are NumPy-convertible arrays.
+
+Every function returns a ``matplotlib.figure.Figure``; :func:`save` writes it as PNG and closes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = [
+    "save",
+    "pca_grid",
+    "gram_heatmap",
+    "dct_heatmaps",
+    "singular_values",
+    "metrics_by_layer",
+    "grouped_scatter",
+]
+
+
+def save(fig, path: str | Path, dpi: int = 110) -> Path:
+    """Save a figure as PNG and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _grid(n: int, max_cols: int = 5, size: float = 2.6):
+    cols = min(n, max_cols)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes.flat
+
+
+def pca_grid(
+    pos_proj: Sequence[np.ndarray],
+    cvec_proj: Sequence[np.ndarray],
+    titles: Sequence[str],
+    suptitle: str = "",
+):
+    """Fig. 1 of Song & Zhong: pos_t (blue) and sampled cvec (red) on P's top-2 directions.
+
+    Args:
+      pos_proj: per layer, (T, 2) projections of pos.
+      cvec_proj: per layer, (n, T, 2) projections of n sampled cvec sequences.
+      titles: per-layer titles.
+    """
+    fig, axes = _grid(len(pos_proj))
+    for ax, p, c, t in zip(axes, pos_proj, cvec_proj, titles):
+        p, c = np.asarray(p), np.asarray(c)
+        T = p.shape[0]
+        shade = np.linspace(0.25, 1.0, T)
+        cc = c.reshape(-1, 2)
+        ax.scatter(cc[:, 0], cc[:, 1], s=2, c=np.tile(shade, c.shape[0]), cmap="Reds",
+                   vmin=0, vmax=1, alpha=0.5, linewidths=0)
+        ax.scatter(p[:, 0], p[:, 1], s=4, c=shade, cmap="Blues", vmin=0, vmax=1, linewidths=0)
+        ax.set_title(t, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if suptitle:
+        fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+def gram_heatmap(G: np.ndarray, n_pos: int, title: str = "", boundaries: Sequence[int] = ()):
+    """Fig. 2: normalized Gram [P̄, C̄]ᵀ[P̄, C̄] with the pos block and document blocks marked."""
+    G = np.asarray(G)
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    im = ax.imshow(G, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    for b in [n_pos, *[n_pos + x for x in boundaries]]:
+        ax.axhline(b - 0.5, color="k", lw=0.6)
+        ax.axvline(b - 0.5, color="k", lw=0.6)
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    ax.set_title(title)
+    return fig
+
+
+def dct_heatmaps(F: Sequence[np.ndarray], titles: Sequence[str], n_freq: int = 10,
+                 drop_dc: bool = True, suptitle: str = ""):
+    """Fig. 3 right: |2-D DCT| of the normalized pos Gram, first ``n_freq`` frequencies."""
+    fig, axes = _grid(len(F))
+    s = 1 if drop_dc else 0
+    for ax, f, t in zip(axes, F, titles):
+        block = np.abs(np.asarray(f)[s : s + n_freq, s : s + n_freq])
+        ax.imshow(block, cmap="viridis", interpolation="nearest")
+        ax.set_title(t, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    if suptitle:
+        fig.suptitle(suptitle)
+    fig.tight_layout()
+    return fig
+
+
+def singular_values(curves: Mapping[str, np.ndarray], title: str = "", logy: bool = True):
+    """Fig. 3 left: top singular values of several matrices (each curve normalised by σ₁)."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, s in curves.items():
+        s = np.asarray(s, np.float64)
+        ax.plot(np.arange(1, len(s) + 1), s / s[0], marker=".", ms=3, label=name)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel("index j")
+    ax.set_ylabel("σ_j / σ_1")
+    ax.set_title(title)
+    ax.legend()
+    return fig
+
+
+def metrics_by_layer(series: Mapping[str, Sequence[float]], title: str = "", ncols: int = 3):
+    """One small panel per metric, x = layer index (0 = embeddings)."""
+    fig, axes = _grid(len(series), max_cols=ncols, size=3.0)
+    for ax, (name, vals) in zip(axes, series.items()):
+        v = np.asarray(vals, np.float64)
+        ax.plot(np.arange(len(v)), v, marker="o", ms=3)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("layer")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def grouped_scatter(X2: np.ndarray, labels: np.ndarray, title: str = "", names=None):
+    """Scatter of 2-D points coloured by group (Figs. 24-26: documents in PCA coordinates)."""
+    X2, labels = np.asarray(X2), np.asarray(labels)
+    fig, ax = plt.subplots(figsize=(4, 4))
+    for g in np.unique(labels):
+        sel = labels == g
+        ax.scatter(X2[sel, 0], X2[sel, 1], s=6, label=str(names[g]) if names is not None else str(g))
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, markerscale=2)
+    return fig

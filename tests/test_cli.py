@@ -1,0 +1,128 @@
+"""The geomjax command end to end on the real MiniLM weights (small sizes), checked against an
+independent in-memory NumPy computation of the same windows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from geomjax import cli, pipeline
+
+SMALL = ["--n-docs", "2", "--windows-per-doc", "4", "-T", "48", "--batch-size", "4",
+         "--screenot-k", "5", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def geometry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("geo")
+    assert cli.main(["geometry", "--out", str(out), *SMALL]) == 0
+    return out
+
+
+def _numpy_reference(cfg: pipeline.GeometryConfig):
+    """Hidden states of the same windows in memory (float64 NumPy statistics)."""
+    model, params, tok, _ = pipeline.load_model_and_tokenizer(cfg.model)
+    inputs = pipeline.prepare_inputs(cfg, tok)
+    _, inter = model.apply({"params": params}, inputs.windows.ids)
+    return [np.asarray(h, np.float64)[:, 1:] for h in inter.residual], inputs.windows.doc_labels
+
+
+def _cos(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return a @ b.T
+
+
+def test_geometry_run_directory(geometry_run):
+    for name in ("config.json", "metrics.json", "report.md", "report.html", "report.json",
+                 "figures/fig1_pca.png", "figures/fig2_gram.png", "figures/fig3_dct.png",
+                 "figures/fig3_singular_values.png", "figures/metrics_by_layer.png"):
+        assert (geometry_run / name).is_file(), name
+    cfg = json.loads((geometry_run / "config.json").read_text())["config"]
+    assert cfg["drop_first"] is True and cfg["n_docs"] == 2 and cfg["seq_len"] == 48
+    md = (geometry_run / "report.md").read_text()
+    assert "Per-layer geometry" in md and "figures/fig2_gram.png" in md
+
+
+def test_geometry_metrics_match_in_memory_numpy(geometry_run):
+    metrics = json.loads((geometry_run / "metrics.json").read_text())
+    cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4,
+                                  screenot_k=5)
+    hs, labels = _numpy_reference(cfg)
+    assert len(metrics["per_layer"]) == len(hs) == 7
+    for m, h in zip(metrics["per_layer"], hs):
+        C, T, d = h.shape
+        mu = h.mean((0, 1))
+        pos = h.mean(0) - mu
+        ctx = h.mean(1) - mu
+        M = (h - mu).reshape(-1, d)
+        rel = np.sqrt(C) * np.linalg.norm(pos, 2) / np.linalg.norm(M, 2)
+        s = np.linalg.svd(pos, compute_uv=False)
+        inc = np.abs(_cos(pos, ctx))
+        same = labels[:, None] == labels[None, :]
+        cc = np.abs(_cos(ctx, ctx))
+        np.testing.assert_allclose(m["relative_norm"], rel, rtol=1e-4)
+        np.testing.assert_allclose(m["stable_rank"], (s**2).sum() / s[0] ** 2, rtol=1e-4)
+        np.testing.assert_allclose(m["incoherence_max"], inc.max(), rtol=1e-4)
+        np.testing.assert_allclose(m["incoherence_mean"], inc.mean(), rtol=1e-4)
+        np.testing.assert_allclose(m["intra_similarity"], cc[same].mean(), rtol=1e-4)
+        np.testing.assert_allclose(m["inter_similarity"], cc[~same].mean(), rtol=1e-4)
+        tot = (M**2).sum()
+        np.testing.assert_allclose(m["share_pos"], C * (pos**2).sum() / tot, rtol=1e-4)
+        np.testing.assert_allclose(m["share_pos"] + m["share_ctx"] + m["share_resid"], 1.0,
+                                   rtol=1e-6)
+
+
+def test_report_rerenders(geometry_run):
+    (geometry_run / "report.md").unlink()
+    assert cli.main(["report", str(geometry_run)]) == 0
+    assert (geometry_run / "report.md").is_file()
+
+
+def test_raw_relative_norm_includes_mean(tmp_path):
+    out = tmp_path / "raw"
+    cli.main(["geometry", "--out", str(out), "--raw-relative-norm", *SMALL])
+    metrics = json.loads((out / "metrics.json").read_text())
+    cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4)
+    hs, _ = _numpy_reference(cfg)
+    for m, h in zip(metrics["per_layer"], hs):
+        C = h.shape[0]
+        pos = h.mean(0) - h.mean((0, 1))
+        rel = np.sqrt(C) * np.linalg.norm(pos, 2) / np.linalg.norm(h.reshape(-1, h.shape[2]), 2)
+        np.testing.assert_allclose(m["relative_norm"], rel, rtol=1e-4)
+
+
+def test_bad_sizes_are_named(tmp_path):
+    with pytest.raises(ValueError, match="multiple of batch_size"):
+        cli.main(["geometry", "--out", str(tmp_path / "a"), "--n-docs", "2",
+                  "--windows-per-doc", "3", "--batch-size", "4", "--no-progress"])
+    with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
+        cli.main(["geometry", "--out", str(tmp_path / "b"), "--n-docs", "2",
+                  "--windows-per-doc", "2", "-T", "600", "--batch-size", "2", "--no-progress",
+                  "--corpus", "shakespeare"])
+    with pytest.raises(ValueError, match="BERT has no final LayerNorm"):
+        cli.main(["geometry", "--out", str(tmp_path / "c"), "--final-ln", *SMALL])
+
+
+def test_train_smoke_resumes(tmp_path):
+    out = tmp_path / "train"
+    assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out),
+                     "--no-progress"]) == 0
+    first = json.loads((out / "metrics.json").read_text())
+    assert first["resumed_from"] is None and first["evals"]
+    assert (out / "figures/loss.png").is_file()
+    # a second call finds the final checkpoint and has nothing left to do
+    assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out),
+                     "--no-progress"]) == 0
+    second = json.loads((out / "metrics.json").read_text())
+    assert second["resumed_from"] is not None
+
+
+def test_help_lists_commands(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    for c in ("demo", "geometry", "verify", "train", "report"):
+        assert c in text
