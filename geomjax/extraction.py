@@ -10,7 +10,7 @@ replicated, and the sums are combined with ``psum`` inside ``jax.shard_map``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
+from functools import lru_cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +85,10 @@ def _empty_state(n_states: int, T: int, d: int, dtype) -> StreamState:
     )
 
 
+@lru_cache(maxsize=32)
 def _make_step(forward, drop_first, dtype, mesh):
+    """The jitted step for (forward, conventions, mesh); cached so a repeated call with the same
+    forward function reuses its compilation instead of re-tracing."""
     if mesh is None:
         ident = lambda a: a  # noqa: E731
         body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype,

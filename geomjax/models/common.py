@@ -33,6 +33,7 @@ __all__ = [
     "MultiHeadAttention",
     "attention_head_weights",
     "attention_mask_4d",
+    "scaled_dot_product_attention",
     "check_input_ids",
     "check_segment_ids",
     "embed_lookup",
@@ -214,12 +215,32 @@ class MultiHeadAttention(nn.Module):
         q = self.q(x)  # (B, T, H, K)
         k = self.k(x)
         v = self.v(x)
-        scores = jnp.einsum("bqhk,bshk->bhqs", q, k) * (self.head_dim**-0.5)
-        if mask is not None:
-            scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
-        probs = jax.nn.softmax(scores, axis=-1)
-        z = jnp.einsum("bhqs,bshk->bqhk", probs, v)
+        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5)
         return self.o(z), probs
+
+
+def scaled_dot_product_attention(
+    q: Float[Array, "B T H K"],
+    k: Float[Array, "B S H K"],
+    v: Float[Array, "B S H K"],
+    mask: Bool[Array, "B|1 H|1 T S"] | None,
+    scale: float,
+    probs_fn=None,
+) -> tuple[Float[Array, "B T H K"], Float[Array, "B H T S"]]:
+    """softmax(scale · q kᵀ, masked) v per head (Vaswani et al. eq. 1); returns (z, probs).
+
+    Masked scores are replaced by the dtype minimum before the softmax (Hugging Face eager).
+    ``probs_fn`` (e.g. dropout) is applied to the probabilities used for z; the returned probs
+    are the undropped ones. The matmuls run in (B, H, T, K) layout: XLA:CPU runs them ~3x
+    faster than the same einsums over the (B, T, H, K) projection layout (benchmarks/RESULTS.md).
+    """
+    qh, kh, vh = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
+    scores = (qh @ kh.transpose(0, 1, 3, 2)) * jnp.asarray(scale, q.dtype)  # (B, H, T, S)
+    if mask is not None:
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    probs = jax.nn.softmax(scores, axis=-1)
+    used = probs if probs_fn is None else probs_fn(probs)
+    return (used @ vh).transpose(0, 2, 1, 3), probs
 
 
 def _is_tracer(x) -> bool:

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from geomjax.models.common import scaled_dot_product_attention
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -287,14 +288,11 @@ class _Attention(nn.Module):
         q = dense("q", ini["qkv"])(x)  # (B, T, H, K)
         k = dense("k", ini["qkv"])(x)
         v = dense("v", ini["qkv"])(x)
-        scores = jnp.einsum("bqhk,bshk->bhqs", q, k) / jnp.sqrt(jnp.asarray(K, x.dtype))
-        if cfg.causal:
-            T = x.shape[1]
-            mask = jnp.tril(jnp.ones((T, T), dtype=bool))
-            scores = jnp.where(mask[None, None], scores, jnp.finfo(scores.dtype).min)
-        probs = jax.nn.softmax(scores, axis=-1)
-        dropped = nn.Dropout(cfg.dropout)(probs, deterministic=deterministic)
-        z = jnp.einsum("bhqs,bshk->bqhk", dropped, v)
+        T = x.shape[1]
+        mask = jnp.tril(jnp.ones((T, T), dtype=bool))[None, None] if cfg.causal else None
+        drop = nn.Dropout(cfg.dropout)
+        z, probs = scaled_dot_product_attention(
+            q, k, v, mask, 1.0 / math.sqrt(K), lambda p: drop(p, deterministic=deterministic))
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.attn_bias, kernel_init=ini["o"], name="o")(z)
         return out, probs
 
@@ -306,9 +304,14 @@ class _MLP(nn.Module):
     def __call__(self, x):
         cfg = self.cfg
         ini = _inits(cfg)
-        pre = nn.Dense(cfg.d_mlp, use_bias=cfg.mlp_bias, kernel_init=ini["fc"], name="fc")(x)
+        # Position-wise, so run on (B·T, d) rows: XLA:CPU's backward of the two Dense layers is
+        # markedly faster on 2-D inputs than on (B, T, d) (benchmarks/RESULTS.md).
+        lead = x.shape[:-1]
+        rows = x.reshape(-1, x.shape[-1])
+        pre = nn.Dense(cfg.d_mlp, use_bias=cfg.mlp_bias, kernel_init=ini["fc"], name="fc")(rows)
         post = _ACTIVATIONS[cfg.activation](pre)
-        return nn.Dense(cfg.d_model, use_bias=cfg.mlp_bias, kernel_init=ini["proj"], name="proj")(post), post
+        out = nn.Dense(cfg.d_model, use_bias=cfg.mlp_bias, kernel_init=ini["proj"], name="proj")(post)
+        return out.reshape(*lead, cfg.d_model), post.reshape(*lead, cfg.d_mlp)
 
 
 class _Block(nn.Module):
