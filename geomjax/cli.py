@@ -25,13 +25,25 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     g.add_argument("--data-dir", default=None,
                    help="folder holding tinyshakespeare/ and wikitext-2/ (default: ../shared/data "
                         "or $GEOMJAX_DATA)")
-    g.add_argument("--n-docs", type=int, default=defaults.n_docs,
+    g.add_argument("--preset", choices=["cpu", "paper"], default="cpu",
+                   help="sampling sizes: cpu (default: C = %d x %d, T = %d; minutes here) or "
+                        "paper (C = 6400, T = 512, as Song & Zhong; meant for a GPU and a large "
+                        "corpus); explicit size flags override the preset"
+                        % (defaults.n_docs, defaults.windows_per_doc, defaults.seq_len))
+    g.add_argument("--n-docs", type=int, default=None,
                    help="documents to draw windows from (their labels feed the cluster metrics)")
-    g.add_argument("--windows-per-doc", type=int, default=defaults.windows_per_doc,
+    g.add_argument("--windows-per-doc", type=int, default=None,
                    help="non-overlapping windows per document (C = n_docs x windows_per_doc)")
-    g.add_argument("-T", "--seq-len", type=int, default=defaults.seq_len,
+    g.add_argument("-T", "--seq-len", type=int, default=None,
                    help="window length in tokens (before dropping the first)")
-    g.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    g.add_argument("--batch-size", type=int, default=None)
+    g.add_argument("--ood-corpus", default=defaults.ood_corpus,
+                   help="second corpus for Table 2 (out of distribution); 'none' to skip")
+    g.add_argument("--cluster-windows", type=int, default=defaults.n_cluster_windows,
+                   help="windows per document for the token-level cvec/raw compactness "
+                        "(App. C); 0 to skip")
+    g.add_argument("--no-theorem1", action="store_true",
+                   help="skip eq. (6) of Theorem 1 on the layers' pos Grams")
     g.add_argument("--seed", type=int, default=defaults.seed)
     c = p.add_argument_group("conventions")
     c.add_argument("--keep-first", action="store_true",
@@ -91,11 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
-    from geomjax.pipeline import GeometryConfig
+    from geomjax.pipeline import PRESETS, GeometryConfig
 
+    sizes = dict(PRESETS[args.preset])
+    for name in ("n_docs", "windows_per_doc", "seq_len", "batch_size"):
+        if getattr(args, name) is not None:
+            sizes[name] = getattr(args, name)
+    ood = None if str(args.ood_corpus).lower() in ("none", "") else args.ood_corpus
     return GeometryConfig(
-        model=args.model, corpus=args.corpus, data_dir=args.data_dir, n_docs=args.n_docs,
-        windows_per_doc=args.windows_per_doc, seq_len=args.seq_len, batch_size=args.batch_size,
+        model=args.model, corpus=args.corpus, data_dir=args.data_dir, **sizes,
+        ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
         seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln,
         causal=args.causal, centered_relative_norm=not args.raw_relative_norm,
         accum_dtype=args.accum_dtype, screenot_k=args.screenot_k, devices=args.devices,

@@ -144,3 +144,35 @@ def grouped_scatter(X2: np.ndarray, labels: np.ndarray, title: str = "", names=N
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, markerscale=2)
     return fig
+
+
+def paired_scatter(left: np.ndarray, right: np.ndarray, labels: np.ndarray, titles: Sequence[str],
+                   suptitle: str = "", names=None):
+    """Two 2-D scatters side by side coloured by group (Figs. 24-26: cvec left, raw right)."""
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4))
+    labels = np.asarray(labels)
+    for ax, X2, title in zip(axes, (left, right), titles):
+        X2 = np.asarray(X2)
+        for g in np.unique(labels):
+            sel = labels == g
+            ax.scatter(X2[sel, 0], X2[sel, 1], s=3, alpha=0.6,
+                       label=str(names[g]) if names is not None else str(g))
+        ax.set_title(title, fontsize=9)
+    axes[0].legend(fontsize=7, markerscale=3)
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    return fig
+
+
+def theorem1_curves(ks: Sequence[int], lhs: Sequence[float], rhs: np.ndarray, ms: Sequence[int],
+                    title: str = ""):
+    """Song & Zhong eq. (6): LHS(k) against RHS(k, m) for each m (log scale)."""
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    ax.semilogy(ks, lhs, "k-o", ms=3, label="LHS (1/T)‖G − FB(FB)ᵀ‖op")
+    rhs = np.asarray(rhs)
+    for j, m in enumerate(ms):
+        ax.semilogy(ks, rhs[:, j], "--", label=f"RHS m={m}")
+    ax.set_xlabel("k")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    return fig

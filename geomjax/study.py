@@ -17,7 +17,8 @@ import numpy as np
 from geomjax import geometry, spectral
 from geomjax.decomposition import DecompositionStats, _x64_context
 
-__all__ = ["StudyOptions", "layer_metrics", "summarize_layers", "top_singular_values"]
+__all__ = ["StudyOptions", "layer_metrics", "summarize_layers", "theorem1_on_pos",
+           "token_cluster_metrics", "top_singular_values"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,4 +124,80 @@ def summarize_layers(per_layer: list[dict], keys: list[str] | None = None) -> di
         if vals:
             v = np.asarray(vals, np.float64)
             out[k] = {"mean": float(v.mean()), "std": float(v.std()), "n_layers": len(v)}
+    return out
+
+
+def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
+    """Song & Zhong Theorem 1, eq. (6), on a real layer's positional Gram G = P Pᵀ (T×T).
+
+    pos (T, d) is re-centred over t in float64 (Σ_t pos_t = 0 holds only up to the rounding of
+    the streaming sums), so G 1 = 0 exactly as the theorem assumes; G is scaled to trace T
+    (both sides of eq. (6) are linear in G, so ratios do not depend on it).
+
+    LHS(k) = (1/T)‖G − F_{≤k}B(F_{≤k}B)ᵀ‖op for the Frobenius-optimal PSD fit in the printed
+    basis (an upper bound on the theorem's min over B) with a certified lower bound over all B;
+    RHS(k, m) = 6/(8k)^m ‖Δ^{(m,m)}G̃‖max (printed) and the corrected constant of
+    ``geomjax.smoothness.corrected_constant``.
+
+    Returns:
+      dict: ``rhs_printed`` / ``rhs_corrected`` (K, M), ``ratio_*`` (K, M) = LHS / RHS, their maxima and
+      argmax (k, m), ``n_certified_violations_printed`` (lower bound > RHS), ``lhs`` (K,),
+      ``lhs_over_opnorm`` (K,) = LHS / (‖G‖op / T), ``delta_max`` (M,), ks, ms.
+    """
+    from geomjax import smoothness
+
+    P = np.asarray(pos, np.float64)
+    P = P - P.mean(0, keepdims=True)
+    G = P @ P.T
+    T = G.shape[0]
+    G = G * (T / np.trace(G))
+    G = 0.5 * (G + G.T)
+    with jax.enable_x64(True):
+        tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
+    lhs = tab.lhs_printed[:, None]
+    out = {"ks": tab.ks.tolist(), "ms": tab.ms.tolist(), "lhs": tab.lhs_printed.tolist(),
+           "lhs_over_opnorm": (tab.lhs_printed / (np.linalg.eigvalsh(G)[-1] / T)).tolist(),
+           "delta_max": tab.delta_max.tolist()}
+    for name, rhs in (("printed", tab.rhs_printed), ("corrected", tab.rhs_corrected)):
+        ratio = np.where(rhs > 0, lhs / np.where(rhs > 0, rhs, 1.0), np.inf)
+        i, j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+        out[f"rhs_{name}"] = rhs.tolist()
+        out[f"ratio_{name}"] = ratio.tolist()
+        out[f"max_ratio_{name}"] = float(ratio[i, j])
+        out[f"argmax_{name}"] = [int(tab.ks[i]), int(tab.ms[j])]
+        out[f"n_certified_violations_{name}"] = int(np.sum(tab.lhs_printed_lower[:, None] > rhs))
+    return out
+
+
+def token_cluster_metrics(h, labels, mean, pos) -> dict:
+    """Cluster compactness Tr(Σ_B Σ_W⁺) of token-level cvec and raw states (Song & Zhong App. C,
+    Figs. 24-26): cvec_{c,t} = h_{c,t} − μ − pos_t against the raw h_{c,t}, labelled by document.
+
+    Args:
+      h: (N, T, d) hidden states of N windows (a subsample of the study's windows).
+      labels: (N,) document of each window (at least two documents).
+      mean: (d,) μ and pos: (T, d) of the full study (the streaming decomposition).
+
+    Returns:
+      dict with ``compactness_cvec``, ``compactness_raw``, and 2-D PCA coordinates (N·T, 2) of
+      both (``pca_cvec``, ``pca_raw``; each on its own top-2 principal directions).
+    """
+    h = np.asarray(h, np.float64)
+    N, T, d = h.shape
+    labels = np.asarray(labels)
+    if labels.shape != (N,):
+        raise ValueError(f"token_cluster_metrics: labels must have shape ({N},), got {labels.shape}")
+    if np.unique(labels).size < 2:
+        raise ValueError("token_cluster_metrics: needs windows from at least two documents")
+    cvec = h - np.asarray(mean, np.float64) - np.asarray(pos, np.float64)[None]
+    tok_labels = np.repeat(labels, T)
+    out = {}
+    for name, X in (("cvec", cvec.reshape(-1, d)), ("raw", h.reshape(-1, d))):
+        with jax.enable_x64(True):
+            out[f"compactness_{name}"] = float(
+                geometry.cluster_compactness(jnp.asarray(X), jnp.asarray(tok_labels)))
+        Xc = X - X.mean(0)
+        _, _, vt = np.linalg.svd(Xc, full_matrices=False)
+        out[f"pca_{name}"] = Xc @ vt[:2].T
+    out["token_labels"] = tok_labels
     return out
