@@ -259,7 +259,12 @@ def _x64_context(accum_dtype: str):
 
 
 def _gram(x: Array) -> Array:
-    """x^T x for x of shape (..., d) flattened over all leading axes -> (d, d)."""
+    """x^T x for x of shape (..., d) flattened over all leading axes -> (d, d).
+
+    One GEMM (2d² flops per row). NumPy's ``x.T @ x`` calls BLAS syrk, which computes one
+    triangle (half the flops); XLA has no syrk, and a block-triangular emulation was slower
+    inside the fused update (benchmarks/RESULTS.md).
+    """
     flat = x.reshape(-1, x.shape[-1])
     return jnp.matmul(flat.T, flat, precision=jax.lax.Precision.HIGHEST)
 
@@ -282,17 +287,35 @@ def _init_from(batch: Array, dtype: str) -> StreamState:
     )
 
 
+def _sum_leading(a: Array) -> Array:
+    """Σ_i a[i] over the leading axis, as a GEMV with a ones vector.
+
+    Same sum as ``jnp.sum(a, axis=0)``, but XLA:CPU reduces over a major axis of a (B, T, d)
+    array ~35× slower than it runs the equivalent matrix-vector product (measured in
+    benchmarks/RESULTS.md); on GPU both are fast.
+    """
+    flat = a.reshape(a.shape[0], -1)
+    ones = jnp.ones((a.shape[0],), a.dtype)
+    return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST).reshape(a.shape[1:])
+
+
+def _mean_middle(x: Array) -> Array:
+    """mean over axis 1 of (B, T, d) as a batched GEMV (see :func:`_sum_leading`)."""
+    w = jnp.full((x.shape[1],), 1.0 / x.shape[1], x.dtype)
+    return jnp.einsum("btd,t->bd", x, w, precision=jax.lax.Precision.HIGHEST)
+
+
 def _local_update(state: StreamState, batch: Array) -> tuple[StreamState, Array, Array]:
     """Sums of one batch of contexts (B, T, d), not yet reduced across devices."""
     x = batch.astype(state.s_within.dtype) - state.shift[None, None, :]
-    m = jnp.mean(x, axis=1)  # (B, d): m_c - K
+    m = _mean_middle(x)  # (B, d): m_c - K
     a = x - m[:, None, :] - state.pos_shift[None, :, :]
     sums = StreamState(
         shift=state.shift,
         pos_shift=state.pos_shift,
         n_contexts=jnp.asarray(batch.shape[0], jnp.int32),
         sum_ctx=jnp.sum(m, axis=0),
-        sum_within=jnp.sum(a, axis=0),
+        sum_within=_sum_leading(a),
         s_within=_gram(a),
     )
     finite = jnp.all(jnp.isfinite(batch))

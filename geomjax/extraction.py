@@ -22,6 +22,8 @@ from geomjax.decomposition import (
     StreamState,
     _add,
     _local_update,
+    _mean_middle,
+    _sum_leading,
     _x64_context,
     stream_finalize,
 )
@@ -56,8 +58,10 @@ def hidden_state_forward(model, which: str = "hidden_states") -> ForwardFn:
 def _init_shifts(x: Array, dtype, reduce_mean) -> tuple[Array, Array]:
     """Shifts (K (d,), p_hat (T, d)) from a batch (B, T, d), averaged across devices."""
     x = x.astype(dtype)
-    m = jnp.mean(x, axis=1, keepdims=True)
-    return reduce_mean(jnp.mean(x, axis=(0, 1))), reduce_mean(jnp.mean(x - m, axis=0))
+    B = x.shape[0]
+    m = _mean_middle(x)  # (B, d); GEMV-based reductions: see decomposition._sum_leading
+    return (reduce_mean(_sum_leading(m) / B),
+            reduce_mean(_sum_leading(x - m[:, None, :]) / B))
 
 
 def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype,

@@ -55,7 +55,9 @@ class GeometryConfig:
       final_ln: GPT-2's last state after ln_f (Hugging Face) instead of before (source code).
       causal: run BERT with a causal mask (the source code's is_decoder=True).
       centered_relative_norm: ‖P‖/‖H−μ‖ (paper text) rather than ‖P‖/‖H‖ with μ (source code).
-      accum_dtype: dtype of the streaming sums.
+      accum_dtype: dtype of the streaming sums. float32 by default: the per-position shifts keep
+        it accurate to ~2e-7 relative even with |μ| ~ 10³× the residual scale (benchmarks/
+        RESULTS.md), at half the cost of float64 (an option).
       screenot_k: ScreeNOT's upper bound on the rank (source: 20).
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).
@@ -78,7 +80,7 @@ class GeometryConfig:
     final_ln: bool = False
     causal: bool = False
     centered_relative_norm: bool = True
-    accum_dtype: str = "float64"
+    accum_dtype: str = "float32"
     screenot_k: int = 20
     n_cvec: int = 10
     devices: int | None = None
