@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from geomjax import cli, study
+from tests.test_geometry import _compactness_numpy
 
 
 def _np_reflect(G):
@@ -74,19 +75,6 @@ def test_theorem1_on_pos_is_scale_free_and_recentres():
     np.testing.assert_allclose(a["ratio_printed"], b["ratio_printed"], rtol=1e-6)
 
 
-def _np_compactness(X, y):
-    m = X.mean(0)
-    N, d = X.shape
-    Sw = np.zeros((d, d))
-    Sb = np.zeros((d, d))
-    for g in np.unique(y):
-        Xg = X[y == g]
-        mg = Xg.mean(0)
-        Sw += (Xg - mg).T @ (Xg - mg)
-        Sb += len(Xg) * np.outer(mg - m, mg - m)
-    return np.trace(Sb / N @ np.linalg.pinv(Sw / N))
-
-
 def test_token_cluster_metrics_against_numpy_and_planted_clusters():
     rng = np.random.default_rng(2)
     N, T, d = 6, 10, 5
@@ -99,8 +87,8 @@ def test_token_cluster_metrics_against_numpy_and_planted_clusters():
     r = study.token_cluster_metrics(h, labels, mean, pos)
     y = np.repeat(labels, T)
     cvec = (h - mean - pos[None]).reshape(-1, d)
-    np.testing.assert_allclose(r["compactness_cvec"], _np_compactness(cvec, y), rtol=1e-8)
-    np.testing.assert_allclose(r["compactness_raw"], _np_compactness(h.reshape(-1, d), y), rtol=1e-8)
+    np.testing.assert_allclose(r["compactness_cvec"], _compactness_numpy(cvec, y), rtol=1e-8)
+    np.testing.assert_allclose(r["compactness_raw"], _compactness_numpy(h.reshape(-1, d), y), rtol=1e-8)
     # Removing the (large, shared) positional part separates the documents better.
     assert r["compactness_cvec"] > 2 * r["compactness_raw"]
     assert r["pca_cvec"].shape == (N * T, 2)
