@@ -123,7 +123,8 @@ PAPER_TABLE2 = [
 
 
 def load_model_and_tokenizer(name: str):
-    """(model, params, tokenizer, path) for "minilm" or a local Hugging Face checkpoint.
+    """(model, params, tokenizer, path) for "minilm", a local Hugging Face checkpoint, or
+    "toy:RUN_DIR" (a run directory of ``geomjax train``; the model is then a ``ToyRun``).
 
     The tokenizer is the model's own (BERT WordPiece from its vocab.txt; GPT-2 byte-level BPE)
     and is checked against the model's vocabulary size.
@@ -131,6 +132,13 @@ def load_model_and_tokenizer(name: str):
     from geomjax import models
     from geomjax.convert import tokenizers
 
+    if name.startswith("toy:"):
+        # A toy transformer trained by `geomjax train` (Song & Zhong's NanoGPT row): the model,
+        # its latest checkpoint and the character tokenizer it trained with.
+        from geomjax.models.toy_run import load_toy_run
+
+        run = load_toy_run(name[4:])
+        return run, run.params, run.tokenizer.encode, Path(name[4:])
     path = Path(models.minilm_path()) if name == "minilm" else Path(name)
     model, params = models.load_pretrained(path)
     cfg = model.config
@@ -142,10 +150,24 @@ def load_model_and_tokenizer(name: str):
     return model, params, tok, path
 
 
+def _max_positions(model) -> int | None:
+    """Context length of a loaded model (BERT, GPT-2 or ToyRun)."""
+    mp = getattr(model, "max_positions", None)  # ToyRun
+    if isinstance(mp, int):
+        return mp
+    cfg = getattr(model, "config", None)
+    return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+
+
 def _forward(model, *, final_ln: bool, causal: bool):
     """forward(params, ids) -> L+1 hidden states with the study's conventions."""
     from geomjax import models
+    from geomjax.models.toy_run import ToyRun, toy_forward
 
+    if isinstance(model, ToyRun):
+        if causal:
+            raise ValueError("--causal applies to BERT only (the toy model has its own mask)")
+        return toy_forward(model, "hidden_states" if final_ln else "residual")
     is_bert = isinstance(model.config, models.BertConfig)
     if causal and not is_bert:
         raise ValueError("--causal applies to BERT only (GPT-2 is always causal)")
@@ -212,8 +234,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     t0 = time.perf_counter()
     model, params, tok, path = load_model_and_tokenizer(cfg.model)
     # Checks that need only the model come first, before the (slower) corpus sampling.
-    max_pos = getattr(model.config, "max_position_embeddings", None) or getattr(
-        model.config, "n_positions", None)
+    max_pos = _max_positions(model)
     if max_pos is not None and cfg.seq_len > max_pos:
         raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's {max_pos} positions")
     forward = _forward(model, final_ln=cfg.final_ln, causal=cfg.causal)
@@ -385,7 +406,12 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
 
     # ---------------------------------------------------------------- report sections
     label = "all-MiniLM-L6-v2" if cfg.model == "minilm" else path.name
-    model_desc = f"{type(model.config).__name__} ({label}), L = {n_layers - 1}, d = {X.shape[1]}"
+    if hasattr(model, "max_positions") and hasattr(model, "step"):  # a ToyRun
+        label = f"toy run {path.name}, {model.config.task} task, step {model.step}"
+        arch_name = "ToyTransformer"
+    else:
+        arch_name = type(model.config).__name__
+    model_desc = f"{arch_name} ({label}), L = {n_layers - 1}, d = {X.shape[1]}"
     C = cfg.n_contexts
     tokens = C * cfg.seq_len
     s_setup = Section("Setup")
@@ -523,7 +549,8 @@ def _extra_sections(cfg, layer_names, per_layer, summary, thm1, tok_figs, ood_la
         "The paper's rows are its published numbers (reference values, not recomputed here: "
         "those models are not available offline). Our row is this run. MiniLM is a 6-layer "
         "BERT-architecture sentence encoder, so the closest paper row is BERT on WikiText.")
-    arch = "BERT" if model_desc.startswith("Bert") else "GPT-2"
+    arch = ("BERT" if model_desc.startswith("Bert") else
+            "toy GPT-2-like" if model_desc.startswith("Toy") else "GPT-2")
     ours = [f"this run: {'MiniLM' if cfg.model == 'minilm' else Path(cfg.model).name} ({arch} arch.)",
             cfg.corpus, _fmt_ms(summary, "screenot_rank"), _fmt_ms(summary, "relative_norm"),
             _fmt_ms(summary, "inter_similarity"), _fmt_ms(summary, "intra_similarity"),

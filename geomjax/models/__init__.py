@@ -6,7 +6,8 @@
     out, inter = model.apply({"params": params}, input_ids)  # inter.hidden_states: L+1 (B, T, d)
     w = gj.models.attention_weights(params, model.config, layer)   # W_q (H, d, K), ...
 
-``toy`` (the configurable toy transformer) is imported lazily.
+``toy`` (the configurable toy transformer) and ``toy_run`` (``load_toy_run`` / ``toy_forward``: a
+trained toy run for the geometry study) are imported lazily.
 """
 
 from __future__ import annotations
@@ -25,11 +26,15 @@ __all__ = [
     "GPT2",
     "GPT2Config",
     "Intermediates",
+    "ToyRun",
     "attention_weights",
     "layer_norm",
     "load_pretrained",
+    "load_toy_run",
     "minilm_path",
     "toy",
+    "toy_forward",
+    "toy_run",
 ]
 
 
@@ -72,4 +77,8 @@ def minilm_path():
 def __getattr__(name: str) -> Any:
     if name == "toy":
         return importlib.import_module("geomjax.models.toy")
+    if name == "toy_run":
+        return importlib.import_module("geomjax.models.toy_run")
+    if name in ("ToyRun", "load_toy_run", "toy_forward"):
+        return getattr(importlib.import_module("geomjax.models.toy_run"), name)
     raise AttributeError(f"module 'geomjax.models' has no attribute {name!r}")
