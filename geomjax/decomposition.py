@@ -479,6 +479,10 @@ def decompose_stream(
             state, m, finite = update(state, x)
             ctx_chunks.append(m)
             finite_flags.append(finite)
+            if len(finite_flags) >= 2:
+                # Back-pressure: at most two steps in flight, so a fast producer cannot queue
+                # every batch on the device (peak memory would grow with C·T·d again).
+                finite_flags[-2].block_until_ready()
     if state is None:
         raise ValueError("decompose_stream: the stream of batches is empty")
     flags = np.asarray(jax.device_get(finite_flags))

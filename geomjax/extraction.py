@@ -197,6 +197,8 @@ def decompose_model_stream(
             state, m, finite = step(state, params, ids_dev, jnp.asarray(i == 0))
             ctx_chunks.append(m)
             flags.append(finite)
+            if len(flags) >= 2:
+                flags[-2].block_until_ready()  # back-pressure: at most two steps in flight
     if state is None:
         raise ValueError("decompose_model_stream: the stream of token batches is empty")
     ok = np.asarray(jax.device_get(flags))
