@@ -156,6 +156,9 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
         tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
     lhs = tab.lhs_printed[:, None]
     out = {"ks": tab.ks.tolist(), "ms": tab.ms.tolist(), "lhs": tab.lhs_printed.tolist(),
+           "lhs_lower": tab.lhs_printed_lower.tolist(),
+           "slack_printed": (tab.coef_printed * tab.delta_rounding[None, :]).tolist(),
+           "slack_corrected": (tab.coef_corrected * tab.delta_rounding[None, :]).tolist(),
            "lhs_over_opnorm": (tab.lhs_printed / (np.linalg.eigvalsh(G)[-1] / T)).tolist(),
            "delta_max": tab.delta_max.tolist()}
     for name, rhs in (("printed", tab.rhs_printed), ("corrected", tab.rhs_corrected)):
