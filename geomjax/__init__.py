@@ -29,6 +29,7 @@ _SUBMODULES = (
     "decomposition",
     "fourier",
     "geometry",
+    "kernel_factorization",
     "localization",
     "models",
     "montecarlo",

@@ -246,6 +246,14 @@ EXPECTED = {
     # eq. (6) on the real MiniLM pos Grams: holds by a wide margin (the RHS is huge on noisy Grams)
     "song_zhong.theorem1.real_minilm.printed": "holds",
     "song_zhong.theorem1.real_minilm.corrected": "holds",
+    # Theorem 2 (kernel factorization): holds; the proof's union-bound count does not
+    "song_zhong.theorem2.deterministic": "holds",
+    "song_zhong.theorem2.rate_in_d": "holds",
+    "song_zhong.theorem2.error_vs_incoherence": "holds",
+    "song_zhong.theorem2.failure_probability": "holds",
+    "song_zhong.theorem2.failure_decay": "holds",
+    "song_zhong.theorem2.union_bound.printed": "does not hold",
+    "song_zhong.theorem2.union_bound.corrected": "holds",
 }
 
 
