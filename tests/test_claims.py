@@ -19,6 +19,7 @@ import scipy.stats
 import geomjax.claims as claims
 from geomjax.claims import Claim, Evaluation, Inequality, Tolerance
 from geomjax.parallel import data_mesh
+from tests.test_kernel_factorization import EXPECTED as THEOREM2_EXPECTED
 
 N_PLANT = 4096
 SEM_U = math.sqrt(1 / 12 / N_PLANT)  # closed-form sem of the mean of N_PLANT uniforms
@@ -247,13 +248,7 @@ EXPECTED = {
     "song_zhong.theorem1.real_minilm.printed": "holds",
     "song_zhong.theorem1.real_minilm.corrected": "holds",
     # Theorem 2 (kernel factorization): holds; the proof's union-bound count does not
-    "song_zhong.theorem2.deterministic": "holds",
-    "song_zhong.theorem2.rate_in_d": "holds",
-    "song_zhong.theorem2.error_vs_incoherence": "holds",
-    "song_zhong.theorem2.failure_probability": "holds",
-    "song_zhong.theorem2.failure_decay": "holds",
-    "song_zhong.theorem2.union_bound.printed": "does not hold",
-    "song_zhong.theorem2.union_bound.corrected": "holds",
+    **THEOREM2_EXPECTED,
 }
 
 
