@@ -358,6 +358,17 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     plots.save(plots.pca_grid(pos_proj, cvec_proj, layer_names,
                               "pos (blue, light→dark = position) and cvec (red) on P's top-2 PCs"), p)
     figs["pca"] = rel
+    panels = sorted({1 if n_layers > 1 else 0, mid, n_layers - 1})
+    p3, c3 = [], []
+    for layer in panels:
+        pr = geometry.pca_projections(jnp.asarray(np.asarray(stats[layer].pos, np.float32)),
+                                      [jnp.asarray(cvec[layer], jnp.float32)], n_components=3)
+        p3.append(np.asarray(pr.pos))
+        c3.append(np.asarray(pr.others[0]))
+    p, rel = run.figure_path("fig1_pca_3d.png")
+    plots.save(plots.pca_3d(p3, c3, [layer_names[i] for i in panels],
+                            "pos (blue) and cvec (red) on P's top-3 PCs"), p)
+    figs["pca3d"] = rel
 
     X = np.concatenate([np.asarray(stats[mid].pos), np.asarray(stats[mid].ctx)])
     G = np.asarray(geometry.normalized_gram(jnp.asarray(X, jnp.float32)))
@@ -471,6 +482,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         "baseline by Monte Carlo)." % (X.shape[1], float(_mean_abs_cos(X.shape[1]))))
     s_fig = Section("Figures (Song & Zhong Figs. 1-3, 24-26)")
     s_fig.figure(figs["pca"], "Fig. 1: PCA of pos and cvec by layer.")
+    s_fig.figure(figs["pca3d"], "Fig. 1 in 3-D: the spiral of pos on P's top-3 PCs.")
     s_fig.figure(figs["gram"], "Fig. 2: normalized Gram of [pos; ctx] (lines: pos block, documents).")
     s_fig.figure(figs["singular"], "Fig. 3 left: σ_j/σ_1 of P (tiled over C), Cvec and R.")
     s_fig.figure(figs["dct"], "Fig. 3 right: low-frequency DCT coefficients of the pos Gram.")

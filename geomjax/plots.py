@@ -176,3 +176,28 @@ def theorem1_curves(ks: Sequence[int], lhs: Sequence[float], rhs: np.ndarray, ms
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     return fig
+
+
+def pca_3d(pos_proj: Sequence[np.ndarray], cvec_proj: Sequence[np.ndarray], titles: Sequence[str],
+           suptitle: str = ""):
+    """Fig. 1 in 3-D: pos_t (blue, light→dark = t) and sampled cvec (red) on P's top-3 PCs.
+
+    Args:
+      pos_proj: per panel, (T, 3) projections of pos.
+      cvec_proj: per panel, (n, T, 3) projections of n sampled cvec sequences.
+      titles: per-panel titles.
+    """
+    n = len(pos_proj)
+    fig = plt.figure(figsize=(3.6 * n, 3.6))
+    for i, (p, c, t) in enumerate(zip(pos_proj, cvec_proj, titles)):
+        ax = fig.add_subplot(1, n, i + 1, projection="3d")
+        p, c = np.asarray(p), np.asarray(c).reshape(-1, 3)
+        shade = np.linspace(0.25, 1.0, p.shape[0])
+        ax.scatter(c[:, 0], c[:, 1], c[:, 2], s=1, c="tab:red", alpha=0.2, linewidths=0)
+        ax.scatter(p[:, 0], p[:, 1], p[:, 2], s=4, c=shade, cmap="Blues", vmin=0, vmax=1)
+        ax.plot(p[:, 0], p[:, 1], p[:, 2], lw=0.5, c="tab:blue")
+        ax.set_title(t, fontsize=9)
+        ax.set_xticks([]); ax.set_yticks([]); ax.set_zticks([])  # noqa: E702
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    return fig
