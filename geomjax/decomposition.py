@@ -46,6 +46,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
+from geomjax._checks import check_no_silent_float64, is_concrete as _is_concrete
 from geomjax.parallel import AXIS, check_divisible, shard_batch
 from geomjax.typing import Array, Float
 
@@ -69,20 +70,11 @@ _ACCUM = ("float32", "float64")
 # ----------------------------------------------------------------------------------------------
 
 
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _check_dtype(x, where: str) -> None:
     dt = np.dtype(x.dtype)
     if not np.issubdtype(dt, np.floating) and dt.name not in ("bfloat16",):
         raise TypeError(f"{where}: hidden states must be floating point, got dtype {dt}")
-    if dt == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError(
-            f"{where}: got float64 hidden states but JAX float64 is disabled, so they would be "
-            "silently cast to float32. Pass float32, or enable float64 "
-            "(jax.config.update('jax_enable_x64', True) or `with jax.enable_x64(True):`)."
-        )
+    check_no_silent_float64(dt, where, "hidden states")
 
 
 def _check_finite(x, where: str) -> None:

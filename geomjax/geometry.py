@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import check_no_silent_float64, is_concrete as _is_concrete
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -48,10 +49,6 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 # ----------------------------------------------------------------------------------------------
 # Validation and dtype helpers (shared with geomjax.spectral)
 # ----------------------------------------------------------------------------------------------
-
-
-def _is_concrete(x: Any) -> bool:
-    return not isinstance(x, jax.core.Tracer)
 
 
 def _has_float64(a: Any) -> bool:
@@ -93,10 +90,7 @@ def as_float_array(
     dt = np.dtype(x.dtype)
     if not (np.issubdtype(dt, np.floating) or dt.name == "bfloat16"):
         raise TypeError(f"{name} must be a floating-point array, got dtype {dt}")
-    if dt == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError(  # pragma: no cover - float64_aware prevents this for public functions
-            f"{name} is float64 but JAX float64 is disabled; it would be cast to float32"
-        )
+    check_no_silent_float64(dt, "geomjax.geometry", name)  # float64_aware prevents it for public fns
     if finite:
         check_finite(x, name)
     return jnp.asarray(x)

@@ -85,6 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import as_real_array, is_concrete as _concrete
 from geomjax.typing import Array, Float, Key
 
 __all__ = [
@@ -197,10 +198,6 @@ class Theorem2Instance:
     d: Array
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _check_key(key, where: str) -> None:
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
@@ -215,17 +212,7 @@ def _check_key(key, where: str) -> None:
 
 
 def _float_array(x, where: str, name: str):
-    dt = np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
-    if not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
-        raise TypeError(f"{where}: {name} must be a real array, got dtype {dt}")
-    if dt == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError(
-            f"{where}: {name} is float64 but JAX float64 is disabled, so it would be silently cast to "
-            "float32; wrap the call in `with jax.enable_x64(True):` or pass float32"
-        )
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(float))
+    x = as_real_array(x, where, name)
     if _concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
         raise ValueError(f"{where}: {name} contains {int(jnp.sum(~jnp.isfinite(x)))} NaN/Inf entries")
     return x

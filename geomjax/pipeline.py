@@ -252,7 +252,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     layer_names = ["emb"] + [f"L{i}" for i in range(1, n_layers)]
 
     # cvec / resid of a fresh draw (source code: 32 sequences; cvec = h - mu - pos).
-    states = jax.jit(forward)(params, jnp.asarray(inputs.cvec_ids))
+    fwd = jax.jit(forward)  # one jitted forward for the cvec draw and the token clusters
+    states = fwd(params, jnp.asarray(inputs.cvec_ids))
     s0 = int(cfg.drop_first)
     cvec = []
     for st, hs in zip(stats, states):
@@ -298,7 +299,6 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     if cfg.n_cluster_windows and multi_doc:
         sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows]
                               for j in np.unique(labels)])
-        fwd = jax.jit(forward)
         parts = [[] for _ in range(n_layers)]
         for i in range(0, sel.size, cfg.batch_size):
             for layer, a in enumerate(fwd(params, jnp.asarray(w.ids[sel[i: i + cfg.batch_size]]))):

@@ -55,6 +55,7 @@ import numpy as np
 
 from jaxtyping import Complex
 
+from geomjax._checks import as_real_array, is_concrete
 from geomjax.typing import Array, Float
 
 __all__ = [
@@ -81,24 +82,8 @@ Basis = Literal["printed", "dct"]
 # ----------------------------------------------------------------------------------------------
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _as_array(G, where: str):
-    dt = np.dtype(G.dtype) if hasattr(G, "dtype") else np.asarray(G).dtype
-    if not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
-        raise TypeError(f"{where}: expected a real matrix, got dtype {dt}")
-    if dt == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError(
-            f"{where}: got a float64 matrix but JAX float64 is disabled, so it would be silently "
-            "cast to float32. Use `with jax.enable_x64(True):` (recommended: Δ^(m,m) cancels "
-            "heavily) or pass float32."
-        )
-    G = jnp.asarray(G)
-    if not jnp.issubdtype(G.dtype, jnp.floating):
-        G = G.astype(jnp.result_type(float))
-    return G
+    return as_real_array(G, where, "matrix")
 
 
 def _check_square(G, where: str, *, min_size: int = 2, symmetric: bool = True):
@@ -107,7 +92,7 @@ def _check_square(G, where: str, *, min_size: int = 2, symmetric: bool = True):
         raise ValueError(f"{where}: expected a square matrix (T, T), got shape {tuple(G.shape)}")
     if G.shape[0] < min_size:
         raise ValueError(f"{where}: need a matrix of size at least {min_size}, got {tuple(G.shape)}")
-    if _concrete(G):
+    if is_concrete(G):
         if not bool(jnp.all(jnp.isfinite(G))):
             bad = int(jnp.sum(~jnp.isfinite(G)))
             raise ValueError(f"{where}: matrix contains {bad} NaN/Inf entries")
@@ -124,7 +109,7 @@ def _check_square(G, where: str, *, min_size: int = 2, symmetric: bool = True):
 
 
 def _check_centred(G, where: str) -> None:
-    if not _concrete(G):
+    if not is_concrete(G):
         return
     T = G.shape[0]
     scale = float(jnp.max(jnp.abs(G))) or 1.0
@@ -138,7 +123,7 @@ def _check_centred(G, where: str) -> None:
 
 
 def _check_psd(G, where: str) -> None:
-    if not _concrete(G):
+    if not is_concrete(G):
         return
     ev = jnp.linalg.eigvalsh(G)
     scale = float(jnp.max(jnp.abs(ev))) or 1.0
