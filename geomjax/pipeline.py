@@ -623,7 +623,37 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         "Statements that are wrong as printed are reported as not holding; claims.md gives the "
         "details and the corrected forms.")
     s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z"], rows)
-    return [s], {"budget": budget, "seed": seed, "results": [r.to_dict() for r in results]}
+    sections = [s]
+    extra = {}
+    for name, hook in _claim_report_hooks(results):
+        more, m = hook(run, budget=budget, seed=seed)
+        sections.extend(more)
+        extra[name] = m
+    metrics = {"budget": budget, "seed": seed, "results": [r.to_dict() for r in results]}
+    if extra:
+        metrics["figures"] = extra
+    return sections, metrics
+
+
+def _claim_report_hooks(results):
+    """``report_sections`` of every claims source module with a checked claim, in source order.
+
+    A module ``geomjax.claims.<source>`` may define
+    ``report_sections(run: RunDir, *, budget: str, seed: int) -> (list[Section], dict)`` to add its
+    figures (e.g. Wertich Fig. 5.1, Bao Figs. 2-5) to the ``verify`` report; it runs once when any
+    of that module's claims was selected.
+    """
+    import importlib
+
+    names = sorted({r.id.split(".", 1)[0] for r in results})
+    for name in names:
+        try:
+            mod = importlib.import_module(f"geomjax.claims.{name}")
+        except ImportError:
+            continue
+        hook = getattr(mod, "report_sections", None)
+        if callable(hook):
+            yield name, hook
 
 
 def _short(x):
