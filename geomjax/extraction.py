@@ -27,7 +27,7 @@ from geomjax.decomposition import (
     _x64_context,
     stream_finalize,
 )
-from geomjax.parallel import AXIS, check_divisible, replicated, shard_batch
+from geomjax.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
 from geomjax.typing import Array, Int
 
 __all__ = ["ForwardFn", "decompose_model_stream", "hidden_state_forward"]
@@ -129,6 +129,7 @@ def decompose_model_stream(
     mesh: Mesh | None = None,
     progress: bool | str = False,
     total: int | None = None,
+    process_local: bool = False,
 ) -> list[DecompositionStats]:
     """Run a model over token windows and decompose every layer in one pass (eqs. (2)-(3)).
 
@@ -142,6 +143,10 @@ def decompose_model_stream(
       mesh: optional 1-D ``"data"`` mesh; B must be divisible by its size.
       progress: tqdm progress bar (a string sets its description).
       total: number of batches, for the progress bar.
+      process_local: multi-process runs only (after ``geomjax.parallel.initialize``): False means
+        every process iterates the same global batches (each transfers its own devices' rows);
+        True means each process passes only its own rows of every batch (B / n_processes of them).
+        Every process receives the same, complete statistics.
 
     Returns:
       One ``DecompositionStats`` per hidden state (L+1 of them), in layer order.
@@ -161,7 +166,7 @@ def decompose_model_stream(
     ctx_chunks, flags = [], []
     T_in = None
     if mesh is not None:
-        params = jax.device_put(params, replicated(mesh))
+        params = replicate(params, mesh)
     with _x64_context(accum_dtype):
         for i, ids in enumerate(iterator):
             ids_np = np.asarray(ids)
@@ -183,8 +188,9 @@ def decompose_model_stream(
                     raise ValueError(f"decompose_model_stream: batch {i} has ids outside int32")
                 ids_np = ids_np.astype(np.int32)
             if mesh is not None:
-                check_divisible(ids_np.shape[0], mesh, f"decompose_model_stream: batch {i} size")
-                ids_dev = shard_batch(ids_np, mesh)
+                if not process_local:
+                    check_divisible(ids_np.shape[0], mesh, f"decompose_model_stream: batch {i} size")
+                ids_dev = shard_batch(ids_np, mesh, process_local=process_local)
             else:
                 ids_dev = jnp.asarray(ids_np)
             if step is None:
@@ -192,7 +198,7 @@ def decompose_model_stream(
                 n_states, d = len(shapes), shapes[0].shape[-1]
                 state = _empty_state(n_states, T_in - int(drop_first), d, accum_dtype)
                 if mesh is not None:
-                    state = jax.device_put(state, replicated(mesh))
+                    state = replicate(state, mesh)
                 step = _make_step(forward, drop_first, accum_dtype, mesh)
             state, m, finite = step(state, params, ids_dev, jnp.asarray(i == 0))
             ctx_chunks.append(m)
@@ -201,10 +207,13 @@ def decompose_model_stream(
                 flags[-2].block_until_ready()  # back-pressure: at most two steps in flight
     if state is None:
         raise ValueError("decompose_model_stream: the stream of token batches is empty")
-    ok = np.asarray(jax.device_get(flags))
+    ok = np.asarray([to_host(f) for f in flags])
     if not ok.all():
         raise ValueError(f"decompose_model_stream: batch {int(np.argmin(ok))} produced NaN/Inf "
                          "hidden states")
+    if jax.process_count() > 1:  # global arrays -> the same host values in every process
+        state = jax.tree.map(to_host, state)
+        ctx_chunks = [to_host(m) for m in ctx_chunks]
     n_ctx = int(state.n_contexts[0])
     if n_ctx < 2:
         raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")

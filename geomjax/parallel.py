@@ -2,9 +2,18 @@
 
 Parameters are replicated, batches and Monte Carlo samples are sharded along their leading
 axis, and sufficient statistics combine with ``jax.lax.psum`` inside ``jax.shard_map``.
-Multi-host runs call ``jax.distributed.initialize()`` first (see README); each process then
-passes its host-local slice to :func:`shard_batch`, which assembles the global array with
-``jax.make_array_from_process_local_data``.
+
+Multi-host: every process calls :func:`initialize` (``jax.distributed.initialize``) before
+anything else touches the devices; the mesh then spans the devices of all processes. A batch
+reaches :func:`shard_batch` in one of two forms:
+
+* ``process_local=False`` (default): every process holds the same *global* batch (B, ...) — e.g.
+  all processes draw the same seeded windows — and each transfers only the rows of its own
+  devices (``jax.make_array_from_callback``);
+* ``process_local=True``: each process holds only its own rows (B / n_processes, ...), read from its
+  own data shard, and the global array is assembled with ``jax.make_array_from_process_local_data``.
+
+:func:`to_host` brings a global result (sharded or replicated) back to every process as NumPy.
 """
 
 from __future__ import annotations
@@ -15,7 +24,41 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 AXIS = "data"
 
-__all__ = ["AXIS", "data_mesh", "batch_sharding", "replicated", "shard_batch", "check_divisible"]
+__all__ = ["AXIS", "data_mesh", "batch_sharding", "replicated", "shard_batch", "check_divisible",
+           "initialize", "local_device_count", "to_host", "replicate"]
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None) -> tuple[int, int]:
+    """Start multi-process JAX (``jax.distributed.initialize``); returns (process_id, n_processes).
+
+    With no arguments JAX detects the cluster (SLURM, Open MPI, TPU/GKE); on plain machines pass
+    all three: the coordinator ``host:port`` (process 0's address), the number of processes and
+    this process's index. On CPU, the devices per process come from
+    ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (or ``jax_num_cpu_devices``) set before
+    this call; cross-process CPU collectives use gloo.
+
+    Raises:
+      ValueError: only some of the three arguments given, or process_id outside [0, n).
+    """
+    given = [a is not None for a in (coordinator_address, num_processes, process_id)]
+    if any(given) and not all(given):
+        raise ValueError("initialize: pass coordinator_address, num_processes and process_id "
+                         "together (or none of them to let JAX detect the cluster)")
+    if all(given) and not 0 <= int(process_id) < int(num_processes):
+        raise ValueError(f"initialize: process_id {process_id} outside [0, {num_processes})")
+    if all(given):
+        jax.distributed.initialize(coordinator_address=coordinator_address,
+                                   num_processes=int(num_processes), process_id=int(process_id))
+    else:
+        jax.distributed.initialize()
+    return jax.process_index(), jax.process_count()
+
+
+def local_device_count(mesh: Mesh) -> int:
+    """Number of the mesh's devices that belong to this process."""
+    me = jax.process_index()
+    return sum(d.process_index == me for d in mesh.devices.flat)
 
 
 def data_mesh(n_devices: int | None = None) -> Mesh:
@@ -60,14 +103,56 @@ def check_divisible(n: int, mesh: Mesh, what: str = "batch size") -> None:
         )
 
 
-def shard_batch(x, mesh: Mesh) -> jax.Array:
+def shard_batch(x, mesh: Mesh, *, process_local: bool = False) -> jax.Array:
     """Place a batch (leading axis B) on ``mesh``, sharded along ``"data"``.
 
-    Single process: ``x`` is the global batch (B, ...). Multi-process: ``x`` is this process's
-    local slice and the global batch is assembled with ``make_array_from_process_local_data``.
+    Args:
+      x: host array. Single process: the global batch (B, ...). Multi-process: the global batch,
+        identical in every process (``process_local=False``), or this process's own rows
+        (``process_local=True``; the global batch is their concatenation in process order).
+      mesh: the 1-D ``"data"`` mesh.
+      process_local: see ``x``.
+
+    Returns:
+      A global ``jax.Array`` (B_global, ...) sharded along ``"data"``.
+
+    Raises:
+      ValueError: the rows do not split evenly over the (local) devices.
     """
     sharding = batch_sharding(mesh)
+    x = np.asarray(x)
     if jax.process_count() == 1:
-        check_divisible(int(np.shape(x)[0]), mesh)
+        check_divisible(int(x.shape[0]), mesh)
         return jax.device_put(x, sharding)
-    return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+    if process_local:
+        n_local = local_device_count(mesh)
+        if x.shape[0] % n_local:
+            raise ValueError(f"shard_batch: this process holds {x.shape[0]} rows, not divisible by "
+                             f"its {n_local} devices of the 'data' mesh")
+        return jax.make_array_from_process_local_data(sharding, x)
+    check_divisible(int(x.shape[0]), mesh)
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+def replicate(tree, mesh: Mesh):
+    """Put a pytree of host/local arrays on every device of ``mesh`` (all processes: same value)."""
+    sharding = replicated(mesh)
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def put(a):
+        a = np.asarray(a)
+        return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
+
+    return jax.tree.map(put, tree)
+
+
+def to_host(x) -> np.ndarray:
+    """A global array's full value as NumPy in every process (gathers shards across processes)."""
+    if not isinstance(x, jax.Array) or x.is_fully_addressable:
+        return np.asarray(x)
+    if x.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
