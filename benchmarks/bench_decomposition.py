@@ -24,9 +24,19 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+import _common  # noqa: E402
 
-def _timeit(fn, repeats):
+
+FIRST_CALL: dict[str, float] = {}
+
+
+def _timeit(fn, repeats, name=None):
+    """Median steady-state time; the first (compiling) call is timed apart into FIRST_CALL[name]."""
+    t0 = time.perf_counter()
     fn()  # warm-up (compile)
+    if name:
+        FIRST_CALL[name] = time.perf_counter() - t0
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -70,13 +80,13 @@ def throughput(C, T, d, B, repeats):
         st = gj.decompose_stream((h[i : i + B] for i in range(0, C, B)))
         jax.block_until_ready(st.resid_second_moment)
 
-    t_stream = _timeit(stream, repeats)
+    t_stream = _timeit(stream, repeats, "stream_f32")
 
     def stream_f64():
         st = gj.decompose_stream((h[i : i + B] for i in range(0, C, B)), accum_dtype="float64")
         jax.block_until_ready(st.resid_second_moment)
 
-    t_stream64 = _timeit(stream_f64, max(1, repeats // 2))
+    t_stream64 = _timeit(stream_f64, max(1, repeats // 2), "stream_f64")
 
     t_read = _timeit(lambda: h.sum(dtype=np.float32), repeats)
 
@@ -100,6 +110,7 @@ def throughput(C, T, d, B, repeats):
                     "read_once": t_read, "gram_floor": t_mm},
         "tokens_per_s": {"numpy_materialised": tokens / t_np, "stream_f32": tokens / t_stream,
                          "stream_f64": tokens / t_stream64},
+        "compile_s": {k: FIRST_CALL[k] - v for k, v in (("stream_f32", t_stream), ("stream_f64", t_stream64))},
         "ratios": {"stream_vs_numpy": t_np / t_stream, "stream_vs_read_bound": t_stream / t_read,
                    "stream_vs_gram_floor": t_stream / t_mm, "f64_cost": t_stream64 / t_stream},
         "max_rel_error_f32_stream_vs_f64": acc,
@@ -155,11 +166,41 @@ def peak_memory(Cs, T, d, B):
     return rows
 
 
+def markdown(res) -> str:
+    """The results as a Markdown section (for benchmarks/run_all.py and RESULTS.md)."""
+    tp = res["throughput"]
+    r = tp["ratios"]
+    lines = [f"## Streaming decomposition (C {tp['C']}, T {tp['T']}, d {tp['d']}, B {tp['B']})", "",
+             _common.machine_block(_common.machine_info()), "",
+             _common.markdown_table(
+                 ["comparison", "ratio"],
+                 [["stream f32 speed-up over NumPy materialised", f"**{r['stream_vs_numpy']:.2f}×**"],
+                  ["stream f32 time / one read of the states", f"{r['stream_vs_read_bound']:.1f}×"],
+                  ["stream f32 time / GEMM floor", f"{r['stream_vs_gram_floor']:.2f}×"],
+                  ["float64 accumulation / float32", f"{r['f64_cost']:.2f}×"],
+                  ["compile (first call − steady) f32 / f64",
+                   f"{tp['compile_s']['stream_f32']:.2f} s / {tp['compile_s']['stream_f64']:.2f} s"],
+                  ["max rel. error, f32 stream vs f64 (ctx, resid M2)",
+                   f"{tp['max_rel_error_f32_stream_vs_f64']['ctx']:.1e}, "
+                   f"{tp['max_rel_error_f32_stream_vs_f64']['resid']:.1e}"],
+                  ["max rel. error, NumPy f32 vs f64 (ctx, resid M2)",
+                   f"{tp['max_rel_error_f32_numpy_vs_f64']['ctx']:.1e}, "
+                   f"{tp['max_rel_error_f32_numpy_vs_f64']['resid']:.1e}"]]),
+             "", "Peak resident memory (fresh subprocess per row):", "",
+             _common.markdown_table(
+                 ["C", "C·T·d tensor (MiB)", "stream peak (MiB)", "NumPy peak (MiB)"],
+                 [[m["C"], f"{m['tensor_MiB']:.0f}", f"{m['stream_peak_MiB']:.0f}", f"{m['numpy_peak_MiB']:.0f}"]
+                  for m in res["peak_memory"]]),
+             "", f"(load average at the end: {_common.load_avg()})"]
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--json", default=None, help="write results to this JSON file")
+    ap.add_argument("--out", default=None, help="append a Markdown section to this file")
     args = ap.parse_args()
     if args.child:
         mode, C, T, d, B = args.child
@@ -178,6 +219,8 @@ def main():
         "peak_memory": peak_memory([128, 512, 2048] if not args.quick else [64, 256], T, d, B),
     }
     print(json.dumps(res, indent=2))
+    if args.out:
+        _common.write_section(args.out, markdown(res))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=2)

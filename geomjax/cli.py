@@ -56,6 +56,9 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     c.add_argument("--raw-relative-norm", action="store_true",
                    help="relative norm against raw states with the mean included (source code)")
     c.add_argument("--accum-dtype", choices=["float32", "float64"], default=defaults.accum_dtype)
+    c.add_argument("--compute-dtype", choices=["float32", "bfloat16", "float16"],
+                   default=defaults.compute_dtype,
+                   help="dtype of the model forward (mixed precision; statistics stay in --accum-dtype)")
     c.add_argument("--screenot-k", type=int, default=defaults.screenot_k)
     x = p.add_argument_group("execution")
     x.add_argument("--devices", type=int, default=None,
@@ -115,7 +118,7 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
         ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
         seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln,
         causal=args.causal, centered_relative_norm=not args.raw_relative_norm,
-        accum_dtype=args.accum_dtype, screenot_k=args.screenot_k, devices=args.devices,
+        accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,
     )
 
 
@@ -127,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if jax.default_backend() == "cpu":
             jax.config.update("jax_num_cpu_devices", int(args.devices))
-    from geomjax import report
+    from geomjax import parallel, report
 
+    parallel.enable_compilation_cache()
     if args.command == "report":
         out = report.render_run(args.run_dir)
         print(f"report: {out}")

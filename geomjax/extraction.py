@@ -30,19 +30,51 @@ from geomjax.decomposition import (
 from geomjax.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
 from geomjax.typing import Array, Int
 
-__all__ = ["ForwardFn", "decompose_model_stream", "hidden_state_forward"]
+__all__ = ["COMPUTE_DTYPES", "ForwardFn", "decompose_model_stream", "hidden_state_forward", "mixed_precision"]
 
 ForwardFn = Callable[..., Sequence[Array]]
 """forward(params, ids (B, T) int32) -> sequence of L+1 hidden states, each (B, T, d)."""
 
 
-def hidden_state_forward(model, which: str = "hidden_states") -> ForwardFn:
+COMPUTE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def mixed_precision(forward: ForwardFn, compute_dtype: str = "float32") -> ForwardFn:
+    """Run ``forward(params, ids)`` in ``compute_dtype`` and return its states as float32.
+
+    Mixed precision for the study: the floating parameters are cast to ``compute_dtype`` inside
+    the (jitted) forward, so every matmul runs in that dtype, while the hidden states come back as
+    float32 and the decomposition statistics accumulate in ``accum_dtype`` (float32 or float64).
+    ``benchmarks/bench_decomposition.py --mixed`` measures the error against float32.
+
+    Args:
+      forward: ``forward(params, ids (B, T)) -> L+1 states (B, T, d)``.
+      compute_dtype: ``"float32"`` (returns ``forward`` unchanged), ``"bfloat16"`` or ``"float16"``.
+    """
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
+    if compute_dtype == "float32":
+        return forward
+    low = jnp.dtype(compute_dtype)
+
+    def cast(a):
+        return a.astype(low) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+    def low_forward(params, ids):
+        states = forward(jax.tree.map(cast, params), ids)
+        return tuple(h.astype(jnp.float32) for h in states)
+
+    return low_forward
+
+
+def hidden_state_forward(model, which: str = "hidden_states", compute_dtype: str = "float32") -> ForwardFn:
     """Wrap a geomjax Flax model as ``forward(params, ids) -> L+1 hidden states``.
 
     Args:
       model: a geomjax Flax model whose ``apply`` returns ``(output, Intermediates)``.
       which: ``"hidden_states"`` (Hugging Face convention; GPT-2's last state after ln_f) or
         ``"residual"`` (every state before the final LayerNorm, as the Song & Zhong code).
+      compute_dtype: see :func:`mixed_precision`.
     """
 
     def forward(params, ids):
@@ -52,7 +84,7 @@ def hidden_state_forward(model, which: str = "hidden_states") -> ForwardFn:
             raise ValueError(f"model intermediates have no field {which!r}")
         return states
 
-    return forward
+    return mixed_precision(forward, compute_dtype)
 
 
 def _init_shifts(x: Array, dtype, reduce_mean) -> tuple[Array, Array]:

@@ -58,6 +58,9 @@ class GeometryConfig:
       accum_dtype: dtype of the streaming sums. float32 by default: the per-position shifts keep
         it accurate to ~2e-7 relative even with |μ| ~ 10³× the residual scale (benchmarks/
         RESULTS.md), at half the cost of float64 (an option).
+      compute_dtype: dtype of the model forward: "float32" (default) or "bfloat16"/"float16"
+        (mixed precision: the statistics still accumulate in ``accum_dtype``; see
+        ``geomjax.extraction.mixed_precision``).
       screenot_k: ScreeNOT's upper bound on the rank (source: 20).
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).
@@ -81,6 +84,7 @@ class GeometryConfig:
     causal: bool = False
     centered_relative_norm: bool = True
     accum_dtype: str = "float32"
+    compute_dtype: str = "float32"
     screenot_k: int = 20
     n_cvec: int = 10
     devices: int | None = None
@@ -237,7 +241,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     max_pos = _max_positions(model)
     if max_pos is not None and cfg.seq_len > max_pos:
         raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's {max_pos} positions")
-    forward = _forward(model, final_ln=cfg.final_ln, causal=cfg.causal)
+    forward = extraction.mixed_precision(_forward(model, final_ln=cfg.final_ln, causal=cfg.causal),
+                                         cfg.compute_dtype)
     inputs = prepare_inputs(cfg, tok)
     w = inputs.windows
     mesh = _mesh(cfg.devices)
@@ -442,7 +447,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         f"{cfg.windows_per_doc} non-overlapping windows each) of {cfg.seq_len} tokens; "
         f"T = {T} positions after {'dropping' if cfg.drop_first else 'keeping'} the first token.",
         f"Every one of the {n_layers} hidden states was decomposed exactly (Song & Zhong eqs. "
-        f"(2)-(3)) in one streaming pass with {cfg.accum_dtype} accumulation; no C×T×d tensor "
+        f"(2)-(3)) in one streaming pass with a {cfg.compute_dtype} forward and "
+        f"{cfg.accum_dtype} accumulation; no C×T×d tensor "
         f"was formed. Forward + decomposition: {t_extract:.1f} s for {tokens} tokens × "
         f"{n_layers} states ({tokens * n_layers / t_extract:,.0f} token·layers/s, compile "
         f"included); whole study {t_total:.1f} s.",

@@ -7,6 +7,9 @@ import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# The geomjax command turns on JAX's persistent compilation cache; tests keep every compile fresh
+# (tests/test_cli.py checks the cache switch itself with a temporary directory).
+os.environ.setdefault("GEOMJAX_NO_COMPILE_CACHE", "1")
 
 import jax  # noqa: E402
 

@@ -129,3 +129,21 @@ def test_help_lists_commands(capsys):
     text = capsys.readouterr().out
     for c in ("demo", "geometry", "verify", "train", "report"):
         assert c in text
+
+
+def test_compilation_cache_switch(tmp_path, monkeypatch):
+    import jax
+
+    from geomjax.parallel import enable_compilation_cache
+
+    old = jax.config.jax_compilation_cache_dir
+    try:
+        monkeypatch.setenv("GEOMJAX_NO_COMPILE_CACHE", "1")
+        assert enable_compilation_cache(str(tmp_path / "c")) is None
+        monkeypatch.setenv("GEOMJAX_NO_COMPILE_CACHE", "0")
+        monkeypatch.setenv("GEOMJAX_CACHE_DIR", str(tmp_path / "env"))
+        assert enable_compilation_cache() == str(tmp_path / "env")
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "env")
+        assert (tmp_path / "env").is_dir()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
