@@ -65,6 +65,13 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
                    help="shard windows over this many devices of a 1-D 'data' mesh")
     x.add_argument("--out", default=None, help="run directory (default runs/<command>-<time>)")
     x.add_argument("--no-progress", action="store_true")
+    m = p.add_argument_group("multi-host (one launch per process; see README)")
+    m.add_argument("--distributed", action="store_true",
+                   help="call jax.distributed.initialize() (cluster auto-detection: SLURM, MPI, TPU) "
+                        "and shard the windows over the devices of every process")
+    m.add_argument("--coordinator", default=None, help="host:port of process 0 (with the two below)")
+    m.add_argument("--num-processes", type=int, default=None)
+    m.add_argument("--process-id", type=int, default=None)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,7 +132,19 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``geomjax`` command."""
     args = build_parser().parse_args(argv)
-    if getattr(args, "devices", None) and "XLA_FLAGS" not in os.environ:
+    primary = True
+    if getattr(args, "distributed", False) or getattr(args, "coordinator", None):
+        import jax
+
+        from geomjax import parallel
+
+        pid, n_proc = parallel.initialize(args.coordinator, args.num_processes, args.process_id)
+        if args.devices not in (None, jax.device_count()):
+            raise ValueError(f"--devices {args.devices} with --distributed: the mesh spans all "
+                             f"{jax.device_count()} devices of the {n_proc} processes")
+        args.devices = jax.device_count()
+        primary = pid == 0
+    elif getattr(args, "devices", None) and "XLA_FLAGS" not in os.environ:
         import jax
 
         if jax.default_backend() == "cpu":
@@ -137,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         out = report.render_run(args.run_dir)
         print(f"report: {out}")
         return 0
+    if not primary:  # every process computes; only process 0 writes the run directory
+        import tempfile
+
+        scratch = tempfile.TemporaryDirectory(prefix="geomjax-worker-")
+        args.out = scratch.name
     run = report.RunDir(args.out, command=args.command)
     if args.command in ("demo", "geometry"):
         from geomjax import pipeline
@@ -172,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         failed = [c for c in metrics["results"] if c["verdict"] != "holds"]
         print(f"{len(metrics['results'])} claims checked, {len(failed)} do not hold "
               f"(see {run.path / 'claims.md'})")
-    print(f"run directory: {run.path}\nreport: {run.path / 'report.html'}")
+    if primary:
+        print(f"run directory: {run.path}\nreport: {run.path / 'report.html'}")
     return 0
 
 
