@@ -1,0 +1,33 @@
+"""Configs of the LocATER experiment (Bao, Hataya & Karakida 2024, §7): ``get_config(preset)``.
+
+* ``paper``: exactly §7 — 1-layer single-head post-LN transformer, d = 128 (embedding, attention,
+  FFN), T = 64, batch 64, Adam lr 2.5e-5 constant, weight decay 0.01, no clipping, 50,000
+  iterations, κ1 = 100, κ2 ∈ {0, 1e-3, 1e-2, 1e-1, 1}, full word vocabulary of the training split,
+  validation perplexity on every non-overlapping window of the validation split.
+* ``cpu``: the same model (d = 128, T = 64) and sweep in about 20 minutes on 2 shared CPU cores:
+  batch 16, the 1,023 most frequent words (+ <unk>), lr 1e-3 (40×, so that 1,000 steps move the
+  weights as far as the paper's run does), 1,000 iterations, validation on 8 batches.
+* ``smoke``: a tiny model (d = 16, T = 16, batch 4, 256 words), 2 steps per κ2 — for tests.
+
+Data: only ``valid.txt`` and ``test.txt`` of WikiText-2 are available offline (no ``train.txt``),
+so every preset trains on the test split and reports perplexity on the validation split.
+"""
+
+from __future__ import annotations
+
+from geomjax.train.locater import LocaterConfig
+
+PRESETS = ("smoke", "cpu", "paper")
+
+
+def get_config(preset: str = "cpu", *, seed: int = 0) -> LocaterConfig:
+    """The κ2 sweep of ``preset`` (``smoke`` / ``cpu`` / ``paper``), deterministic from ``seed``."""
+    if preset == "paper":
+        return LocaterConfig(seed=seed)
+    if preset == "cpu":
+        return LocaterConfig(batch_size=16, vocab_cap=1024, lr=1e-3, steps=1000, steps_per_call=20,
+                             eval_every=100, eval_batches=8, ckpt_every=200, seed=seed)
+    if preset == "smoke":
+        return LocaterConfig(d_model=16, seq_len=16, batch_size=4, vocab_cap=256, lr=1e-3, steps=2,
+                             steps_per_call=1, eval_every=2, eval_batches=1, ckpt_every=1, seed=seed)
+    raise ValueError(f"get_config: preset must be one of {PRESETS}, got {preset!r}")

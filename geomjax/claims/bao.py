@@ -1,0 +1,988 @@
+"""Claims from Bao, Hataya & Karakida (2024), "Self-attention networks localize when QK-eigenspectrum
+concentrates" (../shared/papers/bao-2024-attention-localization.txt).
+
+Registered on import (ids ``bao.*``; computations in float64 unless said otherwise, from
+:mod:`geomjax.localization`):
+
+* ``lemma1.exact_moments`` (Monte Carlo): under Assumption 1 the mean and second moment of
+  ⟨γ^i, ω⟩ + γ_0^i at T = 8, 32, 128 equal geomjax's exact finite-T formula
+  (:func:`geomjax.localization.exact_moments`), the reference for Lemma 1's o(1) terms.
+* ``lemma1.mean`` / ``lemma1.variance`` / ``lemma1.variance.corrected``: the o(1) remainder
+  sup_i |exact − Lemma 1| vanishes as T grows (T = 2⁴ … 2¹⁴). The printed variance
+  (2θ² + 7/12)·tr(W²)/λ² **does not hold**: the remainder tends to 2θ·tr(W²)/λ²; the correct limit is
+  (2θ² − 2θ + 7/12)·tr(W²)/λ² (the proof's terms (B2)/(B3) lose −2θ).
+* ``rho.gaussian_approx`` (§4): the Gaussian approximation with the exact moments against the
+  empirical frequency of Def. 1; ``eq6.printed`` / ``eq6.corrected``: eq. (6) with the printed or
+  the corrected variance profile against the same frequencies.
+* ``lemma2.late_site``, ``lemma2.early_site``, ``lemma2.vanishing`` hold; ``lemma2.uniformity``
+  (|ρ'(θ)| → 0 as ξ → 0) **does not hold**: at ξ = 0, ρ(θ) = ½ erf(1/(η√(2 s(θ)))) still depends on θ
+  through the variance; ``lemma2.uniformity.corrected`` checks that limit.
+* ``eq5`` holds; ``eq7.trace_vs_spectral`` (|tr W|/(√d‖Σ‖₂) ≤ ‖W_QK‖₂) **does not hold** (e.g.
+  W_QK = I, Σ = I gives √d ≤ 1); ``eq7.corrected`` (‖W_QK‖_F, or d instead of √d) and
+  ``eq7.norm_chain`` (‖·‖₂ ≤ ‖·‖_F ≤ entrywise ‖·‖₁) hold.
+* ``eq8`` holds (an identity).
+* ``eq9.printed``: the printed bound exceeds ln T, the largest possible entropy, for every ν below
+  ν*(T) — it is not a lower bound there; ``eq9.corrected``: the one-versus-rest entropy
+  ln(1 + (T−1)e^{−g}) + g(T−1)e^{−g}/(1 + (T−1)e^{−g}) with g = 2ν bounds every attention row.
+* ``eq10.left`` holds (symmetric W_QK); ``eq10.right`` (|tr W_QK| ≥ ‖W_QK‖₂) **does not hold** for
+  indefinite W_QK; ``eq10.corrected``: ‖Σ⁻¹‖₂·√tr(W²) ≥ ‖W_QK‖_F ≥ ‖W_QK‖₂ holds.
+* ``locater.grad_scale_Q`` / ``grad_scale_K`` hold; ``locater.grad_mean_Q`` / ``grad_mean_K``
+  (∇(tr W_QK − 1)² = (tr W_QK − 1)·tr(W_QK)·W_K) **do not hold**; ``locater.grad_mean.corrected``
+  (2(tr W_QK − 1)·W_K, 2(tr W_QK − 1)·W_Q) holds.
+
+:func:`report_sections` adds Figs. 2-5 to ``geomjax verify --source bao``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax import localization as loc
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, register
+
+_PAPER = "Bao"
+
+
+def _fixed_key(name: str):
+    return jax.random.key(zlib.crc32(name.encode()) & 0x7FFFFFFF)
+
+
+# ----------------------------------------------------------------------------------------------
+# Lemma 1
+# ----------------------------------------------------------------------------------------------
+
+_L1_D = 8
+_L1_T = (8, 32, 128)
+_L1_THETA = (0.25, 0.5, 1.0)
+
+
+@functools.lru_cache(maxsize=2)
+def _lemma1_instance():
+    """A fixed symmetric W_QK (eigenvalues N(0.3, 0.5²)) and anisotropic Σ, d = 16, λ = √d (float64)."""
+    with jax.enable_x64(True), jax.ensure_compile_time_eval():
+        Sig, F = loc.anisotropic_covariance(_fixed_key("bao.lemma1.sigma"), _L1_D, dtype=jnp.float64)
+        W, _ = loc.random_wqk(_fixed_key("bao.lemma1.wqk"), _L1_D, 0.3, 0.5, dtype=jnp.float64)
+        return np.asarray(W), np.asarray(Sig), np.asarray(F), math.sqrt(_L1_D)
+
+
+def _lemma1_indices(T):
+    return [max(1, int(round(th * T))) for th in _L1_THETA]
+
+
+def _lemma1_sampler(key):
+    W, _, F, lam = _lemma1_instance()
+    W, F = jnp.asarray(W), jnp.asarray(F)
+    out = []
+    for j, T in enumerate(_L1_T):
+        X = loc.random_walk(jax.random.fold_in(key, j), T, F)
+        s = loc.linear_scores(loc.softmax_input(X, W, lam))
+        idx = jnp.asarray(_lemma1_indices(T)) - 1
+        out += [s[idx], s[idx] ** 2]
+    return jnp.concatenate(out)
+
+
+def _lemma1_predicted(budget):
+    W, Sig, _, lam = _lemma1_instance()
+    with jax.enable_x64(True):
+        out = []
+        for T in _L1_T:
+            m, v = loc.exact_moments(jnp.asarray(W), jnp.asarray(Sig), T, lam)
+            idx = np.asarray(_lemma1_indices(T)) - 1
+            m, v = np.asarray(m)[idx], np.asarray(v)[idx]
+            out += [m, v + m**2]
+    return np.concatenate(out)
+
+
+register(
+    Claim(
+        id="bao.lemma1.exact_moments",
+        source=f"{_PAPER} Lemma 1",
+        statement=("Under Assumption 1 (anisotropic Σ, symmetric W_QK, d = 8, λ = √d), E[s_i] and E[s_i²] of "
+                   "s_i = ⟨γ^i, ω⟩ + γ_0^i at T = 8, 32, 128 and i/T = ¼, ½, 1 equal geomjax's exact finite-T "
+                   "moments (quadratic-form formula), the reference for Lemma 1's o(1) terms"),
+        predicted=_lemma1_predicted,
+        sampler=_lemma1_sampler,
+        n_samples={"quick": 2**13, "full": 2**19},
+        chunk=4096,
+        notes=("The exact moments: mean (Σ_s C_s)tr(W)/λ + 1/T, variance [(Σ_s C_s)² tr(W²) + T Σ_s C_s² tr(W_QKΣW_QKᵀΣ)]/λ², "
+               "C_s = 1{s ≤ i}/T − (T−s+1)/T². Lemma 4 eq. (15) writes E[x_iᵀWx_i] = (i−1)tr(WΣ) (i.e. x_1 = 0); "
+               "with x_1 ~ N(0, Σ) as in Assumption 1 it is i·tr(WΣ) — an o(1) difference."),
+    )
+)
+
+_L1_TGRID = tuple(2**k for k in range(4, 15))
+
+
+def _lemma1_remainders(which: str):
+    W, Sig, _, lam = _lemma1_instance()
+    rows, rem = [], []
+    with jax.enable_x64(True):
+        t = loc.w_traces(jnp.asarray(W), jnp.asarray(Sig))
+        for T in _L1_TGRID:
+            # 257 positions i = 1, …, T (θ-grid incl. both ends): same shapes for every T
+            pos = np.unique(np.clip(np.round(np.linspace(0, 1, 257) * T), 1, T))
+            pos = np.concatenate([pos, np.full(257 - pos.size, T)])
+            m, v = loc.exact_moments(jnp.asarray(W), jnp.asarray(Sig), T, lam, positions=pos)
+            form = "corrected" if which == "variance.corrected" else "printed"
+            mp, vp = loc.lemma1_moments(T, t["trW"], t["trW2"], lam, form, positions=pos)
+            r = float(jnp.max(jnp.abs(m - mp))) if which == "mean" else float(jnp.max(jnp.abs(v - vp)))
+            rem.append(r)
+            rows.append({"T": T, "sup_i_remainder": r, "T_times_remainder": T * r})
+        scale = float(abs(t["trW"]) / lam + 1.0) if which == "mean" else float(t["trW2"] / lam**2)
+    return np.asarray(rem), rows, scale
+
+
+def _lemma1_eval(which):
+    def evaluate(budget, key):
+        rem, rows, scale = _lemma1_remainders(which)
+        # instances: the remainder decreases with T (k -> k+1) and is below 1e-3 of the leading scale at T = 2^14
+        lhs = np.concatenate([rem[1:], rem[-1:]])
+        rhs = np.concatenate([rem[:-1], [1e-3 * scale]])
+        return Evaluation(lhs=lhs, rhs=rhs, slack=1e-12, details={"remainders": rows, "leading_scale": scale,
+                                                                    "threshold_at_T_max": 1e-3 * scale})
+
+    return evaluate
+
+
+register(
+    Claim(
+        id="bao.lemma1.mean",
+        source=f"{_PAPER} Lemma 1",
+        statement=("μ^i = (i/T − ½)tr(W)/λ + o(1): sup_i |exact mean − (i/T − ½)tr(W)/λ| decreases in T = 2⁴…2¹⁴ "
+                   "and is < 1e-3·(|tr W|/λ + 1) at T = 2¹⁴"),
+        predicted="remainder(T_{k+1}) ≤ remainder(T_k); remainder(2¹⁴) ≤ 1e-3·scale",
+        evaluate=_lemma1_eval("mean"),
+        rule=Inequality(),
+        notes="The remainder is exactly (1 − tr(W)/(2λ))/T (T·remainder is constant in the details).",
+    )
+)
+
+register(
+    Claim(
+        id="bao.lemma1.variance",
+        source=f"{_PAPER} Lemma 1",
+        statement=("v^i = (2i²/T² + 7/12)tr(W²)/λ² + o(1): sup_i |exact variance − printed| decreases in T and is "
+                   "< 1e-3·tr(W²)/λ² at T = 2¹⁴"),
+        predicted="remainder(T_{k+1}) ≤ remainder(T_k); remainder(2¹⁴) ≤ 1e-3·tr(W²)/λ²",
+        evaluate=_lemma1_eval("variance"),
+        rule=Inequality(),
+        notes=("Does not hold: the remainder tends to 2θ·tr(W²)/λ² (2·tr(W²)/λ² at θ = 1). The exact limit is "
+               "(θ − ½)² + θ³/3 + (1 − θ)³/3 = 2θ² − 2θ + 7/12 (times tr(W²)/λ²); the proof's (B2)/(B3) terms "
+               "lose −2θ. Checked in bao.lemma1.variance.corrected; eq. (6) inherits the error (bao.eq6.*)."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.lemma1.variance.corrected",
+        source=f"{_PAPER} Lemma 1 (corrected)",
+        statement=("v^i = (2θ² − 2θ + 7/12)tr(W²)/λ² + o(1), θ = i/T: the remainder decreases in T and is "
+                   "< 1e-3·tr(W²)/λ² at T = 2¹⁴"),
+        predicted="remainder(T_{k+1}) ≤ remainder(T_k); remainder(2¹⁴) ≤ 1e-3·tr(W²)/λ²",
+        evaluate=_lemma1_eval("variance.corrected"),
+        rule=Inequality(),
+        notes="Corrected form of bao.lemma1.variance (symmetric W_QK; for asymmetric W_QK replace tr(W²) by tr(W_QKΣW_QKᵀΣ) in the θ³/3 + (1−θ)³/3 part).",
+    )
+)
+
+# ----------------------------------------------------------------------------------------------
+# Gaussian approximation and eq. (6) against the empirical frequency
+# ----------------------------------------------------------------------------------------------
+
+_RHO_D, _RHO_T = 24, 128
+_RHO_TOL = 0.1
+# (covariance, eigenvalue mean, eigenvalue scale, multiplier of W_QK)
+_RHO_CASES = (("iso", 0.05, 0.3, 1.0), ("iso", 0.0, 1.0, 1.0), ("iso", 0.2, 0.3, 1.0),
+              ("aniso", 0.05, 0.3, 0.5), ("aniso", 0.0, 1.0, 0.5))
+
+
+@functools.lru_cache(maxsize=2)
+def _rho_data(budget: str):
+    n_seq = {"quick": 4096, "full": 2**16}[budget]
+    lam = math.sqrt(_RHO_D)
+    rows = []
+    with jax.enable_x64(True):
+        Sig_a, F_a = loc.anisotropic_covariance(_fixed_key("bao.rho.sigma"), _RHO_D, dtype=jnp.float64)
+        for j, (cov, m, s, mult) in enumerate(_RHO_CASES):
+            Sig, F = (jnp.eye(_RHO_D), jnp.eye(_RHO_D)) if cov == "iso" else (Sig_a, F_a)
+            W, _ = loc.random_wqk(jax.random.fold_in(_fixed_key("bao.rho.wqk"), j), _RHO_D, m, s, dtype=jnp.float64)
+            W = mult * W
+            emp = loc.empirical_rho(jax.random.fold_in(_fixed_key("bao.rho.walks"), j), W.astype(jnp.float32),
+                                    F.astype(jnp.float32), lam, T=_RHO_T, n_seq=n_seq)
+            mu, v = loc.exact_moments(W, Sig, _RHO_T, lam)
+            xi, eta = loc.xi_eta(W, Sig, lam)
+            theta = jnp.arange(1, _RHO_T + 1) / _RHO_T
+            rows.append({
+                "case": f"{cov} mean={m} scale={s} ×{mult}", "xi": float(xi), "eta": float(eta),
+                "emp": np.asarray(emp["rho"], float), "sem": np.asarray(emp["sem"], float),
+                "gauss": np.asarray(loc.gaussian_rho(mu, v)),
+                "printed": np.asarray(loc.rho_theta(theta, xi, eta, "printed")),
+                "corrected": np.asarray(loc.rho_theta(theta, xi, eta, "corrected")),
+            })
+    return rows, n_seq
+
+
+def _rho_eval(which, cov="iso"):
+    def evaluate(budget, key):
+        rows, n_seq = _rho_data(budget)
+        lhs, lower, det = [], [], []
+        for r in rows:
+            if not r["case"].startswith(cov):
+                continue
+            err = np.abs(r["emp"] - r[which])
+            i = int(np.argmax(err))
+            lhs.append(err[i] + 5 * r["sem"][i])
+            lower.append(max(err[i] - 5 * r["sem"][i], 0.0))
+            det.append({"case": r["case"], "xi": r["xi"], "eta": r["eta"], "max_abs_error": float(err[i]),
+                        "at_theta": (i + 1) / _RHO_T, "empirical": float(r["emp"][i]), "predicted": float(r[which][i]),
+                        "sem": float(r["sem"][i]), "mean_abs_error": float(err.mean())})
+        return Evaluation(lhs=np.asarray(lhs), lhs_lower=np.asarray(lower), rhs=np.full(len(lhs), _RHO_TOL),
+                          details={"instances": det, "T": _RHO_T, "d": _RHO_D, "n_seq": n_seq, "tolerance": _RHO_TOL})
+
+    return evaluate
+
+
+_RHO_RULE_TEXT = (f"max_i |ρ̂_i − prediction| ± 5·sem ≤ {_RHO_TOL} (absolute), T = {_RHO_T}, d = {_RHO_D}")
+
+register(
+    Claim(
+        id="bao.rho.gaussian_approx",
+        source=f"{_PAPER} §4 (Gaussian approximation of ρ_i)",
+        statement=("ρ_i ≈ ½{erf((1−μ^i)/√(2v^i)) + erf(μ^i/√(2v^i))} with the (exact) mean and variance of "
+                   "⟨γ^i, ω⟩ + γ_0^i matches the empirical propagation frequency, isotropic Σ (3 instances): " + _RHO_RULE_TEXT),
+        predicted=f"≤ {_RHO_TOL}",
+        evaluate=_rho_eval("gauss", "iso"),
+        rule=Inequality(),
+        notes=("The tolerance 0.1 is the meaning given here to the paper's '≈'; the score is a Gaussian quadratic "
+               "form (not Gaussian), and the measured worst error is in the details."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.rho.gaussian_approx.anisotropic",
+        source=f"{_PAPER} §4 (Gaussian approximation of ρ_i)",
+        statement=("The same Gaussian approximation for anisotropic Σ = RᵀR/d, R ~ Unif(−2.5, 2.5) (2 instances): " + _RHO_RULE_TEXT),
+        predicted=f"≤ {_RHO_TOL}",
+        evaluate=_rho_eval("gauss", "aniso"),
+        rule=Inequality(),
+        notes=("Can fail: with anisotropic Σ a few eigen-directions of M = Σ^½W_QKΣ^½ dominate the quadratic form, which is "
+               "then far from Gaussian (ρ errors ≈ 0.14 for eigenvalue mean 0). The approximation (and eq. (6)) needs many "
+               "comparable terms; bao.rho.gaussian_approx checks the isotropic case."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.eq6.printed",
+        source=f"{_PAPER} eq. (6)",
+        statement="ρ(θ) of eq. (6) (variance profile 2θ² + 7/12) at θ = i/T matches the empirical ρ_i, isotropic Σ: " + _RHO_RULE_TEXT,
+        predicted=f"≤ {_RHO_TOL}",
+        evaluate=_rho_eval("printed", "iso"),
+        rule=Inequality(),
+        notes="Does not hold because of Lemma 1's variance (bao.lemma1.variance); bao.eq6.corrected uses 2θ² − 2θ + 7/12.",
+    )
+)
+
+register(
+    Claim(
+        id="bao.eq6.corrected",
+        source=f"{_PAPER} eq. (6) (corrected variance)",
+        statement=("ρ(θ) of eq. (6) with the corrected variance profile 2θ² − 2θ + 7/12 matches the empirical ρ_i, isotropic Σ: "
+                   + _RHO_RULE_TEXT),
+        predicted=f"≤ {_RHO_TOL}",
+        evaluate=_rho_eval("corrected", "iso"),
+        rule=Inequality(),
+        notes="For anisotropic Σ eq. (6) inherits the error of the Gaussian approximation (bao.rho.gaussian_approx.anisotropic).",
+    )
+)
+
+# ----------------------------------------------------------------------------------------------
+# Lemma 2
+# ----------------------------------------------------------------------------------------------
+
+_THETA = np.linspace(0.0, 1.0, 401)
+_XI_PATH = tuple(10.0**k for k in range(1, 7))
+
+
+def _away(theta, points, eps=0.02):
+    m = np.ones_like(theta, dtype=bool)
+    for p in points:
+        m &= np.abs(theta - p) > eps
+    return m
+
+
+def _lemma2_site_eval(sign):
+    def evaluate(budget, key):
+        rs = (1.0, 1.5, 5.0) if sign > 0 else (-1.0, -1.5, -5.0)
+        worst, det = [], []
+        with jax.enable_x64(True):
+            for r in rs:
+                pts = [0.5] + ([0.5 + 1.0 / r] if abs(r) > 2 else [])
+                th = _THETA[_away(_THETA, pts)]
+                lim = np.asarray(loc.rho_limit(jnp.asarray(th), r))
+                errs = []
+                for xi in _XI_PATH:
+                    x = sign * xi
+                    rho = np.asarray(loc.rho_theta(jnp.asarray(th), x, r / x))
+                    errs.append(float(np.max(np.abs(rho - lim))))
+                at_half = float(loc.rho_theta(0.5, sign * _XI_PATH[-1], r / (sign * _XI_PATH[-1])))
+                worst.append(errs[-1])
+                det.append({"r": r, "xi_path": list(_XI_PATH), "sup_error_along_path": errs, "rho_at_theta_half": at_half})
+        return Evaluation(value=np.asarray(worst), details={"instances": det, "excluded": "θ within 0.02 of ½ and ½ + 1/r"})
+
+    return evaluate
+
+
+register(
+    Claim(
+        id="bao.lemma2.late_site",
+        source=f"{_PAPER} Lemma 2 (1)",
+        statement=("As (ξ, η) → (∞, 0) with ξη → r: ρ(θ) → 1{θ ≥ ½} (0 ≤ r ≤ 2), 1{½ ≤ θ ≤ ½ + 1/r} (r > 2); "
+                   "sup over θ (away from the jumps) of |ρ − limit| at ξ = 1e6, η = r/ξ, r = 1, 1.5, 5"),
+        predicted=0.0,
+        evaluate=_lemma2_site_eval(+1),
+        rule=Tolerance(rtol=0.0, atol=1e-3),
+        notes="At the jump θ = ½ (and θ = ½ + 1/r) the limit is ½, not the indicator's 1 (rho_at_theta_half in the details).",
+    )
+)
+
+register(
+    Claim(
+        id="bao.lemma2.early_site",
+        source=f"{_PAPER} Lemma 2 (2)",
+        statement=("As (ξ, η) → (−∞, 0) with ξη → r: ρ(θ) → 1{θ ≤ ½} (−2 ≤ r < 0), 1{½ + 1/r ≤ θ ≤ ½} (r < −2); "
+                   "checked at ξ = −1e6, r = −1, −1.5, −5"),
+        predicted=0.0,
+        evaluate=_lemma2_site_eval(-1),
+        rule=Tolerance(rtol=0.0, atol=1e-3),
+        notes="At θ = ½ (and θ = ½ + 1/r) the limit is ½.",
+    )
+)
+
+
+def _rho_prime(theta, xi, eta, form):
+    return jax.vmap(jax.grad(lambda t: loc.rho_theta(t, xi, eta, form)))(theta)
+
+
+def _rho0_prime(theta, eta, form):
+    f = lambda t: 0.5 * jax.scipy.special.erf(1.0 / (eta * jnp.sqrt(2.0 * loc.variance_profile(t, form))))
+    return jax.vmap(jax.grad(f))(theta)
+
+
+_ETAS = (0.5, 1.0, 2.0)
+
+
+def _uniformity_eval(corrected: bool):
+    def evaluate(budget, key):
+        vals, det = [], []
+        with jax.enable_x64(True):
+            th = jnp.asarray(_THETA)
+            for eta in _ETAS:
+                for form in ("printed", "corrected"):
+                    dp = _rho_prime(th, 1e-9, eta, form)
+                    if corrected:
+                        v = float(jnp.max(jnp.abs(dp - _rho0_prime(th, eta, form))))
+                    else:
+                        v = float(jnp.max(jnp.abs(dp)))
+                    vals.append(v)
+                    det.append({"eta": eta, "variance_profile": form, "xi": 1e-9, "value": v,
+                                "rho_at_0": float(loc.rho_theta(0.0, 1e-9, eta, form)),
+                                "rho_at_1": float(loc.rho_theta(1.0, 1e-9, eta, form))})
+        return Evaluation(value=np.asarray(vals), details={"instances": det})
+
+    return evaluate
+
+
+register(
+    Claim(
+        id="bao.lemma2.uniformity",
+        source=f"{_PAPER} Lemma 2 (3)",
+        statement="Fixed η: as |ξ| → 0, |ρ'(θ)| → 0 for every θ ∈ [0, 1]: max_θ |ρ'(θ)| at ξ = 1e-9, η = 0.5, 1, 2",
+        predicted=0.0,
+        evaluate=_uniformity_eval(False),
+        rule=Tolerance(rtol=0.0, atol=1e-3),
+        notes=("Does not hold: at ξ = 0, ρ(θ) = ½ erf(1/(η√(2s(θ)))) still varies with θ through the variance s(θ); "
+               "the proof's derivative drops d/dθ of −(1/η)/√(2s(θ)), which is not proportional to ξ. "
+               "Corrected: bao.lemma2.uniformity.corrected."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.lemma2.uniformity.corrected",
+        source=f"{_PAPER} Lemma 2 (3) (corrected)",
+        statement=("Fixed η: as ξ → 0, ρ'(θ) → d/dθ ½ erf(1/(η√(2s(θ)))) (not 0): max_θ of the difference at ξ = 1e-9 "
+                   "(both variance profiles)"),
+        predicted=0.0,
+        evaluate=_uniformity_eval(True),
+        rule=Tolerance(rtol=0.0, atol=1e-6),
+        notes="ρ becomes uniform in θ only in the additional limits η → 0 (ρ → 1) or η → ∞ (ρ → 0).",
+    )
+)
+
+
+def _vanishing_eval(budget, key):
+    vals, det = [], []
+    with jax.enable_x64(True):
+        th = jnp.asarray(_THETA)
+        for xi in (-5.0, 0.0, 5.0, 50.0):
+            seq = [float(jnp.max(jnp.abs(loc.rho_theta(th, xi, 10.0**k)))) for k in range(0, 7)]
+            vals.append(seq[-1])
+            det.append({"xi": xi, "eta_path": [10.0**k for k in range(0, 7)], "sup_rho": seq})
+    return Evaluation(value=np.asarray(vals), details={"instances": det})
+
+
+register(
+    Claim(
+        id="bao.lemma2.vanishing",
+        source=f"{_PAPER} Lemma 2 (4)",
+        statement="Fixed ξ: as η → ∞, ρ(θ) → 0 for every θ: sup_θ ρ at η = 1e6, ξ = −5, 0, 5, 50",
+        predicted=0.0,
+        evaluate=_vanishing_eval,
+        rule=Tolerance(rtol=0.0, atol=1e-3),
+    )
+)
+
+# ----------------------------------------------------------------------------------------------
+# §5 inequalities on random instances
+# ----------------------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _wqk_batch(keys, d, m, s):
+    return jax.vmap(lambda k: loc.random_wqk(k, d, m, s, dtype=jnp.float64))(keys)
+
+
+@functools.lru_cache(maxsize=2)
+def _instances(budget: str):
+    """Random symmetric W_QK (eigenvalues N(mean, scale²)), isotropic and anisotropic Σ, d = 8, 32 (float64)."""
+    n_per = {"quick": 4, "full": 32}[budget]
+    out = []
+    with jax.enable_x64(True):
+        k0 = _fixed_key(f"bao.instances.{budget}")
+        j = 0
+        for d in (8, 32):
+            Sig_a, _ = loc.anisotropic_covariance(jax.random.fold_in(k0, 10_000 + d), d, dtype=jnp.float64)
+            for cov in ("iso", "aniso"):
+                Sig = np.eye(d) if cov == "iso" else np.asarray(Sig_a)
+                for m, s in ((0.0, 0.5), (0.2, 0.05), (-0.3, 0.3), (1.0, 0.1)):
+                    keys = jax.random.split(jax.random.fold_in(k0, j), n_per)
+                    j += 1
+                    Ws, ws = _wqk_batch(keys, d, jnp.float64(m), jnp.float64(s))
+                    for W, w in zip(np.asarray(Ws), np.asarray(ws)):
+                        out.append({"d": d, "cov": cov, "mean": m, "scale": s, "W": W, "w": w, "Sigma": Sig})
+    return out
+
+
+def _ineq_eval(fn):
+    def evaluate(budget, key):
+        lhs, rhs, det = [], [], []
+        with jax.enable_x64(True):
+            for inst in _instances(budget):
+                pairs = fn(inst)
+                for name, (a, b) in pairs.items():
+                    lhs.append(float(a))
+                    rhs.append(float(b))
+                    det.append((inst["d"], inst["cov"], inst["mean"], inst["scale"], name))
+        lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+        viol = [dict(zip(("d", "cov", "mean", "scale", "which"), x)) | {"lhs": float(a), "rhs": float(b)}
+                for x, a, b in zip(det, lhs, rhs) if a > b * (1 + 1e-9)]
+        return Evaluation(lhs=lhs, rhs=rhs, slack=1e-9 * np.abs(rhs),
+                          details={"n_violations": len(viol), "first_violations": viol[:5],
+                                   "instances": "d ∈ {8, 32}; Σ = I or RᵀR/d; (mean, scale) ∈ {(0, .5), (.2, .05), (−.3, .3), (1, .1)}"})
+
+    return evaluate
+
+
+register(
+    Claim(
+        id="bao.eq5",
+        source=f"{_PAPER} eq. (5)",
+        statement="−√(d·tr(W²)) ≤ tr(W) ≤ √(d·tr(W²)) for W = W_QK Σ (symmetric W_QK) on random instances",
+        predicted="|tr W| ≤ √(d tr W²)",
+        evaluate=_ineq_eval(lambda i: {"eq5": tuple(loc.eq5_terms(i["W"], i["Sigma"]).values())}),
+        rule=Inequality(),
+        notes="Needs real eigenvalues of W (symmetric W_QK); for an asymmetric W_QK, tr(W²) can be negative (eq. (6) then undefined).",
+    )
+)
+
+
+def _eq7(i):
+    t = loc.eq7_terms(i["W"], i["Sigma"])
+    return {"trace<=spec": (t["trace_term"], t["spec"])}
+
+
+def _eq7_corr(i):
+    t = loc.eq7_terms(i["W"], i["Sigma"])
+    d = i["W"].shape[-1]
+    return {"trace<=frob": (t["trace_term"], t["frob"]), "trace/sqrt(d)<=spec": (t["trace_term"] / math.sqrt(d), t["spec"])}
+
+
+def _eq7_chain(i):
+    t = loc.eq7_terms(i["W"], i["Sigma"])
+    return {"spec<=frob": (t["spec"], t["frob"]), "frob<=l1": (t["frob"], t["l1_entrywise"])}
+
+
+register(
+    Claim(
+        id="bao.eq7.trace_vs_spectral",
+        source=f"{_PAPER} eq. (7)",
+        statement="|tr(W)|/(√d ‖Σ‖₂) ≤ ‖W_QK‖₂ (first inequality of eq. (7)) on random instances",
+        predicted="|tr W|/(√d‖Σ‖₂) ≤ ‖W_QK‖₂",
+        evaluate=_ineq_eval(_eq7),
+        rule=Inequality(),
+        notes=("Does not hold (W_QK = Σ = I: √d ≤ 1). Eq. (5) and Cauchy-Schwarz give |tr W| ≤ √d ‖Σ‖₂ ‖W_QK‖_F, "
+               "not ‖W_QK‖₂; with ‖·‖₂ the factor is d. Corrected: bao.eq7.corrected."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.eq7.corrected",
+        source=f"{_PAPER} eq. (7) (corrected)",
+        statement="|tr(W)|/(√d ‖Σ‖₂) ≤ ‖W_QK‖_F and |tr(W)|/(d ‖Σ‖₂) ≤ ‖W_QK‖₂ on random instances",
+        predicted="both inequalities",
+        evaluate=_ineq_eval(_eq7_corr),
+        rule=Inequality(),
+    )
+)
+
+register(
+    Claim(
+        id="bao.eq7.norm_chain",
+        source=f"{_PAPER} eq. (7)",
+        statement="‖W_QK‖₂ ≤ ‖W_QK‖_F ≤ ‖W_QK‖₁ (entrywise ℓ1) on random instances",
+        predicted="both inequalities",
+        evaluate=_ineq_eval(_eq7_chain),
+        rule=Inequality(),
+        notes="Read with the entrywise ℓ1 norm. With the induced ℓ1 norm (max column sum) ‖W‖_F ≤ ‖W‖₁ fails (W = I).",
+    )
+)
+
+
+def _eq8_eval(budget, key):
+    vals = []
+    with jax.enable_x64(True):
+        for inst in _instances(budget):
+            a, b = loc.eigen_variance_identity(inst["w"])
+            vals.append(float(abs(a - b) / max(abs(float(b)), 1e-300)))
+    return Evaluation(value=np.asarray(vals), details={"relative_errors_max": float(np.max(vals)), "dtype": "float64"})
+
+
+register(
+    Claim(
+        id="bao.eq8",
+        source=f"{_PAPER} eq. (8)",
+        statement="d²·V[w_i] = d·tr(W²) − tr(W)² for the eigenvalues w_i (relative error, float64)",
+        predicted=0.0,
+        evaluate=_eq8_eval,
+        rule=Tolerance(rtol=0.0, atol=1e-10),
+    )
+)
+
+
+def _eq10_left(i):
+    t = loc.eq10_terms(i["W"], i["Sigma"])
+    return {"abs_trace<=left": (t["abs_trace"], t["left"])}
+
+
+def _eq10_right(i):
+    t = loc.eq10_terms(i["W"], i["Sigma"])
+    return {"spec<=abs_trace": (t["spec"], t["abs_trace"])}
+
+
+def _eq10_corr(i):
+    t = loc.eq10_terms(i["W"], i["Sigma"])
+    out = {"spec<=frob": (t["spec"], t["frob"])}
+    if i["cov"] != "iso":  # for Σ = I the first inequality is the identity ‖W_QK‖_F = √tr(W_QK²)
+        out["frob<=left_spec"] = (t["frob"], t["left_spec"])
+    return out
+
+
+register(
+    Claim(
+        id="bao.eq10.left",
+        source=f"{_PAPER} eq. (10)",
+        statement="‖Σ⁻¹‖_F √tr(W²) ≥ |tr(W_QK)| on random instances (symmetric W_QK)",
+        predicted="|tr W_QK| ≤ ‖Σ⁻¹‖_F √tr(W²)",
+        evaluate=_ineq_eval(_eq10_left),
+        rule=Inequality(),
+        notes="tr(W_QK) = tr(M Σ⁻¹) with M = Σ^½W_QKΣ^½ symmetric and ‖M‖_F² = tr(W²); needs symmetric W_QK.",
+    )
+)
+
+register(
+    Claim(
+        id="bao.eq10.right",
+        source=f"{_PAPER} eq. (10)",
+        statement="|tr(W_QK)| ≥ ‖W_QK‖₂ on random instances",
+        predicted="‖W_QK‖₂ ≤ |tr W_QK|",
+        evaluate=_ineq_eval(_eq10_right),
+        rule=Inequality(),
+        notes=("Does not hold for indefinite W_QK (eigenvalues ±1: trace 0, norm 1); true only for semidefinite W_QK. "
+               "Corrected chain without the trace: bao.eq10.corrected."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.eq10.corrected",
+        source=f"{_PAPER} eq. (10) (corrected)",
+        statement="‖Σ⁻¹‖₂ √tr(W²) ≥ ‖W_QK‖_F ≥ ‖W_QK‖₂ on random instances (symmetric W_QK; the first is an equality for Σ = I and is checked for anisotropic Σ)",
+        predicted="both inequalities",
+        evaluate=_ineq_eval(_eq10_corr),
+        rule=Inequality(),
+        notes="Gives the intended conclusion (small tr(W²) ⇒ small ‖W_QK‖₂) without the trace.",
+    )
+)
+
+# ----------------------------------------------------------------------------------------------
+# eq. (9)
+# ----------------------------------------------------------------------------------------------
+
+_EQ9_T = (10, 40, 64, 512)
+_NU = np.concatenate([np.linspace(0.0, 5.0, 101)[1:], np.linspace(5.0, 60.0, 221)[1:]])
+
+
+def _nu_star(T):
+    """Smallest ν on a fine grid above which the printed bound stays ≤ ln T."""
+    nu = np.linspace(1e-6, 80.0, 160_001)
+    with jax.enable_x64(True):
+        b = np.asarray(loc.zhai_bound(jnp.asarray(nu), T))
+    above = np.nonzero(b > math.log(T))[0]
+    return float(nu[above[-1] + 1]) if above.size else 0.0
+
+
+def _eq9_printed_eval(budget, key):
+    lhs, rhs, det = [], [], []
+    with jax.enable_x64(True):
+        for T in _EQ9_T:
+            b = np.asarray(loc.zhai_bound(jnp.asarray(_NU), T))
+            lhs.append(b)
+            rhs.append(np.full_like(b, math.log(T)))
+            det.append({"T": T, "ln_T": math.log(T), "max_bound": float(b.max()), "argmax_nu": float(_NU[b.argmax()]),
+                        "bound_at_nu_0+": float(loc.zhai_bound(1e-9, T)),
+                        "nu_star (bound ≤ ln T for ν ≥ ν*)": _nu_star(T)})
+    return Evaluation(lhs=np.concatenate(lhs), rhs=np.concatenate(rhs), slack=1e-12, details={"by_T": det})
+
+
+register(
+    Claim(
+        id="bao.eq9.printed",
+        source=f"{_PAPER} eq. (9)",
+        statement=("Zhai et al.'s bound as printed, ln(1 + T e^{−ν}) + ν e^{−ν/2}/(T⁻¹ + e^{−ν}), is a possible lower bound "
+                   "on attention entropy: it never exceeds ln T (the largest entropy of T tokens), T = 10, 40, 64, 512, ν ∈ (0, 60]"),
+        predicted="bound ≤ ln T",
+        evaluate=_eq9_printed_eval,
+        rule=Inequality(),
+        notes=("Does not hold: for ν < ν*(T) the printed expression exceeds ln T (at ν → 0 it is ln(1 + T) > ln T; its "
+               "peak grows like T·ν e^{−ν/2}), so it can lower-bound an entropy only where ν ≥ ν*(T) (details). "
+               "The form without the typo (e^{−ν} for e^{−ν/2}) is the entropy of one logit ν above T − 1 equal ones; "
+               "it decreases monotonically in ν (it is not unimodal, unlike the printed Fig. 4). Corrected: bao.eq9.corrected."),
+    )
+)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _eq9_instance(kk, scale, d, T):
+    W, _ = loc.random_wqk(kk, d, 0.0, scale, dtype=jnp.float64)
+    X = loc.random_walk(jax.random.fold_in(kk, 1), T, jnp.eye(d, dtype=jnp.float64))
+    lam = math.sqrt(d)
+    A = jax.nn.softmax(X @ W @ X.T / lam, axis=-1)
+    ent_rows = -jnp.sum(A * jnp.log(A), axis=-1)
+    nu = loc.zhai_nu(X, W, lam)
+    return jnp.min(ent_rows), nu, loc.one_vs_rest_entropy(2 * nu, T), loc.zhai_bound(nu, T)
+
+
+def _eq9_corrected_eval(budget, key):
+    n = {"quick": 12, "full": 256}[budget]
+    lhs, rhs, det = [], [], []
+    with jax.enable_x64(True):
+        k0 = _fixed_key("bao.eq9.instances")
+        for j in range(n):
+            kk = jax.random.fold_in(k0, j)
+            d, T = (8, 16) if j % 2 else (32, 40)
+            scale = 10.0 ** (-3 + 3 * (j % 6) / 5)  # 1e-3 … 1: ν from ≪ 1 to ≫ 1
+            ent, nu, bound, printed = (float(x) for x in _eq9_instance(kk, jnp.float64(scale), d, T))
+            lhs.append(bound)
+            rhs.append(ent)
+            det.append({"d": d, "T": T, "nu": nu, "min_row_entropy": ent, "bound_corrected": bound,
+                        "bound_printed": printed, "printed_violated": printed > ent})
+    return Evaluation(lhs=np.asarray(lhs), rhs=np.asarray(rhs), slack=1e-9,
+                      details={"instances": det, "printed_violations": int(sum(x["printed_violated"] for x in det))})
+
+
+register(
+    Claim(
+        id="bao.eq9.corrected",
+        source=f"{_PAPER} eq. (9) (corrected)",
+        statement=("Every attention row of S(X W_QK Xᵀ/λ) has entropy ≥ ln(1 + (T−1)e^{−g}) + g(T−1)e^{−g}/(1 + (T−1)e^{−g}) "
+                   "with g = 2ν, ν = ‖XXᵀ‖₂‖W_QK‖₂/λ (random walks, random W_QK with scale 1e-3…1)"),
+        predicted="bound ≤ min row entropy",
+        evaluate=_eq9_corrected_eval,
+        rule=Inequality(),
+        notes=("|x_iᵀW_QK x_j|/λ ≤ ν, so the logits of a row span at most 2ν and the entropy is at least that of one logit "
+               "2ν above the rest. The details count instances where the printed eq. (9) exceeds the actual entropy."),
+    )
+)
+
+# ----------------------------------------------------------------------------------------------
+# §6 LocATER derivative formulae
+# ----------------------------------------------------------------------------------------------
+
+
+def _penalty_parts(W_Q, W_K):
+    A = W_Q.T @ W_K
+    return jnp.trace(A.T @ A), (jnp.trace(A) - 1.0) ** 2
+
+
+def _grad_eval(which: str, corrected: bool = False):
+    def evaluate(budget, key):
+        n = {"quick": 8, "full": 64}[budget]
+        errs, det = [], []
+        with jax.enable_x64(True):
+            for j in range(n):
+                kq, kk = jax.random.split(jax.random.fold_in(_fixed_key("bao.locater.grads"), j))
+                K, d = (4, 16) if j % 2 else (8, 8)
+                W_Q = jax.random.normal(kq, (K, d), jnp.float64) / math.sqrt(d)
+                W_K = jax.random.normal(kk, (K, d), jnp.float64) / math.sqrt(d) + 0.3 * W_Q
+                part = 0 if which.startswith("scale") else 1
+                arg = 0 if which.endswith("Q") else 1
+                auto = jax.grad(lambda a, b: _penalty_parts(a, b)[part], argnums=arg)(W_Q, W_K)
+                f = loc.locater_grads_corrected if corrected else loc.locater_grads_printed
+                formula = f(W_Q, W_K)[which]
+                e = float(jnp.linalg.norm(formula - auto) / jnp.linalg.norm(auto))
+                errs.append(e)
+                det.append({"K": K, "d": d, "tr_W_QK": float(jnp.trace(W_Q.T @ W_K)), "relative_error": e})
+        return Evaluation(value=np.asarray(errs), details={"instances": det, "reference": "jax.grad, float64"})
+
+    return evaluate
+
+
+for _which, _expr, _wrt in (("scale_Q", "2 W_K W_Kᵀ W_Q", "W_Q"), ("scale_K", "2 W_Q W_Qᵀ W_K", "W_K")):
+    register(
+        Claim(
+            id=f"bao.locater.grad_{_which}",
+            source=f"{_PAPER} §6 (LocATER derivatives)",
+            statement=f"∇_{{{_wrt}}} tr(W_QKᵀW_QK) = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
+            predicted=0.0,
+            evaluate=_grad_eval(_which),
+            rule=Tolerance(rtol=0.0, atol=1e-12),
+        )
+    )
+
+for _which, _expr, _wrt in (("mean_Q", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q"), ("mean_K", "[tr(W_QK) − 1]·tr(W_QK)·W_Q", "W_K")):
+    register(
+        Claim(
+            id=f"bao.locater.grad_{_which}",
+            source=f"{_PAPER} §6 (LocATER derivatives)",
+            statement=f"∇_{{{_wrt}}} (tr(W_QK) − 1)² = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
+            predicted=0.0,
+            evaluate=_grad_eval(_which),
+            rule=Tolerance(rtol=0.0, atol=1e-12),
+            notes=("Does not hold: tr(W_QᵀW_K) = ⟨W_Q, W_K⟩ is bilinear, so the gradient is 2(tr(W_QK) − 1)·W_K "
+                   "(resp. W_Q) — no factor tr(W_QK), and a factor 2. Corrected: bao.locater.grad_mean.corrected."),
+        )
+    )
+
+
+def _grad_corrected_eval(budget, key):
+    a = _grad_eval("mean_Q", corrected=True)(budget, key)
+    b = _grad_eval("mean_K", corrected=True)(budget, key)
+    return Evaluation(value=np.concatenate([a.value, b.value]),
+                      details={"mean_Q": a.details["instances"], "mean_K": b.details["instances"]})
+
+
+register(
+    Claim(
+        id="bao.locater.grad_mean.corrected",
+        source=f"{_PAPER} §6 (LocATER derivatives, corrected)",
+        statement="∇_{W_Q}(tr W_QK − 1)² = 2(tr W_QK − 1)·W_K and ∇_{W_K}(tr W_QK − 1)² = 2(tr W_QK − 1)·W_Q (against jax.grad)",
+        predicted=0.0,
+        evaluate=_grad_corrected_eval,
+        rule=Tolerance(rtol=0.0, atol=1e-12),
+    )
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Figures 2-5 for `geomjax verify --source bao`
+# ----------------------------------------------------------------------------------------------
+
+FIG5_MEANS = (0.0, 0.05, 0.2)
+FIG5_SCALES = (0.02, 0.1, 0.5)
+
+
+def fig5_simulation(key, *, n_seq: int = 300, T: int = 40, d: int = 128, n_draws: int = 10,
+                    means=FIG5_MEANS, scales=FIG5_SCALES, anisotropic: bool = False) -> dict:
+    """Bao Fig. 5 simulation: ρ_i over random walks and attention entropy per eigenvalue (mean, scale) pair.
+
+    For every (mean, scale), ``n_draws`` W_QK = B diag(w) Bᵀ (w ~ N(mean, scale²), d = 128) and
+    ``n_seq`` random walks of T tokens each (Σ = I or RᵀR/d), λ = √d; all pairs × draws × sequences
+    run in one jitted vmap (:func:`geomjax.localization.empirical_rho`).
+
+    Returns:
+      dict with ``rho`` (P, n_draws, T), ``entropy`` (P, n_draws), ``pairs`` [(mean, scale)], ``xi``, ``eta``
+      (P, n_draws) of W = W_QK Σ.
+    """
+    k_sig, k_w, k_walk = jax.random.split(key, 3)
+    if anisotropic:
+        Sig, F = loc.anisotropic_covariance(k_sig, d)
+    else:
+        Sig, F = jnp.eye(d), jnp.eye(d)
+    pairs = [(m, s) for m in means for s in scales]
+    keys = jax.random.split(k_w, len(pairs) * n_draws).reshape(len(pairs), n_draws)
+    Ws = []
+    for p, (m, s) in enumerate(pairs):
+        Ws.append(jax.vmap(lambda k: loc.random_wqk(k, d, m, s)[0])(keys[p]))
+    W = jnp.stack(Ws).reshape(len(pairs) * n_draws, d, d)
+    lam = math.sqrt(d)
+    res = loc.empirical_rho(k_walk, W, F, lam, T=T, n_seq=n_seq, with_entropy=True)
+    t = jax.vmap(lambda w: loc.w_traces(w, Sig))(W)
+    xi = t["trW"] / jnp.sqrt(t["trW2"])
+    eta = jnp.sqrt(t["trW2"]) / lam
+    P = len(pairs)
+    return {"rho": np.asarray(res["rho"]).reshape(P, n_draws, T), "entropy": np.asarray(res["entropy"]).reshape(P, n_draws),
+            "pairs": pairs, "xi": np.asarray(xi).reshape(P, n_draws), "eta": np.asarray(eta).reshape(P, n_draws)}
+
+
+def report_sections(run, *, budget: str, seed: int):
+    """Figs. 2-5 of Bao et al. for the ``verify`` report (ρ(θ) grids, localization regime, eq. (9), Fig. 5 simulation).
+
+    Returns:
+      (list of :class:`geomjax.report.Section`, metrics dict).
+    """
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots
+    from geomjax.report import Section
+
+    sections, metrics = [], {}
+    theta = np.linspace(0.0, 1.0, 201)
+
+    # Fig. 2: ρ(θ) for a grid of ξ, η (printed and corrected variance)
+    xis = (-10.0, -5.0, -1.0, 0.0, 1.0, 5.0, 10.0)
+    etas = (0.001, 0.1, 0.5, 1.0, 2.0, 5.0)
+    fig, axes = plt.subplots(2, len(xis), figsize=(2.3 * len(xis), 4.8), sharey=True, squeeze=False)
+    with jax.enable_x64(True):
+        for r, form in enumerate(("printed", "corrected")):
+            for c, xi in enumerate(xis):
+                ax = axes[r, c]
+                for eta in etas:
+                    ax.plot(theta, np.asarray(loc.rho_theta(jnp.asarray(theta), xi, eta, form)), label=f"η={eta:g}")
+                ax.set_title(f"ξ={xi:g} ({form})", fontsize=8)
+                ax.set_xlabel("θ = i/T", fontsize=8)
+        axes[0, 0].set_ylabel("ρ(θ)")
+        axes[1, 0].set_ylabel("ρ(θ)")
+        axes[0, -1].legend(fontsize=6)
+    fig.tight_layout()
+    p, rel = run.figure_path("bao_fig2_rho_grid.png")
+    plots.save(fig, p)
+    s2 = Section("Bao Fig. 2: ρ(θ) for a grid of ξ and η")
+    s2.paragraphs.append("Eq. (6) as printed (top; variance profile 2θ² + 7/12) and with the corrected profile 2θ² − 2θ + 7/12 "
+                         "(bottom; bao.lemma1.variance). The qualitative picture (late/early-site focus for large |ξ| and small η, "
+                         "middle-site focus for ξη > 2, vanishing signal for large η) is the same; the corrected profile is symmetric about θ = ½.")
+    s2.figure(rel, "ρ(θ; ξ, η), eq. (6)")
+    sections.append(s2)
+
+    # Fig. 3: localization regime
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    rows = []
+    with jax.enable_x64(True):
+        for xi, eta in ((128.0, 0.01), (512.0, 0.01)):
+            for form, ls in (("printed", "-"), ("corrected", "--")):
+                y = np.asarray(loc.rho_theta(jnp.asarray(theta), xi, eta, form))
+                ax.plot(theta, y, ls, label=f"ξ={xi:g}, η={eta:g} (ξη={xi * eta:g}, {form})")
+                support = theta[y > 0.5]
+                rows.append([xi, eta, xi * eta, form, float(support.min()) if support.size else float("nan"),
+                             float(support.max()) if support.size else float("nan")])
+    ax.set_xlabel("θ")
+    ax.set_ylabel("ρ(θ)")
+    ax.legend(fontsize=6)
+    p, rel = run.figure_path("bao_fig3_localization.png")
+    plots.save(fig, p)
+    s3 = Section("Bao Fig. 3: localization regime")
+    s3.paragraphs.append("ξη = 1.28 < 2 keeps the late-site indicator; ξη = 5.12 > 2 localizes ρ on [½, ½ + 1/(ξη)] (Lemma 2). "
+                         "(The paper's caption says η = 0.02 for ξη = 5.12 with ξ = 512; η = 0.01 is used for both.)")
+    s3.table(["ξ", "η", "ξη", "variance", "θ_min (ρ>½)", "θ_max (ρ>½)"], rows)
+    s3.figure(rel, "ρ(θ) in the localization regime")
+    sections.append(s3)
+
+    # Fig. 4: entropy bound
+    nu = np.linspace(0.0, 30.0, 601)
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    rows = []
+    with jax.enable_x64(True):
+        for T in (10, 100, 1000):
+            line = ax.plot(nu, np.asarray(loc.zhai_bound(jnp.asarray(nu), T)), label=f"eq. (9) printed, T={T}")[0]
+            ax.plot(nu, np.asarray(loc.one_vs_rest_entropy(jnp.asarray(nu), T)), "--", color=line.get_color(),
+                    label=f"one-vs-rest entropy (gap ν), T={T}")
+            ax.axhline(math.log(T), color=line.get_color(), lw=0.6, ls=":")
+            rows.append([T, math.log(T), float(np.max(np.asarray(loc.zhai_bound(jnp.asarray(nu), T)))), _nu_star(T)])
+    ax.set_yscale("symlog", linthresh=1.0)
+    ax.set_xlabel("ν")
+    ax.set_ylabel("entropy (nats)")
+    ax.legend(fontsize=6)
+    p, rel = run.figure_path("bao_fig4_entropy_bound.png")
+    plots.save(fig, p)
+    s4 = Section("Bao Fig. 4: Zhai et al.'s entropy lower bound (eq. (9))")
+    s4.paragraphs.append("Solid: eq. (9) as printed; dotted: ln T, the largest possible entropy; dashed: the entropy of one logit ν "
+                         "above T − 1 equal ones (the bound without the e^{−ν/2} typo). The printed curve exceeds ln T for ν < ν*(T), "
+                         "so it cannot be a lower bound there (bao.eq9.printed).")
+    s4.table(["T", "ln T", "max of printed bound", "ν*(T)"], rows)
+    s4.figure(rel, "eq. (9)")
+    sections.append(s4)
+
+    # Fig. 5: simulation
+    n_seq = 300 if budget == "quick" else 3000
+    s5 = Section("Bao Fig. 5: simulated ρ_i and attention entropy")
+    s5.paragraphs.append(f"{n_seq} random walks of 40 tokens (Assumption 1), d = 128, λ = √d, 10 draws of W_QK = B diag(w) Bᵀ per "
+                         f"eigenvalue (mean, scale) pair, w ~ N(mean, scale²); thin lines: draws, bold: their mean. Right: attention "
+                         "entropy of S(X W_QK Xᵀ/λ) (mean over rows and sequences; ln 40 = 3.69).")
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), gridspec_kw={"width_ratios": [2, 1]})
+    for r, aniso in enumerate((False, True)):
+        res = fig5_simulation(jax.random.fold_in(jax.random.key(seed), 5 + r), n_seq=n_seq, anisotropic=aniso)
+        ax = axes[r, 0]
+        colors = plt.cm.viridis(np.linspace(0, 0.9, len(res["pairs"])))
+        i = np.arange(1, 41)
+        table = []
+        for p_, (m, s) in enumerate(res["pairs"]):
+            for dr in res["rho"][p_]:
+                ax.plot(i, dr, color=colors[p_], lw=0.3, alpha=0.5)
+            ax.plot(i, res["rho"][p_].mean(0), color=colors[p_], lw=2, label=f"mean {m:g}, scale {s:g}")
+            table.append(["anisotropic" if aniso else "isotropic", m, s, float(res["xi"][p_].mean()), float(res["eta"][p_].mean()),
+                          float(res["entropy"][p_].mean()), float(res["entropy"][p_].std()),
+                          float(res["rho"][p_].mean(0).max() - res["rho"][p_].mean(0).min())])
+        ax.set_title(("anisotropic" if aniso else "isotropic") + " Σ", fontsize=9)
+        ax.set_xlabel("token i")
+        ax.set_ylabel("ρ_i")
+        ax.legend(fontsize=6, ncol=3)
+        ent = res["entropy"].mean(1).reshape(len(FIG5_MEANS), len(FIG5_SCALES))
+        axe = axes[r, 1]
+        im = axe.imshow(ent, origin="lower", cmap="magma")
+        axe.set_xticks(range(len(FIG5_SCALES)), [f"{s:g}" for s in FIG5_SCALES])
+        axe.set_yticks(range(len(FIG5_MEANS)), [f"{m:g}" for m in FIG5_MEANS])
+        axe.set_xlabel("eigenvalue scale")
+        axe.set_ylabel("eigenvalue mean")
+        for a in range(ent.shape[0]):
+            for b in range(ent.shape[1]):
+                axe.text(b, a, f"{ent[a, b]:.2f}", ha="center", va="center", fontsize=8,
+                         color="k" if ent[a, b] > 0.5 * (ent.min() + ent.max()) else "w")
+        fig.colorbar(im, ax=axe, fraction=0.046)
+        s5.table(["Σ", "mean", "scale", "ξ (avg)", "η (avg)", "entropy", "entropy sd", "ρ range (max−min)"], table,
+                 caption=("anisotropic" if aniso else "isotropic") + " Σ")
+        metrics["fig5_" + ("aniso" if aniso else "iso")] = {"pairs": res["pairs"], "entropy": res["entropy"].mean(1),
+                                                             "xi": res["xi"].mean(1), "eta": res["eta"].mean(1)}
+    fig.tight_layout()
+    p, rel = run.figure_path("bao_fig5_simulation.png")
+    plots.save(fig, p)
+    s5.figure(rel, "Fig. 5: ρ_i (left) and attention entropy (right), isotropic (top) and anisotropic (bottom) Σ")
+    sections.append(s5)
+    return sections, metrics
