@@ -34,9 +34,11 @@ __all__ = [
     "addition_problems",
     "addition_string",
     "addition_tokenizer",
+    "decode_addition",
     "encode_addition",
     "has_carry",
     "modular_addition_data",
+    "parse_addition_answer",
     "random_tokens",
     "randomize_tokens",
 ]
@@ -68,7 +70,7 @@ def _digits_to_int(d: np.ndarray) -> int:
 
 
 def addition_problems(
-    key_or_seed: Key | int, n: int, max_digits: int, *, carry: bool = True
+    key_or_seed: Key | int, n: int, max_digits: int, *, carry: bool = True, min_digits: int | None = None
 ) -> list[tuple[int, int]]:
     """Draw n addition problems (a, b) with operand lengths uniform in {⌊L/2⌋, …, L} (L = max_digits).
 
@@ -85,6 +87,9 @@ def addition_problems(
       n: number of problems >= 1.
       max_digits: L >= 1 (operands of one digit may be 0; longer ones have no leading zero).
       carry: see above.
+      min_digits: shortest operand length (default max(1, ⌊L/2⌋), the training range); e.g.
+        ``min_digits = max_digits = 3`` draws 3-digit operands only (length-generalization tests,
+        Song & Zhong App. E: lengths 1-4). The same key gives the same draw as before this option.
 
     Returns:
       list of n ``(a, b)`` Python ints.
@@ -92,7 +97,9 @@ def addition_problems(
     n, L = int(n), int(max_digits)
     if n < 1 or L < 1:
         raise ValueError(f"addition_problems: need n >= 1 and max_digits >= 1, got n={n}, max_digits={L}")
-    lo = max(1, L // 2)
+    lo = max(1, L // 2) if min_digits is None else int(min_digits)
+    if not 1 <= lo <= L:
+        raise ValueError(f"addition_problems: min_digits must lie in [1, max_digits={L}], got {min_digits}")
     k_len, k_dig, k_lead, k_pair = jax.random.split(as_key(key_or_seed), 4)
     lens = np.asarray(jax.random.randint(k_len, (n, 2), lo, L + 1)).astype(np.int64)
     digits = np.asarray(jax.random.randint(k_dig, (n, 2, L), 0, 10)).astype(np.int64)
@@ -173,6 +180,75 @@ def addition_batch(
 ) -> AdditionBatch:
     """Draw and encode n addition problems: :func:`addition_problems` then :func:`encode_addition`."""
     return encode_addition(addition_problems(key_or_seed, n, max_digits, carry=carry), T, reverse=reverse)
+
+
+def parse_addition_answer(text: str, *, reverse: bool = True) -> int | None:
+    """Read the answer a model wrote after "=": the digits up to the first newline (or the end).
+
+    ``reverse=True`` reads them least significant digit first (Song & Zhong's reversed answer).
+    Returns None when there is no digit or a non-digit character comes before the newline.
+    """
+    ans = text.split("\n", 1)[0]
+    if not ans or not ans.isdigit():
+        return None
+    return int(ans[::-1] if reverse else ans)
+
+
+def decode_addition(
+    logits_fn, problems: Sequence[tuple[int, int]], T: int, *, reverse: bool = True
+) -> tuple[list[int | None], np.ndarray]:
+    """Greedy-decode answers to "a+b=" prompts and score exact match (Song & Zhong App. E accuracy).
+
+    Each prompt "a+b=" is written into a (n, T) buffer (padded with newlines); at every step
+    ``logits_fn(ids (n, T - 1) int32) -> (n, T - 1, V)`` is called on the first T − 1 tokens (the
+    model reads T − 1 positions, as in training, where the (n, T) strings give inputs ids[:, :-1];
+    position t's logits predict token t+1) and the argmax after each row's last written token is
+    appended, until every row has emitted a newline or filled the buffer. The answer is :func:`parse_addition_answer` of what
+    was written; it is correct iff it equals a + b (a missing newline before T counts as written
+    text up to T).
+
+    Args:
+      logits_fn: causal next-token logits function.
+      problems: (a, b) pairs.
+      T: buffer length (the model's positions + 1); every problem string must fit.
+      reverse: answers are written reversed.
+
+    Returns:
+      (predicted answers, (n,) bool array of exact matches).
+
+    Raises:
+      ValueError: a problem's full string does not fit in T tokens.
+    """
+    tok = addition_tokenizer()
+    nl = tok.encode("\n")[0]
+    n = len(problems)
+    ids = np.full((n, T), nl, dtype=np.int32)
+    cur = np.zeros(n, dtype=np.int64)
+    for i, (a, b) in enumerate(problems):
+        full = addition_string(a, b, reverse=reverse)
+        if len(full) > T:
+            raise ValueError(f"decode_addition: problem {a}+{b} needs {len(full)} tokens but T={T}; use a model "
+                             "with more positions or shorter operands")
+        prompt = full[: full.index("=") + 1]
+        ids[i, : len(prompt)] = tok.encode(prompt)
+        cur[i] = len(prompt)
+    done = np.zeros(n, dtype=bool)
+    written = [[] for _ in range(n)]
+    while not done.all():
+        logits = np.asarray(logits_fn(jnp.asarray(ids[:, : T - 1])))
+        nxt = logits[np.arange(n), np.minimum(cur, T - 1) - 1].argmax(-1)
+        for i in np.flatnonzero(~done):
+            if cur[i] >= T:
+                done[i] = True
+                continue
+            ids[i, cur[i]] = nxt[i]
+            written[i].append(int(nxt[i]))
+            cur[i] += 1
+            if nxt[i] == nl:
+                done[i] = True
+    preds = [parse_addition_answer(tok.decode(w), reverse=reverse) for w in written]
+    ok = np.asarray([p is not None and p == a + b for p, (a, b) in zip(preds, problems)], dtype=bool)
+    return preds, ok
 
 
 def random_tokens(key: Key, shape: tuple[int, ...], vocab_size: int) -> Int[Array, "..."]:

@@ -1,0 +1,1 @@
+"""Experiment scripts: each experiments/<name>/ has config.py (get_config(preset)) and run.py."""

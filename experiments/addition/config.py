@@ -1,0 +1,90 @@
+"""Presets of the addition experiment (Song & Zhong §5.2, App. E, Figs. 6d-e, 51-56).
+
+"a+b=c" with the answer reversed, operand lengths uniform in {L/2, ..., L} (L = 10: 5-10 digits),
+carry (uniform random integers) and no-carry (digit pairs summing to <= 9) settings, loss only after
+"=". Exact match by greedy decoding in distribution and on operands of 1-4 digits.
+
+* ``smoke``: L = 4, 1 layer, d 32, 30 steps (seconds; used in tests).
+* ``cpu``: L = 10 (as the paper), 2 layers, 4 heads, d 128, 2000 steps of batch 64 (lr 2e-3 cosine to 2e-4), 100K training
+  problems, 2000 in-distribution and 4 × 250 short test problems per setting.
+* ``paper``: :func:`geomjax.train.addition_config` ``paper`` (REFERENCE.md: 8 layers, 8 heads, d 512,
+  fp32, 1M training problems as in the source code — the paper's App. E text says 100K — 10K
+  validation, 1K short problems).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+PRESETS = ("smoke", "cpu", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class AdditionExperimentConfig:
+    """Settings of one addition run (frozen).
+
+    Attributes:
+      preset: name.
+      max_digits: L (operands of ⌊L/2⌋..L digits).
+      n_layers, n_heads, d_model, d_mlp: the toy transformer (ignored by ``paper``, which takes the
+        ``addition_config("paper")`` model).
+      batch_size, total_steps, steps_per_call, lr, final_lr, warmup_steps: training.
+      n_train: training problems.
+      n_eval: in-distribution test problems (fresh draw).
+      short_lengths: operand lengths of the length-generalization test (outside the trained range).
+      n_short: test problems per short length.
+      allow_out_of_range: the explicit consent to test lengths outside the trained range (without it the
+        short-length test raises a ValueError).
+      n_basis: problems over which μ/pos of the attention inputs are estimated.
+      settings: ``"carry"`` and/or ``"no_carry"``.
+      seed: everything derives from it.
+    """
+
+    preset: str
+    max_digits: int = 10
+    n_layers: int = 2
+    n_heads: int = 4
+    d_model: int = 128
+    d_mlp: int = 512
+    batch_size: int = 64
+    total_steps: int = 2000
+    steps_per_call: int = 100
+    lr: float = 2e-3
+    final_lr: float = 2e-4
+    warmup_steps: int = 100
+    n_train: int = 100_000
+    n_eval: int = 2000
+    short_lengths: tuple[int, ...] = (1, 2, 3, 4)
+    n_short: int = 250
+    allow_out_of_range: bool = True
+    n_basis: int = 512
+    settings: tuple[str, ...] = ("carry", "no_carry")
+    seed: int = 0
+
+    def __post_init__(self):
+        bad = [s for s in self.settings if s not in ("carry", "no_carry")]
+        if bad:
+            raise ValueError(f"AdditionExperimentConfig: settings must be 'carry' / 'no_carry', got {bad}")
+        if self.total_steps % self.steps_per_call:
+            raise ValueError("AdditionExperimentConfig: total_steps must be a multiple of steps_per_call")
+
+    @property
+    def seq_len(self) -> int:
+        """Positions the model reads: the longest string "a+b=c\\n" (3L + 4 characters) minus one."""
+        return 3 * self.max_digits + 3
+
+
+def get_config(preset: str = "cpu") -> AdditionExperimentConfig:
+    """The ``smoke`` / ``cpu`` / ``paper`` preset."""
+    if preset == "smoke":
+        return AdditionExperimentConfig("smoke", max_digits=4, n_layers=1, n_heads=2, d_model=32, d_mlp=64,
+                                        batch_size=16, total_steps=30, steps_per_call=10, lr=3e-3, final_lr=3e-4,
+                                        warmup_steps=5, n_train=512, n_eval=32, short_lengths=(1,), n_short=16,
+                                        n_basis=32)
+    if preset == "cpu":
+        return AdditionExperimentConfig("cpu")
+    if preset == "paper":
+        return AdditionExperimentConfig("paper", n_layers=8, n_heads=8, d_model=512, d_mlp=2048, batch_size=256,
+                                        total_steps=20_000, lr=1e-3, final_lr=1e-4, warmup_steps=100,
+                                        n_train=1_000_000, n_eval=10_000, n_short=250, n_basis=2048)
+    raise ValueError(f"get_config: preset must be one of {PRESETS}, got {preset!r}")

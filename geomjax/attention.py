@@ -1,0 +1,853 @@
+"""Attention dissection (Song & Zhong §4, App. D): QK decomposition (eq. 7), induction-head study,
+W structure (eq. 8), attention entropy.
+
+**Which vector is decomposed.** LayerNorm is nonlinear, so LN(μ + pos + cvec) is not
+LN(μ) + LN(pos) + LN(cvec) (the source code applied ``ln_1`` to each part separately — and twice to
+the query in two terms — so its four terms did not add up to the scores). geomjax decomposes the
+vector the query/key projections actually multiply: the *attention input*
+
+* pre-LN models (GPT-2, the pre-LN toy): x = ln_1(h), the LayerNorm OUTPUT of the block's residual
+  input h, computed once by the model's own parameters;
+* post-LN / LayerNorm-free models (BERT/MiniLM, post-LN or no-LN toys): x = h, the block's input.
+
+Across C contexts, x_{c,t} = μ + pos_t + cvec_{c,t} (eq. 2 applied to x): μ the global mean,
+pos_t = mean_c x_{c,t} − μ, and for a probe sequence cvec_t = x_t − μ − pos_t. Because the model's
+scores are bilinear in x, the decomposition below is exact (no linearisation):
+
+    score_{ts} = (x_t W_q + b_q)·(x_s W_k + b_k)/√K
+               = x_tᵀ W x_s + x_tᵀ u + vᵀ x_s + β,  W = W_q W_kᵀ/√K, u = W_q b_k/√K, v = W_k b_q/√K,
+                                                    β = b_q·b_k/√K
+               = pos_tᵀW pos_s + pos_tᵀW cvec_s + cvec_tᵀW pos_s + cvec_tᵀW cvec_s      (eq. 7)
+                 + [μᵀW x_s + (x_t − μ)ᵀW μ]                                             ("mean")
+                 + [x_tᵀ u + vᵀ x_s + β]                                                   ("bias")
+
+With ``remove_mean=False`` (App. D.1, Fig. 28: "global mean not removed"; the source code's
+cvec = h − pos) μ is folded into cvec (cvec_t = x_t − pos_t) and the mean term is zero. Either way
+pos_pos + pos_cvec + cvec_pos + cvec_cvec + mean + bias equals the model's pre-softmax scores
+exactly (up to rounding); ``tests/test_attention.py`` checks it against the model's own attention
+probabilities and a NumPy re-implementation.
+
+Model support: geomjax GPT-2 and BERT ports (:mod:`geomjax.models`) and the toy transformer
+(:class:`geomjax.models.toy.ToyTransformer`, or a :class:`geomjax.models.toy_run.ToyRun`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from geomjax._checks import as_real_array
+from geomjax.typing import Array, Float, Int, Key
+
+__all__ = [
+    "AttentionBasis",
+    "AttentionModel",
+    "COMPONENTS",
+    "HEAD_TYPES",
+    "QKParts",
+    "attention_entropy",
+    "attention_inputs",
+    "attention_inputs_jit",
+    "causal_softmax",
+    "classify_heads",
+    "component_strength",
+    "describe_model",
+    "embed_unembed",
+    "estimate_attention_basis",
+    "haar_orthogonal",
+    "head_qk_decomposition",
+    "hard_threshold",
+    "head_pattern_scores",
+    "layer_qk_decomposition",
+    "low_rank_diag_fit",
+    "matrix_smoothness",
+    "ov_copying_scores",
+    "qk_decomposition",
+    "qk_weights",
+    "repeated_random_tokens",
+    "rotate_offdiagonal",
+    "topleft_energy_fraction",
+    "universal_threshold",
+    "w_matrix",
+    "w_structure",
+]
+
+COMPONENTS = ("pos_pos", "pos_cvec", "cvec_pos", "cvec_cvec")
+"""The four terms of Song & Zhong eq. (7), in order (query part first)."""
+
+HEAD_TYPES = ("self_token", "neighbours", "copying")
+"""Song & Zhong §4.1's three head types: attention to previous identical tokens (cvec-cvec),
+to neighbouring tokens (pos-pos), and to the token being copied (shifted diagonal)."""
+
+
+# ------------------------------------------------------------------------------------- models
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionModel:
+    """What the dissection needs to know about a model (hashable).
+
+    Attributes:
+      kind: ``"gpt2"``, ``"bert"`` or ``"toy"``.
+      n_layers: L blocks.
+      n_heads: H heads per block.
+      head_dim: K per head.
+      d_model: d.
+      max_positions: longest sequence the model takes.
+      causal: whether the attention is causal (BERT: the ``causal`` override, as the source code
+        ran BERT with ``is_decoder=True``).
+      pre_ln: the attention input is ln_1(h) (GPT-2, pre-LN toy) rather than h.
+    """
+
+    kind: str
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    d_model: int
+    max_positions: int
+    causal: bool
+    pre_ln: bool
+
+
+def _unwrap(model):
+    from geomjax.models.toy_run import ToyRun
+
+    return model.model if isinstance(model, ToyRun) else model
+
+
+def describe_model(model, *, causal: bool | None = None) -> AttentionModel:
+    """Describe a GPT-2, BERT or toy model for the attention dissection (Song & Zhong §4).
+
+    Args:
+      model: a geomjax ``GPT2``, ``Bert``, ``ToyTransformer`` or ``ToyRun``.
+      causal: BERT only: None uses ``config.causal``; True gives the causal mask (the source code's
+        ``is_decoder=True``). GPT-2 and the toy use their own mask; passing a different value raises.
+
+    Raises:
+      ValueError: ``causal`` contradicts a GPT-2/toy model's mask. TypeError: unsupported model.
+    """
+    from geomjax.models import BertConfig, GPT2Config
+    from geomjax.models.toy import ToyTransformer
+
+    model = _unwrap(model)
+    if isinstance(model, ToyTransformer):
+        c = model.cfg
+        if causal is not None and bool(causal) != c.causal:
+            raise ValueError(f"describe_model: the toy model has causal={c.causal}; causal={causal} cannot be "
+                             "overridden (leave causal=None)")
+        return AttentionModel("toy", c.n_layers, c.n_heads, c.head_dim, c.d_model, c.max_len, c.causal,
+                              c.layer_norm == "pre")
+    cfg = getattr(model, "config", None)
+    if isinstance(cfg, GPT2Config):
+        if causal is not None and not causal:
+            raise ValueError("describe_model: GPT-2 is always causal; leave causal=None")
+        return AttentionModel("gpt2", cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.n_positions, True, True)
+    if isinstance(cfg, BertConfig):
+        cz = cfg.causal if causal is None else bool(causal)
+        return AttentionModel("bert", cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim,
+                              cfg.hidden_size, cfg.max_position_embeddings, cz, False)
+    raise TypeError(f"describe_model: unsupported model {type(model).__name__}; expected geomjax GPT2, Bert, "
+                    "ToyTransformer or ToyRun")
+
+
+def _check_layer(spec: AttentionModel, layer: int) -> int:
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= int(layer) < spec.n_layers:
+        raise ValueError(f"layer must be an int in [0, {spec.n_layers}) for this {spec.kind} model "
+                         f"({spec.n_layers} layers), got {layer!r}")
+    return int(layer)
+
+
+def _check_head(spec: AttentionModel, head: int) -> int:
+    if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not 0 <= int(head) < spec.n_heads:
+        raise ValueError(f"head must be an int in [0, {spec.n_heads}) for this {spec.kind} model "
+                         f"({spec.n_heads} heads per layer), got {head!r}")
+    return int(head)
+
+
+def qk_weights(model, params: dict, layer: int) -> dict[str, Array]:
+    """Per-head query/key/value/output weights of one block, stacked by head (Song & Zhong eq. (8) inputs).
+
+    Args:
+      model: GPT-2, BERT, toy model or ToyRun.
+      params: the model's parameters.
+      layer: block index in [0, L).
+
+    Returns:
+      dict with ``W_q``, ``W_k``, ``W_v`` (H, d, K), ``W_o`` (H, K, d) and ``b_q``, ``b_k`` (H, K)
+      (zeros when the model has no attention biases), so that head h computes
+      ``q = x @ W_q[h] + b_q[h]`` on the attention input x.
+
+    Raises:
+      ValueError: layer out of range.
+    """
+    spec = describe_model(model)
+    layer = _check_layer(spec, layer)
+    model = _unwrap(model)
+    if spec.kind == "toy":
+        from geomjax.models.toy import head_weights
+
+        w = dict(head_weights(params, layer))
+    else:
+        from geomjax.models import attention_weights
+
+        w = dict(attention_weights(params, model.config, layer))
+    H, K = spec.n_heads, spec.head_dim
+    for n in ("q", "k", "v"):
+        w.setdefault(f"b_{n}", jnp.zeros((H, K), w["W_q"].dtype))
+    return {k: w[k] for k in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v")}
+
+
+def embed_unembed(model, params) -> tuple[Array, Array]:
+    """Token embedding W_E (V, d) and unembedding W_U (d, V) for the OV copying score.
+
+    Tied models use W_U = W_Eᵀ (GPT-2; BERT, whose masked-LM decoder is tied to its word embeddings).
+    """
+    spec = describe_model(model)
+    if spec.kind == "toy":
+        E = params["embed"]["embedding"]
+        U = params["unembed"]["kernel"] if "unembed" in params else E.T
+        return E, U
+    if spec.kind == "gpt2":
+        E = params["wte"]["embedding"]
+        return E, E.T
+    E = params["word_embeddings"]["embedding"]
+    return E, E.T
+
+
+def attention_inputs(model, params, ids: Int[Array, "B T"], *, causal: bool | None = None
+                     ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+    """Every block's attention input x and attention probabilities for token ids (Song & Zhong §4.1).
+
+    x is what W_q/W_k multiply: ln_1(h) for pre-LN models (LayerNorm applied exactly once, with the
+    block's own parameters), h for BERT and post-/no-LN toys.
+
+    Args:
+      model: GPT-2, BERT, toy model or ToyRun.
+      params: its parameters.
+      ids: (B, T) token ids, T <= the model's positions.
+      causal: BERT only (see :func:`describe_model`).
+
+    Returns:
+      (xs, attentions): L arrays (B, T, d) and L arrays (B, H, T, T) computed by the model itself.
+    """
+    from geomjax.models.common import layer_norm
+
+    spec = describe_model(model, causal=causal)
+    m = _unwrap(model)
+    if spec.kind == "toy":
+        _, inter = m.apply({"params": params}, ids, return_attention=True)
+    elif spec.kind == "gpt2":
+        _, inter = m.apply({"params": params}, ids, return_attention=True, compute_logits=False)
+    else:
+        _, inter = m.apply({"params": params}, ids, causal=spec.causal, return_attention=True)
+    res = inter.residual
+    xs = []
+    for layer in range(spec.n_layers):
+        h = res[layer]
+        if spec.pre_ln:
+            if spec.kind == "toy":
+                ln = params[f"block_{layer}"]["ln_1"]
+                scale = ln["scale"]
+                bias = ln.get("bias", jnp.zeros_like(scale))
+                eps = m.cfg.ln_eps
+            else:
+                ln = params[f"h_{layer}"]["ln_1"]
+                scale, bias, eps = ln["scale"], ln["bias"], m.config.layer_norm_epsilon
+            h = layer_norm(h, scale, bias, eps)
+        xs.append(h)
+    return tuple(xs), tuple(inter.attentions)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "causal"))
+def _attention_inputs_jit(model, params, ids, causal):
+    return attention_inputs(model, params, ids, causal=causal)
+
+
+def attention_inputs_jit(model, params, ids: Int[Array, "B T"], *, causal: bool | None = None
+                         ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+    """:func:`attention_inputs` compiled once per (model config, causal, input shape) and reused across calls.
+
+    The ids are checked eagerly (shape, length, vocabulary range) before the compiled call, so a bad id
+    raises a ValueError instead of producing NaNs inside ``jit``.
+    """
+    from geomjax.models.common import check_input_ids
+
+    spec = describe_model(model, causal=causal)
+    m = _unwrap(model)
+    vocab = m.cfg.vocab_size if spec.kind == "toy" else m.config.vocab_size
+    ids = check_input_ids(ids, vocab, spec.max_positions, what=f"{spec.kind} model")
+    return _attention_inputs_jit(m, params, ids, causal)
+
+
+@struct.dataclass
+class AttentionBasis:
+    """Global mean and positional basis of every block's attention input (eq. 2 applied to x).
+
+    Attributes:
+      mean: (L, d) μ per layer.
+      pos: (L, T, d) pos_t per layer (sums to 0 over t).
+      n_contexts: number of windows averaged.
+    """
+
+    mean: Array
+    pos: Array
+    n_contexts: int = struct.field(pytree_node=False, default=0)
+
+    @property
+    def n_positions(self) -> int:
+        """T, the number of positions the basis was estimated on."""
+        return int(self.pos.shape[1])
+
+
+def estimate_attention_basis(model, params, id_batches: Iterable[Int[Array, "B T"]], *,
+                             causal: bool | None = None) -> AttentionBasis:
+    """Estimate μ and pos of every block's attention input over C windows (Song & Zhong eq. (2)).
+
+    pos_t = mean_c x_{c,t} − μ and μ = mean_{c,t} x_{c,t}, accumulated in float64 on the host.
+
+    Args:
+      model, params: the model (see :func:`attention_inputs`).
+      id_batches: iterable of (B, T) id windows, all with the same T (C = total windows >= 2).
+      causal: BERT only.
+
+    Raises:
+      ValueError: fewer than 2 windows, T changing between batches, non-finite inputs.
+    """
+    total, n, T = None, 0, None
+    describe_model(model, causal=causal)
+    for b, ids in enumerate(id_batches):
+        ids = np.asarray(ids)
+        if ids.ndim != 2:
+            raise ValueError(f"estimate_attention_basis: batch {b} must be (B, T) ids, got shape {ids.shape}")
+        if T is None:
+            T = ids.shape[1]
+        elif ids.shape[1] != T:
+            raise ValueError(f"estimate_attention_basis: batch {b} has T={ids.shape[1]}, earlier batches T={T}")
+        xs = np.stack([np.asarray(x, np.float64)
+                       for x in attention_inputs_jit(model, params, ids, causal=causal)[0]])  # (L, B, T, d)
+        if not np.isfinite(xs).all():
+            raise ValueError(f"estimate_attention_basis: non-finite attention inputs in batch {b}")
+        s = xs.sum(axis=1)
+        total = s if total is None else total + s
+        n += ids.shape[0]
+    if n < 2:
+        raise ValueError(f"estimate_attention_basis: need at least 2 windows (contexts), got {n}")
+    per_pos = total / n  # (L, T, d)
+    mean = per_pos.mean(axis=1)
+    pos = per_pos - mean[:, None, :]
+    return AttentionBasis(jnp.asarray(mean, jnp.float32), jnp.asarray(pos, jnp.float32), n)
+
+
+# ------------------------------------------------------------------------------ QK decomposition
+
+
+@struct.dataclass
+class QKParts:
+    """Song & Zhong eq. (7) parts of one head's pre-softmax scores, each (..., T, T) [query, key].
+
+    ``pos_pos + pos_cvec + cvec_pos + cvec_cvec + mean + bias == total`` (see the module docstring);
+    ``attention`` is the (causal) softmax of ``total``.
+    """
+
+    pos_pos: Array
+    pos_cvec: Array
+    cvec_pos: Array
+    cvec_cvec: Array
+    mean: Array
+    bias: Array
+    total: Array
+    attention: Array
+
+    def sum_of_parts(self) -> Array:
+        """pos_pos + pos_cvec + cvec_pos + cvec_cvec + mean + bias (equals ``total``)."""
+        return self.pos_pos + self.pos_cvec + self.cvec_pos + self.cvec_cvec + self.mean + self.bias
+
+
+@functools.partial(jax.jit, static_argnames=("causal",))
+def causal_softmax(scores: Float[Array, "... T S"], causal: bool = True) -> Float[Array, "... T S"]:
+    """Causal attention softmax(scores) per row (Vaswani et al. eq. 1), keys s > t masked when causal.
+
+    Masked scores become the dtype minimum before the softmax, as the geomjax models (and Hugging
+    Face eager attention) do, so this reproduces the models' probabilities. Shapes (..., T, S).
+    """
+    if causal:
+        T, S = scores.shape[-2:]
+        mask = jnp.tril(jnp.ones((T, S), bool))
+        scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    return jax.nn.softmax(scores, axis=-1)
+
+
+@functools.partial(jax.jit, static_argnames=("remove_mean", "causal"))
+def qk_decomposition(
+    x: Float[Array, "T d"],
+    mean: Float[Array, " d"],
+    pos: Float[Array, "Tp d"],
+    W_q: Float[Array, "d K"],
+    W_k: Float[Array, "d K"],
+    b_q: Float[Array, " K"] | None = None,
+    b_k: Float[Array, " K"] | None = None,
+    *,
+    remove_mean: bool = True,
+    causal: bool = True,
+) -> QKParts:
+    """Decompose one head's scores into pos/cvec cross terms (Song & Zhong eq. (7)), exactly.
+
+    With m = μ (``remove_mean``) or 0, p_t = pos_t, c_t = x_t − m − p_t and W = W_q W_kᵀ/√K:
+    pos_pos = p W pᵀ, pos_cvec = p W cᵀ, cvec_pos = c W pᵀ, cvec_cvec = c W cᵀ,
+    mean = mᵀ W x_s + (x_t − m)ᵀ W m, bias = x_t·(W_q b_k) / √K + (W_k b_q)·x_s / √K + b_q·b_k / √K,
+    total = (x W_q + b_q)(x W_k + b_k)ᵀ / √K (the model's scores); the parts sum to the total.
+
+    Args:
+      x: (T, d) attention input of one sequence (LayerNorm output for pre-LN models; see module doc).
+      mean: (d,) global mean of the attention input.
+      pos: (Tp, d) positional basis estimated on Tp >= T positions (the first T are used).
+      W_q, W_k: (d, K) the head's projections.
+      b_q, b_k: (K,) biases or None.
+      remove_mean: True: μ is its own term (App. D.1 Fig. 27); False: μ stays inside cvec (Fig. 28).
+      causal: mask keys after the query in ``attention``.
+
+    Returns:
+      :class:`QKParts` with (T, T) arrays.
+
+    Raises:
+      ValueError: T larger than the positions pos was estimated on, or mismatched widths.
+    """
+    T, d = x.shape
+    if pos.ndim != 2 or pos.shape[1] != d or mean.shape != (d,):
+        raise ValueError(f"qk_decomposition: x is (T, d) = {x.shape} but pos is {pos.shape} and mean {mean.shape}; "
+                         "they must share d")
+    if T > pos.shape[0]:
+        raise ValueError(f"qk_decomposition: the sequence has {T} positions but the positional basis was estimated "
+                         f"on only {pos.shape[0]}; estimate pos on windows of at least {T} tokens "
+                         "(estimate_attention_basis) or use a shorter sequence")
+    K = W_q.shape[-1]
+    s = 1.0 / math.sqrt(K)
+    m = mean if remove_mean else jnp.zeros_like(mean)
+    p = pos[:T]
+    c = x - m[None] - p
+    pq, pk = p @ W_q, p @ W_k
+    cq, ck = c @ W_q, c @ W_k
+    mq, mk = m @ W_q, m @ W_k
+    xq, xk = x @ W_q, x @ W_k
+    bq = jnp.zeros((K,), x.dtype) if b_q is None else b_q
+    bk = jnp.zeros((K,), x.dtype) if b_k is None else b_k
+    parts = dict(
+        pos_pos=(pq @ pk.T) * s,
+        pos_cvec=(pq @ ck.T) * s,
+        cvec_pos=(cq @ pk.T) * s,
+        cvec_cvec=(cq @ ck.T) * s,
+        mean=((xk @ mq)[None, :] + ((xq - mq[None]) @ mk)[:, None]) * s,
+        bias=((xq @ bk)[:, None] + (xk @ bq)[None, :] + jnp.dot(bq, bk)) * s,
+    )
+    total = ((xq + bq[None]) @ (xk + bk[None]).T) * s
+    return QKParts(**parts, total=total, attention=causal_softmax(total, causal))
+
+
+@functools.partial(jax.jit, static_argnames=("layer", "remove_mean", "causal"))
+def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weights: dict, layer: int, *,
+                           remove_mean: bool = True, causal: bool = True) -> QKParts:
+    """eq. (7) parts for every head of one layer: :class:`QKParts` of (H, T, T) arrays.
+
+    Args:
+      x: (T, d) the layer's attention input for one sequence.
+      basis: from :func:`estimate_attention_basis`.
+      weights: :func:`qk_weights` of that layer.
+      layer: index into ``basis``.
+    """
+    if not 0 <= layer < basis.mean.shape[0]:
+        raise ValueError(f"layer_qk_decomposition: layer must lie in [0, {basis.mean.shape[0]}), got {layer}")
+    if x.shape[0] > basis.n_positions:
+        raise ValueError(f"layer_qk_decomposition: the sequence has {x.shape[0]} positions but the positional basis "
+                         f"covers {basis.n_positions}; estimate it on longer windows or shorten the sequence")
+    f = lambda wq, wk, bq, bk: qk_decomposition(x, basis.mean[layer], basis.pos[layer], wq, wk, bq, bk,
+                                                remove_mean=remove_mean, causal=causal)
+    return jax.vmap(f)(weights["W_q"], weights["W_k"], weights["b_q"], weights["b_k"])
+
+
+def head_qk_decomposition(model, params, basis: AttentionBasis, ids: Int[Array, " T"], layer: int, head: int, *,
+                          causal: bool | None = None, remove_mean: bool = True) -> QKParts:
+    """eq. (7) parts of one head of a model for one token sequence (Song & Zhong Fig. 4), checked inputs.
+
+    Args:
+      model, params: GPT-2, BERT or toy model (see :func:`describe_model`).
+      basis: μ/pos of the model's attention inputs (:func:`estimate_attention_basis`, same ``causal``).
+      ids: (T,) token ids, T <= the positions the basis was estimated on.
+      layer, head: which head.
+      causal: BERT only.
+      remove_mean: see :func:`qk_decomposition`.
+
+    Returns:
+      :class:`QKParts` of (T, T) arrays.
+
+    Raises:
+      ValueError: layer or head out of range; T longer than the basis' positions.
+    """
+    spec = describe_model(model, causal=causal)
+    layer, head = _check_layer(spec, layer), _check_head(spec, head)
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"head_qk_decomposition: ids must be one sequence (T,), got shape {ids.shape}")
+    if basis.mean.shape[0] != spec.n_layers:
+        raise ValueError(f"head_qk_decomposition: the basis has {basis.mean.shape[0]} layers but the model "
+                         f"{spec.n_layers}; estimate it with this model")
+    if ids.shape[0] > basis.n_positions:
+        raise ValueError(f"head_qk_decomposition: the sequence has {ids.shape[0]} tokens but the positional basis was "
+                         f"estimated on {basis.n_positions} positions; estimate it on windows of at least "
+                         f"{ids.shape[0]} tokens or shorten the sequence")
+    xs, _ = attention_inputs_jit(model, params, ids[None], causal=causal)
+    w = qk_weights(model, params, layer)
+    return qk_decomposition(xs[layer][0], basis.mean[layer], basis.pos[layer], w["W_q"][head], w["W_k"][head],
+                            w["b_q"][head], w["b_k"][head], remove_mean=remove_mean, causal=spec.causal)
+
+
+# ------------------------------------------------------------------------- induction-head study
+
+
+def repeated_random_tokens(key: Key, n_tokens: int = 8, n_repeats: int = 3, *, low: int = 0,
+                           high: int, n_sequences: int = 1) -> Int[Array, "S T"]:
+    """Song & Zhong Fig. 4 probe: n_tokens distinct random ids in [low, high), repeated n_repeats times.
+
+    The source used 8 ids in [1000, 10000) repeated 3 times (T = 24) for GPT-2.
+
+    Returns:
+      (n_sequences, n_tokens * n_repeats) int32 ids.
+
+    Raises:
+      ValueError: fewer than n_tokens ids in the range, or n_repeats < 2.
+    """
+    if n_tokens < 2 or n_repeats < 2:
+        raise ValueError(f"repeated_random_tokens: need n_tokens >= 2 and n_repeats >= 2 (a repeat to copy from), "
+                         f"got {n_tokens}, {n_repeats}")
+    if high - low < n_tokens:
+        raise ValueError(f"repeated_random_tokens: the id range [{low}, {high}) has fewer than n_tokens={n_tokens} ids")
+    return _repeated(key, int(n_tokens), int(n_repeats), int(low), int(high), int(n_sequences))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _repeated(key, n_tokens, n_repeats, low, high, n_sequences):
+    keys = jax.random.split(key, n_sequences)
+    seqs = jax.vmap(lambda k: jax.random.choice(k, high - low, (n_tokens,), replace=False))(keys) + low
+    return jnp.tile(seqs.astype(jnp.int32), (1, n_repeats))
+
+
+def _pattern_masks(ids: np.ndarray, window: int) -> dict[str, np.ndarray]:
+    """Boolean (T, T) [query, key] masks of the three head types for one id sequence."""
+    ids = np.asarray(ids)
+    T = ids.shape[0]
+    t = np.arange(T)[:, None]
+    s = np.arange(T)[None, :]
+    same = (ids[None, :] == ids[:, None]) & (s < t)
+    prev = np.zeros((T, T), bool)
+    prev[:, 1:] = ids[None, :-1] == ids[:, None]
+    copy = prev & (s <= t) & (s >= 1)
+    neigh = (s <= t) & (s >= t - window)
+    return {"self_token": same, "neighbours": neigh, "copying": copy}
+
+
+def head_pattern_scores(attn: Float[Array, "H T T"], ids: Int[Array, " T"], *, window: int = 2,
+                        causal: bool = True) -> dict[str, np.ndarray]:
+    """Attention mass of each head on the three §4.1 patterns (Song & Zhong Fig. 4), per head.
+
+    Over the query rows t that have an earlier occurrence of their token: ``self_token`` = mass on
+    the earlier occurrences (s < t, ids_s = ids_t); ``copying`` (prefix matching, Olsson et al.) =
+    mass on the tokens right after an earlier occurrence (ids_{s−1} = ids_t, 1 <= s <= t);
+    ``neighbours`` = mass on t − window <= s <= t. ``*_baseline``: the same for uniform attention
+    over the visible keys (causal: s <= t).
+
+    Args:
+      attn: (H, T, T) attention probabilities of one sequence.
+      ids: (T,) its token ids.
+
+    Returns:
+      dict of (H,) float arrays: the three scores and their baselines.
+
+    Raises:
+      ValueError: shapes disagree, or no token repeats (nothing to score).
+    """
+    a = np.asarray(attn, np.float64)
+    ids = np.asarray(ids)
+    if a.ndim != 3 or a.shape[1:] != (ids.shape[0], ids.shape[0]):
+        raise ValueError(f"head_pattern_scores: attn must be (H, T, T) with T = len(ids) = {ids.shape[0]}, got {a.shape}")
+    masks = _pattern_masks(ids, window)
+    rows = masks["self_token"].any(axis=1)
+    if not rows.any():
+        raise ValueError("head_pattern_scores: no token occurs twice in ids; use a repeated sequence "
+                         "(repeated_random_tokens)")
+    T = ids.shape[0]
+    visible = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    uni = visible / visible.sum(axis=1, keepdims=True)
+    out = {}
+    for name, mk in masks.items():
+        mk = mk & visible
+        out[name] = (a[:, rows] * mk[rows]).sum(-1).mean(-1)
+        out[name + "_baseline"] = np.full(a.shape[0], (uni[rows] * mk[rows]).sum(-1).mean())
+    return out
+
+
+def component_strength(parts: QKParts, causal: bool = True) -> dict[str, np.ndarray]:
+    """How much each eq. (7) component varies within a query row (per head): what decides softmax.
+
+    A constant added to a row does not change the attention (App. D.1), so the strength of a
+    component is the root-mean-square over visible (query, key) pairs of its row-centered values,
+    query rows t >= 1.
+
+    Returns:
+      dict component -> (H,) array (also for "mean" and "bias"), plus "dominant": (H,) index into
+      :data:`COMPONENTS` of the strongest of the four.
+    """
+    out = {}
+    for name in COMPONENTS + ("mean", "bias"):
+        v = np.asarray(getattr(parts, name), np.float64)
+        if v.ndim == 2:
+            v = v[None]
+        T = v.shape[-1]
+        vis = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+        vis[0] = False
+        n_row = vis.sum(1, keepdims=True)
+        rm = (v * vis).sum(-1, keepdims=True) / np.maximum(n_row, 1)
+        out[name] = np.sqrt((((v - rm) ** 2) * vis).sum((-2, -1)) / vis.sum())
+    out["dominant"] = np.argmax(np.stack([out[c] for c in COMPONENTS]), axis=0)
+    return out
+
+
+def classify_heads(scores: dict[str, np.ndarray], *, min_lift: float = 0.15) -> list[str]:
+    """Assign each head a §4.1 type: the pattern whose attention mass most exceeds its uniform baseline.
+
+    Args:
+      scores: :func:`head_pattern_scores` output (possibly averaged over probe sequences).
+      min_lift: a head whose best lift (score − baseline) is below this is ``"other"``.
+
+    Returns:
+      list of H labels from :data:`HEAD_TYPES` or ``"other"``.
+    """
+    lifts = np.stack([np.asarray(scores[n]) - np.asarray(scores[n + "_baseline"]) for n in HEAD_TYPES])
+    best = np.argmax(lifts, axis=0)
+    return [HEAD_TYPES[b] if lifts[b, h] >= min_lift else "other" for h, b in enumerate(best)]
+
+
+def ov_copying_scores(W_E: Float[Array, "V d"], W_v: Float[Array, "H d K"], W_o: Float[Array, "H K d"],
+                      W_U: Float[Array, "d V"]) -> np.ndarray:
+    """Copying score of each head's OV circuit (Elhage et al. 2021): Σ Re λ / Σ |λ| of W_E W_v W_o W_U.
+
+    The nonzero eigenvalues of the (V, V) circuit equal those of the (K, K) matrix W_o W_U W_E W_v,
+    which is what is diagonalised. 1 means the head raises the logit of the token it attends to.
+    LayerNorms are not folded in.
+
+    Returns:
+      (H,) array in [-1, 1].
+    """
+    E = np.asarray(W_E, np.float64)
+    U = np.asarray(W_U, np.float64)
+    UE = U @ E  # (d, d)
+    out = []
+    for h in range(np.shape(W_v)[0]):
+        M = np.asarray(W_o[h], np.float64) @ UE @ np.asarray(W_v[h], np.float64)
+        lam = np.linalg.eigvals(M)
+        out.append(float(lam.real.sum() / max(np.abs(lam).sum(), 1e-300)))
+    return np.asarray(out)
+
+
+@functools.partial(jax.jit, static_argnames=("skip_first",))
+def attention_entropy(attn: Float[Array, "... T S"], *, skip_first: int = 1) -> Array:
+    """Mean Shannon entropy (nats) of attention rows, −Σ_s p_s log p_s, over query rows t >= skip_first.
+
+    Args:
+      attn: (..., T, S) probabilities (rows sum to 1).
+      skip_first: leading query rows left out (row 0 of a causal head has entropy 0).
+
+    Returns:
+      (...,) mean entropy per leading index.
+    """
+    a = jnp.asarray(attn)
+    ent = -jnp.sum(jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0), axis=-1)
+    return jnp.mean(ent[..., skip_first:], axis=-1)
+
+
+# ---------------------------------------------------------------------------------- W structure
+
+
+@jax.jit
+def w_matrix(W_q: Float[Array, "... d K"], W_k: Float[Array, "... d K"]) -> Float[Array, "... d d"]:
+    """W = W_q W_kᵀ / √d_head per head (Song & Zhong eq. (8)); LayerNorm and biases not folded in."""
+    K = W_q.shape[-1]
+    return jnp.einsum("...ik,...jk->...ij", W_q, W_k) / math.sqrt(K)
+
+
+@jax.jit
+def rotate_offdiagonal(W: Float[Array, "d d"], V: Float[Array, "d d"]) -> Float[Array, "d d"]:
+    """Vᵀ (W − diag W) V: the off-diagonal part of W in the basis of V's columns (Song & Zhong Fig. 5).
+
+    With V the full right singular basis of the positional basis P, entry (i, j) is v_iᵀ (W − D) v_j,
+    so the top-left block is W's action within P's leading directions.
+    """
+    Wo = W - jnp.diag(jnp.diag(W))
+    return V.T @ Wo @ V
+
+
+def universal_threshold(R: Float[Array, "d d"], n: int | None = None) -> Array:
+    """√(2 log n²) · std(R), the threshold of Song & Zhong Fig. 5 (REFERENCE.md: √(2 log C²)·std).
+
+    n defaults to the side of R, so n² is the number of entries (Donoho–Johnstone's universal
+    threshold √(2 log N) σ for N entries); std is the population standard deviation of all entries.
+    """
+    n = R.shape[0] if n is None else int(n)
+    return math.sqrt(2.0 * math.log(n * n)) * _std(jnp.asarray(R))
+
+
+@jax.jit
+def _std(R):
+    return jnp.std(R)
+
+
+@jax.jit
+def hard_threshold(R: Array, tau) -> Array:
+    """Hard-threshold a matrix (Song & Zhong Fig. 5 denoising): keep entries with |R| > tau, zero the rest."""
+    return jnp.where(jnp.abs(R) > tau, R, 0.0)
+
+
+def topleft_energy_fraction(R: Float[Array, "d d"], Ks: Sequence[int]) -> np.ndarray:
+    """Energy fraction Σ_{i,j<K} R_ij² / Σ R_ij² of the top-left K×K block of R (d, d), per K (Song & Zhong §4.2).
+
+    Returns a (len(Ks),) float64 array (NaN if R is zero).
+    """
+    R2 = np.asarray(R, np.float64) ** 2
+    tot = R2.sum()
+    return np.asarray([R2[:k, :k].sum() / tot if tot > 0 else np.nan for k in Ks])
+
+
+@functools.partial(jax.jit, static_argnames=("d",))
+def haar_orthogonal(key: Key, d: int) -> Array:
+    """A Haar-distributed random (d, d) orthogonal matrix (QR of a Gaussian with the sign fix; Mezzadri 2007).
+
+    Used as the random-rotation baseline of the Song & Zhong Fig. 5 energy fractions.
+    """
+    Z = jax.random.normal(key, (d, d))
+    Q, R = jnp.linalg.qr(Z)
+    return Q * jnp.sign(jnp.diag(R))[None, :]
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _low_rank_diag_fit(W, V_K, n_iter):
+    def body(_, D):
+        L = V_K.T @ (W - jnp.diag(D)) @ V_K
+        return jnp.diag(W - V_K @ L @ V_K.T)
+
+    D = jax.lax.fori_loop(0, n_iter - 1, body, jnp.diag(W))
+    L = V_K.T @ (W - jnp.diag(D)) @ V_K
+    D = jnp.diag(W - V_K @ L @ V_K.T)
+    res = W - V_K @ L @ V_K.T - jnp.diag(D)
+    return L, D, jnp.linalg.norm(res) / jnp.linalg.norm(W)
+
+
+def low_rank_diag_fit(W: Float[Array, "d d"], V_K: Float[Array, "d K"], n_iter: int = 50
+                      ) -> tuple[Array, Array, float]:
+    """Least-squares fit W ≈ V_K L V_Kᵀ + D (Song & Zhong eq. (8)), D diagonal, by block coordinate descent.
+
+    Starting from D = diag(W): L = V_Kᵀ (W − D) V_K (exact minimiser for orthonormal V_K), then
+    D = diag(W − V_K L V_Kᵀ), repeated ``n_iter`` times; the objective never increases.
+
+    Returns:
+      (L (K, K), D (d,) the diagonal, relative residual ‖W − V L Vᵀ − D‖_F / ‖W‖_F).
+    """
+    L, D, r = _low_rank_diag_fit(jnp.asarray(W), jnp.asarray(V_K), max(1, int(n_iter)))
+    return L, D, float(r)
+
+
+def _surviving_fraction(R_thr, Ks) -> np.ndarray:
+    """Top-left energy fraction of a thresholded matrix; 0 when no entry survived the threshold
+    (no energy anywhere, so none concentrated in the block — typical of a random rotation)."""
+    f = topleft_energy_fraction(R_thr, Ks)
+    return np.where(np.isnan(f), 0.0, f)
+
+
+def w_structure(W: Float[Array, "d d"], P: Float[Array, "T d"], key: Key, *,
+                Ks: Sequence[int] = (10, 20, 30, 40, 50, 60), n_random: int = 8, fit_K: int = 20) -> dict[str, Any]:
+    """Song & Zhong §4.2 / Fig. 5 analysis of one head's W against the positional basis P.
+
+    Rotates the off-diagonal of W by the full right singular basis V of P, thresholds at
+    √(2 log d²)·std, and measures the fraction of thresholded energy in the top-left K×K block;
+    the baseline repeats this with ``n_random`` Haar-random rotations. Also fits eq. (8),
+    W ≈ V_K L V_Kᵀ + D with K = ``fit_K``, against the same fit on a random K-dim subspace.
+
+    Returns:
+      dict with ``R`` (d, d) rotated off-diagonal, ``R_thr`` thresholded, ``tau``, ``diag`` (d,),
+      ``Ks``, ``frac`` / ``frac_random`` (len(Ks),) thresholded top-left energy fractions (0 when no
+      entry survives the threshold, which is common for random rotations), ``n_survivors``,
+      ``frac_raw`` / ``frac_raw_random`` (unthresholded), ``fit_residual`` and
+      ``fit_residual_random`` (relative residuals), ``diag_energy`` (‖diag W‖² / ‖W‖²).
+    """
+    W = as_real_array(W, "w_structure", "W")
+    P = as_real_array(P, "w_structure", "P")
+    d = W.shape[0]
+    if W.shape != (d, d) or P.ndim != 2 or P.shape[1] != d:
+        raise ValueError(f"w_structure: W must be (d, d) and P (T, d) with the same d, got {W.shape} and {P.shape}")
+    Ks = [int(k) for k in Ks if int(k) <= d]
+    _, _, Vh = jnp.linalg.svd(P, full_matrices=True)
+    V = Vh.T
+    R = rotate_offdiagonal(W, V)
+    tau = universal_threshold(R)
+    R_thr = hard_threshold(R, tau)
+    fr, fr_raw, res_rand = [], [], []
+    keys = jax.random.split(key, n_random)
+    for k in keys:
+        Q = haar_orthogonal(k, d)
+        Rq = rotate_offdiagonal(W, Q)
+        fr.append(_surviving_fraction(hard_threshold(Rq, universal_threshold(Rq)), Ks))
+        fr_raw.append(topleft_energy_fraction(Rq, Ks))
+        res_rand.append(low_rank_diag_fit(W, Q[:, :fit_K])[2])
+    _, _, res = low_rank_diag_fit(W, V[:, :fit_K])
+    return dict(R=R, R_thr=R_thr, tau=float(tau), diag=jnp.diag(W), Ks=Ks,
+                frac=_surviving_fraction(R_thr, Ks), frac_random=np.mean(fr, axis=0),
+                n_survivors=int(jnp.sum(R_thr != 0)),
+                frac_raw=topleft_energy_fraction(R, Ks), frac_raw_random=np.mean(fr_raw, axis=0),
+                fit_residual=res, fit_residual_random=float(np.mean(res_rand)),
+                diag_energy=float(jnp.sum(jnp.diag(W) ** 2) / jnp.sum(W**2)))
+
+
+# ------------------------------------------------------------------------------- smoothness
+
+
+def matrix_smoothness(M: Float[Array, "T S"], *, hf_cutoff: float = 0.25) -> dict[str, float]:
+    """Smoothness of a score map such as the pos-pos component (Song & Zhong §5.2 "fractured" patterns).
+
+    * ``tv``: normalised total variation, the mean absolute difference between vertically and
+      horizontally adjacent entries divided by the standard deviation of all entries (0 for a
+      constant-slope-free smooth map; about 2/√π ≈ 1.13 for i.i.d. entries).
+    * ``hf_dct``: the fraction of the non-DC energy of the orthonormal 2-D DCT-II, D M Dᵀ, at
+      frequencies (k1, k2) with max(k1 / T, k2 / S) >= ``hf_cutoff`` (0 for a smooth map; about
+      1 − hf_cutoff² for i.i.d. entries).
+
+    Args:
+      M: (T, S) matrix, T, S >= 2.
+      hf_cutoff: relative frequency that counts as "high".
+
+    Returns:
+      dict with ``tv`` and ``hf_dct``.
+    """
+    import scipy.fft
+
+    M = np.asarray(M, np.float64)
+    if M.ndim != 2 or min(M.shape) < 2:
+        raise ValueError(f"matrix_smoothness: M must be 2-D with both sides >= 2, got shape {M.shape}")
+    if not np.isfinite(M).all():
+        raise ValueError("matrix_smoothness: M has NaN/Inf entries; mask with a finite value instead")
+    sd = M.std()
+    diffs = np.concatenate([np.abs(np.diff(M, axis=0)).ravel(), np.abs(np.diff(M, axis=1)).ravel()])
+    tv = float(diffs.mean() / sd) if sd > 0 else 0.0
+    F = scipy.fft.dctn(M, type=2, norm="ortho")
+    E = F**2
+    E[0, 0] = 0.0
+    T, S = M.shape
+    k1 = np.arange(T)[:, None] / T
+    k2 = np.arange(S)[None, :] / S
+    hi = np.maximum(k1, k2) >= hf_cutoff
+    tot = E.sum()
+    return {"tv": tv, "hf_dct": float(E[hi].sum() / tot) if tot > 0 else 0.0}
