@@ -166,7 +166,12 @@ def nanda_config(p: int = 113, **overrides) -> ToyConfig:
 
 
 def bao_config(vocab_size: int, max_len: int = 512, **overrides) -> ToyConfig:
-    """Bao et al. §7 (fairseq): 1-layer, single-head, post-LN LM with embedding/attention/FFN width 128."""
+    """Bao et al. §7 (fairseq): 1-layer, single-head, post-LN LM with embedding/attention/FFN width 128.
+
+    The embeddings are tied here and dropout is 0; fairseq's ``transformer_lm`` default is an untied
+    output embedding with dropout 0.1, which is what the LocATER experiment uses
+    (:mod:`geomjax.train.locater` passes ``tie_embeddings=False, dropout=0.1``).
+    """
     cfg = dict(vocab_size=vocab_size, n_layers=1, n_heads=1, d_model=128, d_mlp=128, max_len=max_len,
                pos_embedding="sinusoidal", layer_norm="post", activation="relu", tie_embeddings=True,
                scale_embeddings=True, init="gpt2")
