@@ -99,9 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--out", default=None)
     p_tr = sub.add_parser("train", help="train a toy transformer preset (resumes from checkpoints)")
     p_tr.add_argument("task", choices=["shakespeare", "addition", "modular"])
-    p_tr.add_argument("--preset", choices=["smoke", "cpu", "paper"], default="cpu",
+    p_tr.add_argument("--preset", choices=["smoke", "cpu", "blog", "paper"], default="cpu",
                       help="smoke: a few steps; cpu: minutes on this CPU; paper: the source's "
-                           "configuration (meant for a GPU)")
+                           "configuration (meant for a GPU); blog: modular only, the clock blog's "
+                           "20,000-epoch run")
     p_tr.add_argument("--data-dir", default=None)
     p_tr.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in --out")
     p_tr.add_argument("--devices", type=int, default=None)

@@ -1,0 +1,13 @@
+"""Configs of the grokking experiment (Nanda et al.; the clock blog): ``get_config(preset)``."""
+
+from __future__ import annotations
+
+from geomjax.train.grokking import GROK_PRESETS, GrokkingConfig, grokking_config
+
+
+def get_config(preset: str = "cpu", *, relu: bool = True, seed: int = 0) -> GrokkingConfig:
+    """The grokking run of ``preset`` (``paper`` 50,000 epochs, ``blog`` 20,000, ``cpu``, ``smoke``);
+    ``relu=False`` gives the blog's ReLU-free variant."""
+    if preset not in GROK_PRESETS:
+        raise ValueError(f"get_config: preset must be one of {GROK_PRESETS}, got {preset!r}")
+    return grokking_config(preset, relu=relu, seed=seed)

@@ -1,0 +1,716 @@
+"""Claims of the clock blog (``../shared/papers/clock-modular-addition-blog.txt``) and Nanda et al.,
+"Progress measures for grokking via mechanistic interpretability", checked on a trained model.
+
+What is trained (cached under ``$GEOMJAX_CACHE/grokking/<config hash>`` — default
+``~/.cache/geomjax`` — so a second run loads it):
+
+* budget ``full``: the ``cpu`` preset of :func:`geomjax.train.grokking.grokking_config` — Nanda's
+  architecture at p = 113 (d 128, 4 heads of 32, d_mlp 512, ReLU, learned positions, no LayerNorm,
+  untied), AdamW lr 2e-3, weight decay 1.0, β (0.9, 0.98), 10-step warm-up, full batch, 50% of
+  the pairs for training, 3,000 epochs — and its ReLU-free variant;
+* budget ``quick``: the same recipe at p = 59 (vocabulary 60), 1,500 epochs, and its ReLU-free variant.
+
+Key frequencies are the blog's (W_E Fourier norms above 10× the median; §5); Nanda's neuron-based
+key frequencies are reported alongside. Thresholds that the sources leave qualitative are fixed in
+each claim's statement before looking at results.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from geomjax import fourier as fx
+from geomjax.claims.registry import Claim, Evaluation, Inequality, register
+
+__all__ = ["analyze", "analysis_sections", "cache_dir", "claim_config", "report_sections", "trained_run"]
+
+SRC_BLOG = "Clock blog"
+
+
+# ---------------------------------------------------------------------------------------- training
+
+def cache_dir() -> Path:
+    """Root of cached trained runs: ``$GEOMJAX_CACHE`` or ``~/.cache/geomjax``."""
+    return Path(os.environ.get("GEOMJAX_CACHE", Path.home() / ".cache" / "geomjax"))
+
+
+def claim_config(budget: str, relu: bool = True, seed: int = 0):
+    """The grokking config the claims train for ``budget`` (see the module docstring)."""
+    from geomjax.models.toy import nanda_config
+    from geomjax.train.grokking import GrokkingConfig, grokking_config
+
+    if budget not in ("quick", "full"):
+        raise ValueError(f"claim_config: budget must be 'quick' or 'full', got {budget!r}")
+    cfg = grokking_config("cpu", relu=relu, seed=seed)
+    if budget == "full":
+        return cfg
+    t = cfg.train.replace(model=nanda_config(59, activation="relu" if relu else "none"), p=59, total_steps=1500)
+    return GrokkingConfig(t, log_every=25, chunk_epochs=100, preset="quick")
+
+
+def trained_run(cfg, *, progress: bool = False, root: str | os.PathLike | None = None):
+    """Train ``cfg`` (or load/resume it) under ``<root or cache_dir()>/grokking/<config hash>``."""
+    from geomjax.train.grokking import config_hash, load_grokking_run, train_grokking
+
+    d = Path(root or cache_dir()) / "grokking" / config_hash(cfg)
+    try:
+        return load_grokking_run(d, cfg)
+    except (FileNotFoundError, ValueError):
+        return train_grokking(cfg, d, progress=progress)
+
+
+# ---------------------------------------------------------------------------------------- analysis
+
+def _train_idx(cfg) -> np.ndarray:
+    from geomjax.train.grokking import grokking_data
+
+    x = np.asarray(grokking_data(cfg).x_train)
+    return x[:, 0] * cfg.train.p + x[:, 1]
+
+
+def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any]:
+    """Every analysis of the blog / Nanda et al. on a trained run (arrays + numbers; no figures).
+
+    Args:
+      res: a :class:`geomjax.train.grokking.GrokkingResult` (its final parameters, history, run_dir).
+      seed: picks the random (non-key) frequencies and the illustrated a values.
+      with_snapshots: compute restricted/excluded loss over training from the parameter snapshots.
+    """
+    from geomjax.models.toy import head_weights
+    from geomjax.train.grokking import grokking_init, grokking_milestones, param_snapshots
+
+    cfg = res.config
+    p, mcfg = cfg.train.p, cfg.train.model
+    params = jax.device_get(res.state.params)
+    A = fx.clock_activations(params, mcfg, p)
+    seconds = res.seconds
+    if res.run_dir is not None and (Path(res.run_dir) / "timings.jsonl").is_file():
+        lines = (Path(res.run_dir) / "timings.jsonl").read_text().splitlines()
+        seconds = sum(json.loads(line)["seconds"] for line in lines)
+    out: dict[str, Any] = {"p": p, "relu": mcfg.activation == "relu", "history": res.history,
+                           "milestones": grokking_milestones(res.history), "seconds": seconds}
+    a_, b_ = np.divmod(np.arange(p * p), p)
+    y = (a_ + b_) % p
+    logits = np.asarray(A.logits).reshape(p * p, -1)[:, :p]
+    out["final_acc_all"] = float(np.mean(np.argmax(logits, 1) == y))
+    # --- Fourier spectra and key frequencies
+    W_E = params["embed"]["embedding"]
+    W_L = fx.unembed_matrix(params)
+    cE, cL = fx.fourier_coefficients(W_E, p), fx.fourier_coefficients(W_L, p)
+    key = fx.key_frequencies_embed(W_E, p)
+    out.update(W_E_coeffs=np.asarray(cE), W_L_coeffs=np.asarray(cL), key=key,
+               W_E_energy=np.asarray(fx.frequency_energy(cE, p)), W_L_energy=np.asarray(fx.frequency_energy(cL, p)),
+               key_W_L=fx.key_frequencies_embed(W_L, p))
+    out["key_fraction_W_E"] = float(fx.key_fraction(cE, p, key)) if key else 0.0
+    out["key_fraction_W_L"] = float(fx.key_fraction(cL, p, key)) if key else 0.0
+    out["random_fraction_expected"] = 2 * len(key) / (p - 1)
+    rW = np.asarray(jax.random.normal(jax.random.key(seed), W_E.shape))
+    out["random_W_E_fraction"] = float(fx.key_fraction(fx.fourier_coefficients(rW, p), p, key)) if key else 0.0
+    neur = fx.key_frequencies_neurons(A.post, p)
+    neur85 = fx.key_frequencies_neurons(A.post, p, min_fraction=0.85)
+    out.update(neuron_freq=neur.freq, neuron_fraction=neur.fraction, key_neurons=neur.key,
+               neuron_counts=neur.counts, key_neurons_85=neur85.key, neuron_counts_85=neur85.counts)
+    # --- circles (key and random frequencies)
+    rng = np.random.default_rng(seed)
+    others = [k for k in range(1, (p - 1) // 2 + 1) if k not in key]
+    rand = sorted(rng.choice(others, size=min(3, len(others)), replace=False).tolist())
+    out["random_freqs"] = rand
+    circ = {}
+    for name, W in (("W_E", W_E), ("W_L", W_L)):
+        for k in key + rand:
+            xy = np.asarray(fx.circle_projection(W, p, k))
+            circ[(name, k)] = {"xy": xy, "r2": float(fx.circle_fit_r2(xy, k)),
+                               "norm": float(np.sqrt(np.mean(np.sum(xy**2, 1))))}
+    out["circles"] = circ
+    # --- periodic attention (weight of the "=" query on token a)
+    att = np.asarray(A.attn[..., 0])  # (p, p, H)
+    H = att.shape[2]
+    heads = []
+    for h in range(H):
+        sp = fx.attention_spectrum(att[:, :, h])
+        heads.append({"map": att[:, :, h], "energy_a": np.asarray(sp["energy_a"]), "energy_b": np.asarray(sp["energy_b"]),
+                      "dominant": sp["dominant"],
+                      "key_fraction": float(fx.attention_key_fraction(att[:, :, h], key)) if key else 0.0})
+    out["attention"] = heads
+    # --- petals: a fixed (the blog's a = 70, mod p), b varies
+    a0 = 70 % p
+    out["a0"] = a0
+    hw = head_weights(params, 0)
+    W_V = hw["W_v"]
+    petals = {}
+    for k in key:
+        basis_E = fx.circle_basis(cE, k)
+        zproj = np.asarray(fx.per_head_circle_projection(A.z[a0], W_V, basis_E))  # (H, p, 2)
+        pf = fx.petal_fourier_projection(A.o_heads[a0], k)
+        tot = fx.complex_peak_fraction(pf["total"])
+        per = [fx.complex_peak_fraction(pf["heads"][h]) for h in range(H)]
+        petals[k] = {"z": zproj, "o_heads": np.asarray(pf["heads"]), "o_total": np.asarray(pf["total"]),
+                     "spectrum_total": np.asarray(tot["spectrum"]), "total_freq_fraction": float(tot["freq_fraction"]),
+                     "total_peak_freq": int(tot["peak_freq"]),
+                     "head_freq_fraction": [float(q["freq_fraction"]) for q in per],
+                     "head_norm": [float(np.sqrt(np.mean(np.sum(np.asarray(pf["heads"][h]) ** 2, 1)))) for h in range(H)]}
+    out["petals"] = petals
+    # --- dihedral angles: W_E circle planes vs o circle planes
+    ang = np.zeros((len(key), len(key)))
+    o_planes = {k: np.asarray(fx.o_circle_plane(A.o, k)) for k in key}
+    for i, k1 in enumerate(key):
+        for j, k2 in enumerate(key):
+            ang[i, j] = float(fx.principal_angles(fx.circle_basis(cE, k1), o_planes[k2])[0])
+    out["dihedral_min_angle"] = ang
+    out["dihedral_all"] = {k: np.asarray(fx.principal_angles(np.concatenate([np.asarray(fx.circle_basis(cE, q)) for q in key]),
+                                                             o_planes[k])) for k in key}
+    # --- MLP
+    mlp = params["block_0"]["mlp"]
+    b_in = np.asarray(mlp["fc"]["bias"])
+    out["b_in_sorted"] = np.sort(b_in)
+    out["n_negative_b_in"] = fx.negative_bias_count(b_in)
+    pre = np.asarray(A.pre)
+    out["frac_pre_negative"] = float(np.mean(pre < 0))
+    W_in = np.asarray(mlp["fc"]["kernel"])  # (d, F)
+    mlp_an = {}
+    a_show = sorted({a0, (a0 + p // 4) % p, (a0 + p // 2) % p, (a0 + 3 * p // 4) % p})
+    out["a_show"] = a_show
+    for k in key:
+        Win_xy = (o_planes[k] @ W_in).T  # (F, 2): W_in columns in the o circle plane
+        comps, svals = fx.mlp_plane_svd(A.post, k, n_components=4)
+        comps = np.asarray(comps)
+        post_xy = {a: np.asarray(A.post[a]) @ comps.T for a in a_show}  # (p, 4)
+        # revolution vs rotation: spread of per-a circle centres relative to the radius, per PC pair
+        allp = np.einsum("abf,cf->abc", np.asarray(A.post), comps)
+        cent = allp.mean(axis=1)  # (p, 4)
+        rad = np.sqrt(np.mean(np.sum((allp[..., :2] - cent[:, None, :2]) ** 2, -1)))
+        rad34 = np.sqrt(np.mean(np.sum((allp[..., 2:] - cent[:, None, 2:]) ** 2, -1)))
+        spread12 = float(np.sqrt(np.mean(np.sum((cent[:, :2] - cent[:, :2].mean(0)) ** 2, 1))) / np.mean(rad))
+        spread34 = float(np.sqrt(np.mean(np.sum((cent[:, 2:] - cent[:, 2:].mean(0)) ** 2, 1))) / np.mean(rad34))
+        mlp_an[k] = {"W_in_xy": Win_xy, "svals": np.asarray(svals), "post_xy": post_xy,
+                     "spread12": spread12, "spread34": spread34}
+    out["mlp"] = mlp_an
+    # ReLU removed from the trained model (is the MLP "just an affine transformation"?)
+    if out["relu"]:
+        A_lin = fx.clock_activations(params, mcfg.replace(activation="none"), p)
+        out["acc_relu_removed"] = float(np.mean(np.argmax(np.asarray(A_lin.logits).reshape(p * p, -1)[:, :p], 1) == y))
+    # --- read-out
+    out["rank_full"] = np.asarray(fx.correct_logit_rank(logits, y))
+    WLp = np.asarray(W_L)[:p]
+    mlp_logits = np.asarray(A.post).reshape(p * p, -1) @ WLp.T
+    out["rank_W_L"] = np.asarray(fx.correct_logit_rank(mlp_logits, y))
+    train_idx = _train_idx(cfg)
+    out["restricted_final"] = fx.restricted_excluded_loss(logits, p, key, train_idx) if key else None
+    if with_snapshots and res.run_dir is not None and key:
+        curve = []
+        for ep, prm in param_snapshots(res.run_dir, grokking_init(cfg).params):
+            L = np.asarray(fx.clock_activations(prm, mcfg, p).logits).reshape(p * p, -1)[:, :p]
+            curve.append({"epoch": ep, **fx.restricted_excluded_loss(L, p, key, train_idx),
+                          "sq_weights": float(sum(np.sum(np.square(v)) for v in jax.tree_util.tree_leaves(prm)))})
+        out["progress"] = curve
+    # --- sufficiency
+    out["sufficiency"] = fx.sufficiency(logits, p, key) if key else {"single": {}, "pairs": {}, "all": 0.0}
+    emb = {}
+    for k in key:
+        Lk = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, [k]), mcfg, p).logits).reshape(p * p, -1)[:, :p]
+        emb[str(k)] = float(np.mean(np.argmax(Lk, 1) == y))
+    for i, k1 in enumerate(key):
+        for k2 in key[i + 1:]:
+            if math.gcd(k1, k2) == 1:
+                Lk = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, [k1, k2]), mcfg, p).logits)
+                emb[f"{k1},{k2}"] = float(np.mean(np.argmax(Lk.reshape(p * p, -1)[:, :p], 1) == y))
+    Lk = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, key), mcfg, p).logits).reshape(p * p, -1)[:, :p]
+    emb["all"] = float(np.mean(np.argmax(Lk, 1) == y))
+    out["sufficiency_embed"] = emb
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _bundle(budget: str, seed: int = 0) -> tuple[dict, dict]:
+    """(analysis of the ReLU run, analysis of the ReLU-free run) for a budget (trained or cached)."""
+    r = trained_run(claim_config(budget, True, seed))
+    n = trained_run(claim_config(budget, False, seed))
+    return analyze(r, seed=seed), analyze(n, seed=seed, with_snapshots=False)
+
+
+def _what(budget: str) -> str:
+    c = claim_config(budget)
+    return (f"trained model: p = {c.train.p}, {c.epochs} full-batch epochs, train fraction {c.train.train_frac}, "
+            f"lr {c.train.optim.lr}, weight decay {c.train.optim.weight_decay} (budget {budget!r}; "
+            "geomjax.claims.clock.claim_config)")
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+def _ev_grokking(budget, key):
+    an, _ = _bundle(budget)
+    ms, h = an["milestones"], an["history"]
+    E = int(h["epoch"][-1])
+    tr = ms["train_100"] if ms["train_100"] is not None else E + 1
+    te = ms["test_99"] if ms["test_99"] is not None else 0
+    return Evaluation(lhs=np.array([float(tr)]), rhs=np.array([float(te)]), slack=np.array([1.0]),
+                      details={"epoch_train_acc_100": ms["train_100"], "epoch_test_acc_99": ms["test_99"],
+                               "final_train_acc": float(h["train_acc"][-1]), "final_test_acc": float(h["test_acc"][-1]),
+                               "max_test_acc": float(np.max(h["test_acc"])), "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.grokking", source="Nanda et al. §3; Clock blog §4",
+    statement="Grokking: train accuracy reaches 100% strictly before test accuracy reaches 99% (and test accuracy "
+              "does reach 99%): epoch(train 100%) <= epoch(test 99%) - 1; 'never' counts as a violation",
+    predicted="train 100% first, then test >= 99%", evaluate=_ev_grokking, rule=Inequality(),
+    notes="Metrics are logged every 25 epochs inside the jitted scan, so epochs are multiples of 25. The final "
+          "accuracies are reported too: full-batch AdamW in float32 shows late loss spikes (the 'slingshot') "
+          "that can transiently lower test accuracy after grokking."))
+
+
+def _ev_sparse(budget, key):
+    an, _ = _bundle(budget)
+    return Evaluation(lhs=np.array([0.8]), rhs=np.array([an["key_fraction_W_E"]]),
+                      details={"key_frequencies_W_E": an["key"], "key_frequencies_neurons": an["key_neurons"],
+                               "key_frequencies_neurons_frac85": an["key_neurons_85"],
+                               "key_fraction_W_L": an["key_fraction_W_L"],
+                               "random_baseline_2k_over_p_minus_1": an["random_fraction_expected"],
+                               "random_W_E_fraction": an["random_W_E_fraction"], "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.embed_sparse", source=f"{SRC_BLOG} §5; Nanda et al. §4.1",
+    statement="W_E's Fourier spectrum is sparse: the cos/sin components of the key frequencies hold >= 80% of its "
+              "squared Fourier norm (constant excluded), where a random W_E gives about 2k/(p-1) for k key frequencies",
+    predicted="key fraction >= 0.8", evaluate=_ev_sparse, rule=Inequality(),
+    notes="Key frequencies: energy above 10x the median frequency energy (the blog's bar plot read as a rule)."))
+
+
+def _ev_attention(budget, key):
+    an, _ = _bundle(budget)
+    fr = [h["key_fraction"] for h in an["attention"]]
+    dom_ok = [1.0 if h["dominant"] in an["key"] else 0.0 for h in an["attention"]]
+    return Evaluation(lhs=np.full(2 * len(fr), 0.5), rhs=np.array(fr + dom_ok),
+                      details={"key_variance_fraction_per_head": fr,
+                               "dominant_frequency_per_head": [h["dominant"] for h in an["attention"]],
+                               "key_frequencies": an["key"],
+                               "noise_baseline": ((2 * len(an["key"]) + 1) ** 2 - 1) / (an["p"] ** 2 - 1),
+                               "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.attention_periodic", source=f"{SRC_BLOG} §6",
+    statement="Last-row attention (weight of '=' on a) is periodic in a and b at key frequencies: for every head, "
+              ">= 50% of its variance over (a, b) lies in 2D Fourier components with a- and b-frequencies in the key "
+              "set (or 0), and its dominant frequency is a key frequency (instances: fractions, then 1/0 flags vs 0.5)",
+    predicted="per head: key fraction >= 0.5 and dominant frequency in key set", evaluate=_ev_attention,
+    rule=Inequality()))
+
+
+def _ev_petals(budget, key):
+    an, _ = _bundle(budget)
+    ks = an["key"]
+    tot = [an["petals"][k]["total_freq_fraction"] for k in ks]
+    return Evaluation(lhs=np.full(len(ks), 0.8), rhs=np.array(tot),
+                      details={"key_frequencies": ks, "a": an["a0"],
+                               "summed_o_single_frequency_fraction": dict(zip(map(str, ks), tot)),
+                               "summed_o_peak_frequency": {str(k): an["petals"][k]["total_peak_freq"] for k in ks},
+                               "per_head_single_frequency_fraction": {str(k): an["petals"][k]["head_freq_fraction"] for k in ks},
+                               "per_head_rms_radius": {str(k): an["petals"][k]["head_norm"] for k in ks},
+                               "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.petals_sum_to_circles", source=f"{SRC_BLOG} §7",
+    statement="Per-head petals sum to circles: for a fixed a (the blog's a = 70, mod p) and every key frequency k, "
+              "the head-summed o vectors projected on their frequency-k Fourier plane have >= 80% of their "
+              "(mean-removed) energy at the single frequency ±k over b",
+    predicted="single-frequency fraction >= 0.8 for every key k", evaluate=_ev_petals, rule=Inequality(),
+    notes="Per-head fractions are reported for comparison (petals have several frequencies)."))
+
+
+def _ev_petals_used(budget, key):
+    an, _ = _bundle(budget)
+    ks = [k for k in an["key"] if k in an["key_neurons"]]
+    tot = [an["petals"][k]["total_freq_fraction"] for k in ks]
+    return Evaluation(lhs=np.full(max(len(ks), 1), 0.8), rhs=np.array(tot if ks else [0.0]),
+                      details={"frequencies": ks, "excluded_W_E_only": [k for k in an["key"] if k not in ks],
+                               "summed_o_single_frequency_fraction": dict(zip(map(str, ks), tot)),
+                               "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.petals_sum_to_circles.used", source=f"{SRC_BLOG} §7 (restricted to frequencies the MLP uses)",
+    statement="Per-head petals sum to circles for the key frequencies that the MLP uses (W_E key frequencies that are "
+              "also Nanda's neuron frequencies): summed-o single-frequency fraction >= 0.8 for each",
+    predicted="single-frequency fraction >= 0.8 for every used key k", evaluate=_ev_petals_used, rule=Inequality(),
+    notes="Second form of clock.petals_sum_to_circles: W_E can keep partially decayed frequencies (the blog's "
+          "'somewhat in-between' norms, §5) that no neuron and no W_L row uses; their o projections need not be circles."))
+
+
+def _ev_planes(budget, key):
+    an, _ = _bundle(budget)
+    ang = an["dihedral_min_angle"]
+    return Evaluation(lhs=np.full(ang.size, 45.0), rhs=ang.reshape(-1),
+                      details={"key_frequencies": an["key"], "min_principal_angle_deg_WE_rows_o_cols": ang.tolist(),
+                               "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.planes_far", source=f"{SRC_BLOG} §8",
+    statement="The o circle planes and the W_E circle planes are far apart: for every pair (W_E plane of key k, "
+              "o plane of key k') the smallest principal (dihedral) angle is >= 45 degrees",
+    predicted="all smallest principal angles >= 45°", evaluate=_ev_planes, rule=Inequality(),
+    notes="o plane of k: top-2 right singular vectors of the stacked per-a cos/sin-k Fourier coefficients of o(a, ·)."))
+
+
+def _ev_relu_free(budget, key):
+    _, nr = _bundle(budget)
+    ms, h = nr["milestones"], nr["history"]
+    E = int(h["epoch"][-1])
+    tr = ms["train_100"] if ms["train_100"] is not None else E + 1
+    te = ms["test_99"] if ms["test_99"] is not None else 0
+    return Evaluation(lhs=np.array([float(tr)]), rhs=np.array([float(te)]), slack=np.array([1.0]),
+                      details={"epoch_train_acc_100": ms["train_100"], "epoch_test_acc_99": ms["test_99"],
+                               "final_train_acc": float(h["train_acc"][-1]), "final_test_acc": float(h["test_acc"][-1]),
+                               "max_test_acc": float(np.max(h["test_acc"])), "key_frequencies": nr["key"],
+                               "key_fraction_W_E": nr["key_fraction_W_E"], "what": _what(budget) + ", activation 'none'"})
+
+
+register(Claim(
+    id="clock.relu_free_groks", source=f"{SRC_BLOG} §8",
+    statement="The ReLU-free variant (MLP activation removed, same recipe) also groks, by the criterion of "
+              "clock.grokking: epoch(train 100%) <= epoch(test 99%) - 1, 'never' counting as a violation",
+    predicted="train 100% first, then test >= 99%", evaluate=_ev_relu_free, rule=Inequality()))
+
+
+def _ev_bias(budget, key):
+    an, _ = _bundle(budget)
+    return Evaluation(lhs=np.array([float(an["n_negative_b_in"])]), rhs=np.array([float(an["p"] - 1)]),
+                      details={"n_b_in_below_minus_quarter_max": an["n_negative_b_in"], "d_mlp": int(an["b_in_sorted"].size),
+                               "n_b_in_negative": int(np.sum(an["b_in_sorted"] < 0)),
+                               "fraction_pre_activations_negative": an["frac_pre_negative"], "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.few_negative_b_in", source=f"{SRC_BLOG} §8",
+    statement="Few strongly negative MLP input biases (no superposition): fewer than p of the b_in are below "
+              "-0.25·max|b_in| (the blog: 'way fewer than 113 are significantly negative')",
+    predicted="count < p", evaluate=_ev_bias, rule=Inequality()))
+
+
+def _ev_affine(budget, key):
+    an, _ = _bundle(budget)
+    return Evaluation(lhs=np.array([0.99]), rhs=np.array([an["acc_relu_removed"]]),
+                      details={"accuracy_with_relu": an["final_acc_all"], "accuracy_relu_removed": an["acc_relu_removed"],
+                               "fraction_pre_activations_negative": an["frac_pre_negative"], "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.mlp_affine", source=f"{SRC_BLOG} §8 ('The MLP layer is just an affine transformation')",
+    statement="The trained ReLU model does not use the ReLU: removing it (identity activation, same weights) keeps "
+              ">= 99% accuracy on all p² pairs",
+    predicted="accuracy without ReLU >= 0.99", evaluate=_ev_affine, rule=Inequality(),
+    notes="The blog infers this from the b_in signs and from the ReLU-free variant grokking (a separately trained "
+          "model); this claim tests the trained ReLU model itself. clock.relu_free_groks checks the variant."))
+
+
+def _ev_one(budget, key):
+    an, _ = _bundle(budget)
+    s = an["sufficiency"]
+    best = max(s["single"].values()) if s["single"] else 0.0
+    return Evaluation(lhs=np.array([best]), rhs=np.array([0.99]), slack=np.array([1e-9]),
+                      details={"accuracy_single_frequency": s["single"], "accuracy_all": s["all"],
+                               "embedding_restricted": an["sufficiency_embed"], "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.one_circle_insufficient", source=f"{SRC_BLOG} §11.1",
+    statement="One circle is not sufficient: the logits restricted (Nanda et al. §5.1) to any single key frequency "
+              "give < 99% accuracy on all p² pairs",
+    predicted="best single-frequency accuracy < 0.99", evaluate=_ev_one, rule=Inequality(),
+    notes="For prime p every nonzero frequency generates Z_p, so one ideal circle determines a+b exactly; the "
+          "blog's gcd condition is always met and insufficiency can only come from the readout's margins."))
+
+
+def _ev_two(budget, key):
+    an, _ = _bundle(budget)
+    s = an["sufficiency"]
+    best = max(s["pairs"].values()) if s["pairs"] else 0.0
+    return Evaluation(lhs=np.array([0.99]), rhs=np.array([best]),
+                      details={"accuracy_coprime_pairs": s["pairs"], "accuracy_all": s["all"],
+                               "embedding_restricted": an["sufficiency_embed"], "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.two_coprime_sufficient", source=f"{SRC_BLOG} §11.2",
+    statement="Two coprime circles are sufficient: for some pair of key frequencies with gcd 1, the logits "
+              "restricted to them give >= 99% accuracy on all p² pairs",
+    predicted="best coprime-pair accuracy >= 0.99", evaluate=_ev_two, rule=Inequality()))
+
+
+def _ev_all(budget, key):
+    an, _ = _bundle(budget)
+    s = an["sufficiency"]
+    return Evaluation(lhs=np.array([0.99]), rhs=np.array([s["all"]]),
+                      details={"key_frequencies": an["key"], "accuracy_all": s["all"],
+                               "accuracy_unrestricted": an["final_acc_all"], "restricted_loss": an["restricted_final"],
+                               "what": _what(budget)})
+
+
+register(Claim(
+    id="clock.all_key_sufficient", source="Nanda et al. §5.1 (restricted loss); corrects Clock blog §11.2",
+    statement="The logits restricted to ALL key frequencies (Nanda's restricted logits) give >= 99% accuracy on all p² "
+              "pairs — the form of the sufficiency statement that the trained model supports when two circles do not",
+    predicted="accuracy >= 0.99", evaluate=_ev_all, rule=Inequality()))
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(run, fig, name):
+    from geomjax import plots
+
+    path, rel = run.figure_path(name)
+    plots.save(fig, path)
+    return rel
+
+
+def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str = "") -> tuple[list, dict]:
+    """Report sections (with figures written into ``run``) for every analysis in ``an``
+    (:func:`analyze`) and, optionally, the ReLU-free run ``an_free``.
+
+    Returns:
+      (list of :class:`geomjax.report.Section`, metrics dict).
+    """
+    from geomjax.report import Section
+
+    plt = _plt()
+    p, key = an["p"], an["key"]
+    tag = title or f"p{p}"
+    S, M = [], {}
+
+    # training curves
+    fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
+    for a, name in ((an, "ReLU"), (an_free, "ReLU-free")):
+        if a is None:
+            continue
+        h = a["history"]
+        e = np.maximum(h["epoch"], 1)
+        ls = "-" if name == "ReLU" else "--"
+        ax[0].loglog(e, h["train_loss"], "b" + ls, label=f"train ({name})")
+        ax[0].loglog(e, h["test_loss"], "r" + ls, label=f"test ({name})")
+        ax[1].semilogx(e, h["train_acc"], "b" + ls, label=f"train ({name})")
+        ax[1].semilogx(e, h["test_acc"], "r" + ls, label=f"test ({name})")
+        ax[2].loglog(e, h["sq_weights"], "k" + ls, label=f"Σ w² ({name})")
+        ax[2].loglog(e, h["sq_W_E"], "g" + ls, label=f"Σ W_E² ({name})")
+    for x_, t in zip(ax, ("cross-entropy", "accuracy", "sum of squared weights")):
+        x_.set_xlabel("epoch"); x_.set_title(t); x_.legend(fontsize=7)
+    s = Section("Training: grokking")
+    ms = an["milestones"]
+    s.paragraphs.append(f"p = {p}. Train accuracy first reached 100% at epoch {ms['train_100']}, test accuracy first reached "
+                        f"99% at epoch {ms['test_99']}; final train/test accuracy {an['history']['train_acc'][-1]:.4f} / "
+                        f"{an['history']['test_acc'][-1]:.4f}; training wall time {an['seconds']:.0f} s.")
+    if an_free is not None:
+        mf = an_free["milestones"]
+        s.paragraphs.append(f"ReLU-free variant: train 100% at epoch {mf['train_100']}, test 99% at epoch {mf['test_99']}, final "
+                            f"test accuracy {an_free['history']['test_acc'][-1]:.4f}.")
+    s.figure(_save(run, fig, f"clock_{tag}_training.png"), "Loss (log-log), accuracy and sum of squared weights over epochs")
+    S.append(s)
+    M["milestones"] = ms
+
+    # Fourier spectra
+    fig, ax = plt.subplots(2, 1, figsize=(12, 6))
+    names = fx.fourier_basis_names(p)
+    for x_, c, t in ((ax[0], an["W_E_coeffs"], "W_E"), (ax[1], an["W_L_coeffs"], "W_L = W_U W_out")):
+        nrm = np.linalg.norm(c, axis=1)
+        x_.bar(np.arange(p), nrm, color=["tab:blue" if "cos" in n else "tab:orange" for n in names], width=0.8)
+        x_.set_title(f"{t}: norm of Fourier coefficients (blue cos, orange sin; x = basis row, frequency = ⌈row/2⌉)")
+    s = Section("Fourier spectra of W_E and W_L; key frequencies")
+    s.paragraphs.append(f"Key frequencies from W_E norms (blog §5, > 10× median energy): {key}; from W_L: {an['key_W_L']}. "
+                        f"Nanda's per-neuron 3×3 variance fractions give winners {an['key_neurons']} (all live neurons; counts "
+                        f"{an['neuron_counts']}) and {an['key_neurons_85']} among neurons with fraction ≥ 0.85. The key frequencies "
+                        f"hold {an['key_fraction_W_E']:.3f} of W_E's squared Fourier norm and {an['key_fraction_W_L']:.3f} of W_L's "
+                        f"(random: 2k/(p−1) = {an['random_fraction_expected']:.3f}; a random Gaussian W_E gives "
+                        f"{an['random_W_E_fraction']:.3f}).")
+    s.figure(_save(run, fig, f"clock_{tag}_spectra.png"), "Fourier coefficient norms of W_E rows and W_L rows")
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.2))
+    ax[0].hist(an["neuron_freq"][an["neuron_freq"] > 0], bins=np.arange(0.5, p // 2 + 1.5), color="tab:purple")
+    ax[0].set_xlabel("winning frequency"); ax[0].set_title("Neurons per frequency (Nanda)")
+    ax[1].hist(an["neuron_fraction"], bins=40, color="tab:gray"); ax[1].set_title("variance fraction of the winner")
+    s.figure(_save(run, fig, f"clock_{tag}_neuron_freqs.png"), "Nanda et al.'s per-neuron frequencies")
+    S.append(s)
+    M.update(key=key, key_neurons=an["key_neurons"], key_fraction_W_E=an["key_fraction_W_E"])
+
+    # circles
+    ks = key + an["random_freqs"]
+    fig, ax = plt.subplots(2, len(ks), figsize=(2.8 * len(ks), 5.6), squeeze=False)
+    rows = []
+    for r, name in enumerate(("W_E", "W_L")):
+        for c, k in enumerate(ks):
+            d = an["circles"][(name, k)]
+            ax[r, c].scatter(d["xy"][:, 0], d["xy"][:, 1], c=(k * np.arange(p)) % p, cmap="twilight", s=8)
+            ax[r, c].set_title(f"{name}, k={k}{' (random)' if k not in key else ''}\nR²={d['r2']:.2f}", fontsize=8)
+            ax[r, c].set_aspect("equal", "datalim")
+            rows.append([name, k, "key" if k in key else "random", f"{d['r2']:.3f}", f"{d['norm']:.3g}"])
+    s = Section("Circles: W_E and W_L on each frequency's Fourier-inferred 2D basis")
+    s.paragraphs.append("Points are tokens 0..p−1 coloured by k·x mod p. R² is the fit of a frequency-k ellipse; random "
+                        "frequencies give noise of small radius.")
+    s.figure(_save(run, fig, f"clock_{tag}_circles.png"), "Key-frequency circles (R² near 1) and random frequencies (noise)")
+    s.table(["matrix", "k", "kind", "circle R²", "RMS radius"], rows)
+    S.append(s)
+
+    # attention
+    H = len(an["attention"])
+    fig, ax = plt.subplots(2, H, figsize=(3.2 * H, 6), squeeze=False)
+    for h, d in enumerate(an["attention"]):
+        ax[0, h].imshow(d["map"], cmap="viridis", origin="lower"); ax[0, h].set_xlabel("b"); ax[0, h].set_ylabel("a")
+        ax[0, h].set_title(f"head {h}: attention '=' → a", fontsize=8)
+        kk = np.arange(len(d["energy_a"]))
+        ax[1, h].bar(kk[1:] - 0.2, np.sqrt(d["energy_a"][1:]), width=0.4, label="along a")
+        ax[1, h].bar(kk[1:] + 0.2, np.sqrt(d["energy_b"][1:]), width=0.4, label="along b")
+        ax[1, h].set_title(f"DFT norms; dominant k={d['dominant']}", fontsize=8); ax[1, h].legend(fontsize=6)
+    s = Section("Periodic attention")
+    s.paragraphs.append("Last-row attention weight on token a over all (a, b), and its Fourier norms per frequency along a and b.")
+    s.table(["head", "dominant frequency", "variance fraction in key 2D components"],
+            [[h, d["dominant"], f"{d['key_fraction']:.3f}"] for h, d in enumerate(an["attention"])])
+    s.figure(_save(run, fig, f"clock_{tag}_attention.png"), "Attention maps are periodic in a and b")
+    S.append(s)
+
+    # petals: predictions
+    if key:
+        fe = key[: min(2, len(key))]
+        fig, ax = plt.subplots(len(fe), 3, figsize=(9, 3 * len(fe)), squeeze=False)
+        for i, e in enumerate(fe):
+            for j, (fa, ph) in enumerate(((e, 0.0), (e, np.pi / 2), (key[-1] if key[-1] != e else key[0], 0.0))):
+                xy = np.asarray(fx.predicted_petal(p, e, fa, an["a0"], ph, n=8 * p))
+                ax[i, j].plot(xy[:, 0], xy[:, 1], lw=0.8); ax[i, j].set_aspect("equal", "datalim")
+                ax[i, j].set_title(f"embedding k={e}, attention k={fa}, phase {ph:.2f}", fontsize=8)
+        s = Section("Petals: predicted and actual per-head outputs; head sums are circles")
+        s.paragraphs.append(f"Predicted curves z(b) = α(b)·x_a + (1 − α(b))·x_b with α periodic (blog §6.1); actual per-head z "
+                            f"vectors for a = {an['a0']} projected with pinv(W_V)·basis (blog §6.2); per-head o vectors and their "
+                            "sum on the summed o vectors' Fourier plane, with the spectrum of the sum (blog §7).")
+        s.figure(_save(run, fig, f"clock_{tag}_petals_predicted.png"), "Predicted petals (attention frequency = / ≠ embedding frequency)")
+        fig, ax = plt.subplots(len(key), H, figsize=(2.8 * H, 2.8 * len(key)), squeeze=False)
+        for i, k in enumerate(key):
+            for h in range(H):
+                z = an["petals"][k]["z"][h]
+                ax[i, h].plot(z[:, 0], z[:, 1], "-", lw=0.5, color="0.6")
+                ax[i, h].scatter(z[:, 0], z[:, 1], c=np.arange(p), cmap="coolwarm", s=6)
+                ax[i, h].set_title(f"head {h} (att k={an['attention'][h]['dominant']}) on k={k} plane", fontsize=7)
+        s.figure(_save(run, fig, f"clock_{tag}_petals_actual.png"), "Actual per-head z on the W_E circle planes (through pinv(W_V))")
+        fig, ax = plt.subplots(len(key), 2, figsize=(8, 3 * len(key)), squeeze=False)
+        rows = []
+        for i, k in enumerate(key):
+            d = an["petals"][k]
+            for h in range(H):
+                ax[i, 0].plot(d["o_heads"][h][:, 0], d["o_heads"][h][:, 1], lw=0.7, label=f"head {h}")
+            ax[i, 0].plot(d["o_total"][:, 0], d["o_total"][:, 1], "r-", lw=1.5, label="sum")
+            ax[i, 0].set_title(f"o vectors, k={k} plane (a={an['a0']})", fontsize=8); ax[i, 0].legend(fontsize=6)
+            sp = d["spectrum_total"]
+            fr = np.fft.fftfreq(p, 1.0 / p).astype(int)
+            ax[i, 1].bar(fr, np.sqrt(sp), width=0.8); ax[i, 1].set_title(f"|DFT| of summed projection (x+iy), k={k}", fontsize=8)
+            rows.append([k, f"{d['total_freq_fraction']:.3f}", d["total_peak_freq"],
+                         ", ".join(f"{v:.2f}" for v in d["head_freq_fraction"])])
+        s.figure(_save(run, fig, f"clock_{tag}_petals_sum.png"), "Per-head o petals sum to a circle; spectrum of the sum")
+        s.table(["k", "summed: single-frequency fraction", "summed: peak frequency", "per head: single-frequency fraction"], rows)
+        S.append(s)
+
+        # dihedral angles
+        fig, ax = plt.subplots(figsize=(4.5, 3.8))
+        im = ax.imshow(an["dihedral_min_angle"], vmin=0, vmax=90, cmap="magma")
+        ax.set_xticks(range(len(key)), [f"o k={k}" for k in key], fontsize=7)
+        ax.set_yticks(range(len(key)), [f"W_E k={k}" for k in key], fontsize=7)
+        fig.colorbar(im, ax=ax, label="smallest principal angle (deg)")
+        s = Section("Dihedral angles between W_E and o circle planes")
+        s.paragraphs.append("Smallest principal angle between each W_E circle plane and each o circle plane; principal angles "
+                            "between the span of all W_E circle planes and each o plane: "
+                            + "; ".join(f"k={k}: {[round(float(x), 1) for x in v]}" for k, v in an["dihedral_all"].items()))
+        s.figure(_save(run, fig, f"clock_{tag}_dihedral.png"), "Principal angles (0° = same plane)")
+        S.append(s)
+
+        # MLP
+        fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
+        ax[0].plot(an["b_in_sorted"], ".", ms=3); ax[0].axhline(0, color="k", lw=0.5)
+        ax[0].axhline(-0.25 * np.max(np.abs(an["b_in_sorted"])), color="r", lw=0.5, ls="--")
+        ax[0].set_title(f"sorted b_in: {an['n_negative_b_in']} below −0.25·max|b_in|", fontsize=9)
+        k0 = key[0]
+        w = an["mlp"][k0]["W_in_xy"]
+        ax[1].scatter(w[:, 0], w[:, 1], s=4); ax[1].set_title(f"W_in columns in the o plane of k={k0}", fontsize=9)
+        s = Section("MLP: biases, W_in columns, activations in circle planes, revolution vs rotation")
+        s.paragraphs.append(f"{an['frac_pre_negative']:.3f} of all MLP pre-activations (p² inputs × neurons) are negative, i.e. "
+                            "zeroed by the ReLU." + (f" Removing the ReLU from the trained model gives accuracy "
+                                                     f"{an['acc_relu_removed']:.4f} (with it: {an['final_acc_all']:.4f})."
+                                                     if "acc_relu_removed" in an else ""))
+        s.figure(_save(run, fig, f"clock_{tag}_mlp_bias_win.png"), "Sorted b_in and W_in columns in a circle plane")
+        fig, ax = plt.subplots(len(key), 3, figsize=(11, 3.2 * len(key)), squeeze=False)
+        rows = []
+        for i, k in enumerate(key):
+            d = an["mlp"][k]
+            ax[i, 0].semilogy(d["svals"][:12], "o-", ms=3); ax[i, 0].set_title(f"k={k}: singular values of stacked bases", fontsize=8)
+            for a, xy in d["post_xy"].items():
+                ax[i, 1].plot(xy[:, 0], xy[:, 1], ".", ms=2, label=f"a={a}")
+                ax[i, 2].plot(xy[:, 2], xy[:, 3], ".", ms=2, label=f"a={a}")
+            ax[i, 1].set_title(f"MLP activations, PCs 1–2 (revolution)", fontsize=8); ax[i, 1].legend(fontsize=6)
+            ax[i, 2].set_title(f"PCs 3–4 (rotation)", fontsize=8)
+            rows.append([k, f"{d['spread12']:.3f}", f"{d['spread34']:.3f}"])
+        s.figure(_save(run, fig, f"clock_{tag}_mlp_pcs.png"), "MLP activation circles for several a in PCs 1–2 and 3–4")
+        s.table(["k", "centre spread / radius, PCs 1–2", "centre spread / radius, PCs 3–4"], rows,
+                "How far the per-a circle centres move relative to the radius (revolution: large; rotation: small)")
+        S.append(s)
+
+    # read-out
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.4))
+    ax[0].hist([np.minimum(an["rank_full"], 20), np.minimum(an["rank_W_L"], 20)], bins=np.arange(22) - 0.5,
+               label=["full logits", "MLP path W_L·post only"])
+    ax[0].set_yscale("log"); ax[0].set_xlabel("rank of the correct logit (20 = ≥20)"); ax[0].legend(fontsize=7)
+    s = Section("Read-out: rank of the correct logit; restricted and excluded loss over training")
+    s.paragraphs.append(f"Correct logit ranked first for {np.mean(an['rank_full'] == 0):.4f} of the p² inputs (full logits) and "
+                        f"{np.mean(an['rank_W_L'] == 0):.4f} with the MLP path alone (W_L rows · post-ReLU activations); median "
+                        f"rank on the MLP path {np.median(an['rank_W_L']):.0f}.")
+    if an.get("progress"):
+        pr = an["progress"]
+        e = np.maximum([q["epoch"] for q in pr], 1)
+        for name, c in (("train", "b"), ("test", "r"), ("restricted", "g"), ("excluded", "m")):
+            ax[1].loglog(e, [max(q[name], 1e-12) for q in pr], c + ".-", label=name)
+        ax[1].set_xlabel("epoch"); ax[1].legend(fontsize=7); ax[1].set_title("Nanda's progress measures (from snapshots)")
+        s.table(["epoch", "train", "test", "restricted", "excluded", "Σ w²"],
+                [[q["epoch"], f"{q['train']:.3g}", f"{q['test']:.3g}", f"{q['restricted']:.3g}", f"{q['excluded']:.3g}",
+                  f"{q['sq_weights']:.4g}"] for q in pr[:: max(1, len(pr) // 12)]])
+    s.figure(_save(run, fig, f"clock_{tag}_readout.png"), "Correct-logit ranks; restricted/excluded loss")
+    S.append(s)
+
+    # sufficiency
+    suf, emb = an["sufficiency"], an["sufficiency_embed"]
+    labels = [f"{{{k}}}" for k in suf["single"]] + [f"{{{k}}}" for k in suf["pairs"]] + ["all"]
+    vals = list(suf["single"].values()) + list(suf["pairs"].values()) + [suf["all"]]
+    fig, ax = plt.subplots(figsize=(max(5, 0.5 * len(labels)), 3.4))
+    ax.bar(range(len(vals)), vals); ax.axhline(0.99, color="r", ls="--", lw=0.7)
+    ax.set_xticks(range(len(vals)), labels, rotation=60, fontsize=7); ax.set_ylabel("accuracy (restricted logits)")
+    s = Section("Sufficiency: one circle, two coprime circles, all")
+    s.paragraphs.append("Accuracy over all p² pairs of the logits restricted (Nanda §5.1) to the given key frequencies; "
+                        "embedding-restricted model (W_E rows projected on the frequencies): "
+                        + ", ".join(f"{k}: {v:.3f}" for k, v in emb.items()))
+    s.figure(_save(run, fig, f"clock_{tag}_sufficiency.png"), "Accuracy restricted to subsets of key frequencies")
+    S.append(s)
+    M.update(sufficiency=suf, sufficiency_embed=emb)
+    return S, M
+
+
+def report_sections(run, *, budget: str = "quick", seed: int = 0):
+    """Figures and tables of every clock analysis for ``geomjax verify --source clock``: trains (or
+    loads from the cache) the budget's ReLU and ReLU-free runs (:func:`claim_config`)."""
+    an, free = _bundle(budget, seed)
+    sections, metrics = analysis_sections(run, an, free, title=f"{budget}")
+    from geomjax.report import Section
+
+    head = Section("Clock: what was trained")
+    head.paragraphs.append(_what(budget) + "; the ReLU-free variant uses the same recipe with activation 'none'.")
+    return [head] + sections, metrics

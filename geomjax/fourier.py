@@ -1,0 +1,604 @@
+"""Fourier anatomy of the modular-addition transformer: the "clock" algorithm.
+
+Sources: Nanda et al., "Progress measures for grokking via mechanistic interpretability" (key
+frequencies, restricted/excluded loss) and the clock blog (``../shared/papers/
+clock-modular-addition-blog.txt``: W_E / W_L spectra and circles §5, periodic attention §6, petals
+§6.1–7, dihedral angles §8, MLP §8–9, read-out §10, sufficiency §11).
+
+Conventions. P is the modulus; tokens 0..P-1 are numbers and token P is "=". Parameters are
+:class:`geomjax.models.toy.ToyTransformer` parameters of Nanda's 1-layer model: ``W_E`` =
+``embed/embedding`` (V, d) has one ROW per token (the blog's W_E columns), ``W_L`` = (W_out W_U)ᵀ
+(V_out, F) has one row per output token (the blog's ``W_U @ W_out``). The Fourier basis is the
+(P, P) matrix whose rows are [const, cos 1, sin 1, …, cos P//2, sin P//2], each of unit norm
+(:func:`fourier_basis`); frequency k ∈ 1..P//2 owns rows 2k−1 (cos) and 2k (sin). Inputs are all P²
+pairs (a, b) in row-major order (index a·P + b). Everything is float32 under "highest" matmul
+precision unless stated.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax.typing import Array, Float, Int
+
+__all__ = [
+    "ClockActivations",
+    "attention_spectrum",
+    "circle_basis",
+    "circle_fit_r2",
+    "circle_projection",
+    "clock_activations",
+    "complex_peak_fraction",
+    "correct_logit_rank",
+    "embed_restricted_params",
+    "fourier_basis",
+    "fourier_basis_names",
+    "fourier_coefficients",
+    "frequency_energy",
+    "key_frequencies_embed",
+    "key_frequencies_neurons",
+    "key_fraction",
+    "mlp_plane_svd",
+    "negative_bias_count",
+    "o_circle_plane",
+    "per_head_circle_projection",
+    "petal_fourier_projection",
+    "predicted_petal",
+    "principal_angles",
+    "restricted_accuracy",
+    "restricted_excluded_loss",
+    "restricted_logits",
+    "sufficiency",
+    "unembed_matrix",
+]
+
+
+# ------------------------------------------------------------------------------------ the basis
+
+def _check_p(p: int, who: str) -> int:
+    if int(p) != p or p < 3:
+        raise ValueError(f"{who}: p must be an integer >= 3, got {p}")
+    return int(p)
+
+
+def fourier_basis(p: int) -> Float[Array, "P P"]:
+    """Orthonormal Fourier basis mod p (Nanda et al.; the blog's ``fourier_basis``), rows = waves.
+
+    Rows: ``[1/√p, cos(2π·1·x/p), sin(2π·1·x/p), …]`` each normalized to unit length, x = 0..p−1;
+    frequencies 1..⌊(p−1)/2⌋ contribute a cos and a sin row; for even p the last row is the
+    alternating cos(πx). The matrix is orthogonal: B Bᵀ = I.
+
+    Args:
+      p: modulus >= 3.
+
+    Returns:
+      (p, p) float32 array.
+    """
+    p = _check_p(p, "fourier_basis")
+    x = np.arange(p)
+    rows = [np.ones(p) / math.sqrt(p)]
+    for k in range(1, (p - 1) // 2 + 1):
+        for f in (np.cos, np.sin):
+            r = f(2 * np.pi * k * x / p)
+            rows.append(r / np.linalg.norm(r))
+    if p % 2 == 0:
+        r = np.cos(np.pi * x)
+        rows.append(r / np.linalg.norm(r))
+    return jnp.asarray(np.stack(rows), jnp.float32)
+
+
+def fourier_basis_names(p: int) -> list[str]:
+    """Names of :func:`fourier_basis` rows: ``["const", "cos 1", "sin 1", …]``."""
+    p = _check_p(p, "fourier_basis_names")
+    names = ["const"] + [f"{f} {k}" for k in range(1, (p - 1) // 2 + 1) for f in ("cos", "sin")]
+    return names + (["cos {}".format(p // 2)] if p % 2 == 0 else [])
+
+
+def _n_freq(p: int) -> int:
+    return (p - 1) // 2
+
+
+def fourier_coefficients(W: Float[Array, "V d"], p: int) -> Float[Array, "P d"]:
+    """Fourier coefficients of the first p rows of W along the token axis: ``B @ W[:p]``.
+
+    The blog §5 computes ``W_E @ fourier_basis.T`` with W_E (d, V); with rows per token that is
+    ``(B @ W_E[:p])ᵀ``. Works for W_E (V, d) and W_L (V_out, F) alike (the "=" row is dropped).
+
+    Args:
+      W: (V, d) with V >= p, one row per token.
+      p: modulus.
+
+    Returns:
+      (p, d): row j is the d-dimensional coefficient of basis row j.
+    """
+    W = jnp.asarray(W)
+    if W.ndim != 2 or W.shape[0] < p:
+        raise ValueError(f"fourier_coefficients: W must be (V >= {p}, d), got shape {W.shape}")
+    with jax.default_matmul_precision("highest"):
+        return fourier_basis(p) @ W[:p].astype(jnp.float32)
+
+
+def frequency_energy(coeffs: Float[Array, "P ..."], p: int) -> Float[Array, "F1"]:
+    """Squared Fourier norm per frequency: entry k (0..P//2) is Σ (cos k² + sin k²) over the other axes
+    (entry 0 the constant row). The blog's bar plots show the per-row norms; this groups them.
+
+    Args:
+      coeffs: (p, ...) coefficients from :func:`fourier_coefficients`.
+      p: modulus.
+
+    Returns:
+      (⌊(p−1)/2⌋ + 1,) energies (for even p the Nyquist row is not included).
+    """
+    c2 = jnp.sum(jnp.square(jnp.asarray(coeffs)).reshape(coeffs.shape[0], -1), axis=1)
+    K = _n_freq(p)
+    return jnp.concatenate([c2[:1], c2[1: 2 * K + 1].reshape(K, 2).sum(axis=1)])
+
+
+def key_fraction(coeffs: Float[Array, "P ..."], p: int, freqs) -> Float[Array, ""]:
+    """Fraction of the squared Fourier norm (constant row excluded) held by the cos/sin rows of
+    ``freqs`` — the clock claim "W_E's spectrum is sparse" (a random W_E gives ≈ 2k/(p−1))."""
+    e = frequency_energy(coeffs, p)
+    idx = jnp.asarray(sorted(set(int(k) for k in freqs)), jnp.int32)
+    return jnp.sum(e[idx]) / jnp.sum(e[1:])
+
+
+def key_frequencies_embed(W_E: Float[Array, "V d"], p: int, *, ratio: float = 10.0) -> list[int]:
+    """Key frequencies from W_E's Fourier norms (the blog §5): frequencies whose energy (cos² + sin²
+    summed over d) exceeds ``ratio`` × the median energy of the frequencies 1..P//2.
+
+    The median is the noise floor (most frequencies are inactive after grokking); for a random W_E
+    the energies are χ² with 2d degrees of freedom and none exceeds 10× the median.
+
+    Returns:
+      sorted list of frequencies in 1..P//2.
+    """
+    e = np.asarray(frequency_energy(fourier_coefficients(W_E, p), p))[1:]
+    thr = ratio * np.median(e)
+    return [int(k) + 1 for k in np.flatnonzero(e > thr)]
+
+
+class NeuronFrequencies(NamedTuple):
+    """Nanda et al.'s per-neuron frequency analysis.
+
+    Attributes:
+      freq: (F,) winning frequency per neuron (1..P//2; 0 for dead neurons).
+      fraction: (F,) variance fraction of the winner's 3×3 {const, cos w, sin w}² block.
+      key: sorted distinct winners among live neurons with fraction >= min_fraction.
+      counts: dict frequency -> number of such neurons.
+    """
+
+    freq: np.ndarray
+    fraction: np.ndarray
+    key: list[int]
+    counts: dict
+
+
+def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction: float = 0.0) -> NeuronFrequencies:
+    """Key frequencies from MLP neurons (Nanda et al. §4.1, REFERENCE.md).
+
+    For each neuron, the post-activation at "=" over all (a, b) is centred, 2D-Fourier transformed
+    (``B A Bᵀ``) and, for each frequency w in 1..P//2, the fraction of its variance in the 3×3 block of
+    rows/columns {const, cos w, sin w} is computed; the neuron's frequency is the argmax. The key
+    frequencies are the distinct winners (REFERENCE.md) among live neurons whose fraction is at least
+    ``min_fraction`` (0: all live neurons, as REFERENCE.md states).
+
+    Args:
+      post: (p, p, F) post-activation MLP values at the last position, indexed [a, b, neuron].
+      p: modulus.
+      min_fraction: variance-fraction filter.
+
+    Returns:
+      :class:`NeuronFrequencies`.
+    """
+    post = jnp.asarray(post, jnp.float32)
+    if post.ndim != 3 or post.shape[:2] != (p, p):
+        raise ValueError(f"key_frequencies_neurons: post must be (p, p, F) = ({p}, {p}, F), got {post.shape}")
+    B = fourier_basis(p)
+    A = post - jnp.mean(post, axis=(0, 1), keepdims=True)
+    with jax.default_matmul_precision("highest"):
+        Ah = jnp.einsum("ia,abn,jb->ijn", B, A, B)
+    sq = np.asarray(jnp.square(Ah), np.float64)
+    total = sq.sum(axis=(0, 1))
+    K = _n_freq(p)
+    fr = np.zeros((K, sq.shape[2]))
+    for w in range(1, K + 1):
+        idx = [0, 2 * w - 1, 2 * w]
+        fr[w - 1] = sq[np.ix_(idx, idx)].sum(axis=(0, 1))
+    live = total > 1e-12 * max(total.max(), 1e-30)
+    frac = np.where(live, fr / np.where(live, total, 1.0), 0.0)
+    best = np.argmax(frac, axis=0)
+    freq = np.where(live, best + 1, 0)
+    fraction = frac[best, np.arange(frac.shape[1])]
+    ok = live & (fraction >= min_fraction)
+    counts: dict[int, int] = {}
+    for f in freq[ok]:
+        counts[int(f)] = counts.get(int(f), 0) + 1
+    return NeuronFrequencies(freq, fraction, sorted(counts), dict(sorted(counts.items())))
+
+
+# ------------------------------------------------------------------------------------- circles
+
+def circle_basis(coeffs: Float[Array, "P d"], k: int) -> Float[Array, "2 d"]:
+    """The blog's "Fourier-inferred 2D basis" (§5.1) of frequency k: the cos-k and sin-k coefficient
+    vectors (rows 2k−1, 2k of ``coeffs``), each normalized to unit length (not orthogonalized).
+
+    Args:
+      coeffs: (p, d) from :func:`fourier_coefficients`.
+      k: frequency in 1..P//2.
+    """
+    if not 1 <= k <= _n_freq(coeffs.shape[0]):
+        raise ValueError(f"circle_basis: k must lie in 1..{_n_freq(coeffs.shape[0])}, got {k}")
+    b = jnp.asarray(coeffs)[jnp.asarray([2 * k - 1, 2 * k])]
+    return b / jnp.linalg.norm(b, axis=1, keepdims=True)
+
+
+def circle_projection(W: Float[Array, "V d"], p: int, k: int) -> Float[Array, "P 2"]:
+    """Rows 0..p−1 of W projected on frequency k's Fourier-inferred 2D basis (the blog's W_E and W_L
+    circles, §5.1–5.2): ``W[:p] @ circle_basis(B @ W[:p], k)ᵀ``. Key frequencies give circles,
+    other frequencies noise."""
+    basis = circle_basis(fourier_coefficients(W, p), k)
+    with jax.default_matmul_precision("highest"):
+        return jnp.asarray(W)[:p].astype(jnp.float32) @ basis.T
+
+
+def circle_fit_r2(xy: Float[Array, "P 2"], k: int) -> Float[Array, ""]:
+    """R² of the least-squares fit ``xy ≈ c + [cos(2πkx/p), sin(2πkx/p)] M`` over x = 0..p−1 (1 for
+    points exactly on a (possibly elliptical) frequency-k circle, ≈ 2/p for noise)."""
+    xy = jnp.asarray(xy, jnp.float32)
+    p = xy.shape[0]
+    x = jnp.arange(p)
+    X = jnp.stack([jnp.ones(p), jnp.cos(2 * jnp.pi * k * x / p), jnp.sin(2 * jnp.pi * k * x / p)], axis=1)
+    with jax.default_matmul_precision("highest"):
+        coef, *_ = jnp.linalg.lstsq(X, xy)
+        res = xy - X @ coef
+    tot = xy - jnp.mean(xy, axis=0, keepdims=True)
+    return 1.0 - jnp.sum(res**2) / jnp.sum(tot**2)
+
+
+# ------------------------------------------------------------------------------ forward analysis
+
+class ClockActivations(NamedTuple):
+    """Activations of the 1-layer model on all p² inputs (a, b, "="), at the "=" position.
+
+    Attributes (leading axes (p, p) = [a, b]):
+      logits: (p, p, V_out).
+      attn: (p, p, H, T) attention of the "=" query on positions 0..T−1 (T = 3).
+      z: (p, p, H, K) per-head attention outputs before W_O.
+      o_heads: (p, p, H, d) per-head outputs z_h W_O[h].
+      o: (p, p, d) their sum (plus b_O if any).
+      pre: (p, p, F) MLP pre-activations; post: (p, p, F) after the activation.
+      mlp_out: (p, p, d) MLP outputs (W_out post + b_out).
+    """
+
+    logits: Array
+    attn: Array
+    z: Array
+    o_heads: Array
+    o: Array
+    pre: Array
+    post: Array
+    mlp_out: Array
+
+
+def clock_activations(params: dict, mcfg, p: int) -> ClockActivations:
+    """Run Nanda et al.'s 1-layer model on all p² inputs and keep the "=" position's activations.
+
+    Computes the same function as ``ToyTransformer(mcfg).apply`` (a test checks the logits) with the
+    per-head z / o vectors the blog analyses (§6–10).
+
+    Args:
+      params: ToyTransformer parameters of a 1-layer, LayerNorm-free, causal model.
+      mcfg: its :class:`~geomjax.models.toy.ToyConfig` (vocab p + 1).
+      p: modulus.
+    """
+    from geomjax.train.grokking import check_one_layer
+
+    check_one_layer(mcfg)
+    if mcfg.vocab_size != p + 1:
+        raise ValueError(f"clock_activations: the model's vocab_size is {mcfg.vocab_size}, expected p + 1 = {p + 1}")
+    act = {"relu": jax.nn.relu, "none": lambda v: v}.get(mcfg.activation)
+    if act is None:
+        raise ValueError(f"clock_activations: activation must be 'relu' or 'none', got {mcfg.activation!r}")
+    return _clock_forward(params, mcfg, int(p))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _clock_forward(params: dict, mcfg, p: int) -> ClockActivations:
+    act = {"relu": jax.nn.relu, "none": lambda v: v}[mcfg.activation]
+    a_, b_ = np.divmod(np.arange(p * p), p)
+    x = jnp.asarray(np.stack([a_, b_, np.full_like(a_, p)], 1), jnp.int32)
+    with jax.default_matmul_precision("highest"):
+        h = params["embed"]["embedding"][x] + params["pos_embed"]["embedding"][None, :3]  # (N, 3, d)
+        at = params["block_0"]["attn"]
+        bias = lambda n: at[n]["bias"][None, None] if "bias" in at[n] else 0.0
+        q = jnp.einsum("nd,dhk->nhk", h[:, -1], at["q"]["kernel"]) + (at["q"]["bias"][None] if "bias" in at["q"] else 0.0)
+        k = jnp.einsum("ntd,dhk->nthk", h, at["k"]["kernel"]) + bias("k")
+        v = jnp.einsum("ntd,dhk->nthk", h, at["v"]["kernel"]) + bias("v")
+        s = jnp.einsum("nhk,nthk->nht", q, k) / np.float32(math.sqrt(mcfg.head_dim))
+        prob = jax.nn.softmax(s, axis=-1)
+        z = jnp.einsum("nht,nthk->nhk", prob, v)
+        o_heads = jnp.einsum("nhk,hkd->nhd", z, at["o"]["kernel"])
+        o = o_heads.sum(axis=1) + (at["o"]["bias"][None] if "bias" in at["o"] else 0.0)
+        r = h[:, -1] + o
+        m = params["block_0"]["mlp"]
+        pre = r @ m["fc"]["kernel"] + (m["fc"]["bias"][None] if "bias" in m["fc"] else 0.0)
+        post = act(pre)
+        out = post @ m["proj"]["kernel"] + (m["proj"]["bias"][None] if "bias" in m["proj"] else 0.0)
+        logits = (r + out) @ params["unembed"]["kernel"]
+    rs = lambda t: t.reshape(p, p, *t.shape[1:])
+    return ClockActivations(rs(logits), rs(jnp.moveaxis(prob, 1, 1)), rs(z), rs(o_heads), rs(o), rs(pre), rs(post), rs(out))
+
+
+def unembed_matrix(params: dict) -> Float[Array, "V F"]:
+    """W_L = W_U W_out (the blog §5.2, Nanda et al.): (V_out, F), row c = the direction in MLP
+    activation space that raises logit c (b_out is not included, as in the blog)."""
+    with jax.default_matmul_precision("highest"):
+        return (params["block_0"]["mlp"]["proj"]["kernel"] @ params["unembed"]["kernel"]).T
+
+
+# ----------------------------------------------------------------------------- periodic attention
+
+def attention_spectrum(att: Float[Array, "P P"]) -> dict[str, Array]:
+    """2D Fourier analysis of one head's last-row attention on token a over all (a, b) (the blog §6).
+
+    Args:
+      att: (p, p) attention weight of the "=" query on position 0 (token a), indexed [a, b].
+
+    Returns:
+      dict with ``coeffs`` (p, p) = B A Bᵀ; ``energy_a`` and ``energy_b`` (P//2 + 1,): energy per
+      frequency along a (summed over all b-basis rows) and along b; ``dominant``: the frequency
+      1..P//2 with the largest energy_a + energy_b; ``key_fraction_fn``: use :func:`attention_key_fraction`.
+    """
+    att = jnp.asarray(att, jnp.float32)
+    p = att.shape[0]
+    B = fourier_basis(p)
+    with jax.default_matmul_precision("highest"):
+        C = B @ att @ B.T
+    ea = frequency_energy(C, p)
+    eb = frequency_energy(C.T, p)
+    dom = int(jnp.argmax((ea + eb)[1:])) + 1
+    return {"coeffs": C, "energy_a": ea, "energy_b": eb, "dominant": dom}
+
+
+def attention_key_fraction(att: Float[Array, "P P"], freqs) -> Float[Array, ""]:
+    """Fraction of the (constant-removed) variance of one head's attention map over (a, b) lying in
+    2D Fourier components whose a- and b-frequencies are both in ``freqs`` ∪ {0} (the blog §6:
+    "attention is periodic in a and b at the key frequencies"); ≈ ((2k+1)² − 1)/(p² − 1) for noise."""
+    C = attention_spectrum(att)["coeffs"]
+    p = C.shape[0]
+    idx = [0] + [j for k in sorted(set(int(f) for f in freqs)) for j in (2 * k - 1, 2 * k)]
+    sq = jnp.square(C)
+    sub = sq[jnp.ix_(jnp.asarray(idx), jnp.asarray(idx))]
+    total = jnp.sum(sq) - sq[0, 0]
+    return (jnp.sum(sub) - sq[0, 0]) / total
+
+
+# ------------------------------------------------------------------------------------- petals
+
+def predicted_petal(p: int, emb_freq: int, att_freq: int, a: int, phase: float = 0.0,
+                    n: int | None = None) -> Float[Array, "n 2"]:
+    """The blog's predicted per-head output curve (§6.1): z(b) = α(b) x_a + (1 − α(b)) x_b with
+    x_n = (cos 2π f_e n/p, sin 2π f_e n/p) a point of the frequency-f_e embedding circle and
+    α(b) = ½(1 + cos(2π f_att b / p + phase)) a periodic attention weight on a.
+
+    Args:
+      p: modulus; b runs over ``n`` (default p) equally spaced values in [0, p).
+      emb_freq, att_freq: f_e and f_att (need not be integers for illustrations; the blog uses 0.5).
+      a: the fixed first operand.
+      phase: the attention offset (the blog's "family of curves").
+
+    Returns:
+      (n, 2) points.
+    """
+    n = p if n is None else n
+    b = jnp.arange(n) * (p / n)
+    circ = lambda t: jnp.stack([jnp.cos(2 * jnp.pi * emb_freq * t / p), jnp.sin(2 * jnp.pi * emb_freq * t / p)], -1)
+    alpha = 0.5 * (1.0 + jnp.cos(2 * jnp.pi * att_freq * b / p + phase))
+    return alpha[:, None] * circ(jnp.full_like(b, a))[:1] + (1 - alpha[:, None]) * circ(b)
+
+
+def per_head_circle_projection(z: Float[Array, "P H K"], W_V: Float[Array, "H d K"],
+                               basis: Float[Array, "2 d"]) -> Float[Array, "H P 2"]:
+    """The blog's actual petals (§6.2): each head's z vectors (fixed a, all b) projected on the
+    embedding circle basis carried through W_V: ``new_basis = pinv(W_V[h]) @ basisᵀ`` (K, 2),
+    ``projected = z[:, h] @ new_basis``.
+
+    Args:
+      z: (p, H, K) per-head attention outputs for (a, b), b = 0..p−1.
+      W_V: (H, d, K) value weights (``head_weights``).
+      basis: (2, d) circle basis in embedding space (:func:`circle_basis` of W_E).
+    """
+    with jax.default_matmul_precision("highest"):
+        new = jnp.einsum("hkd,jd->hkj", jnp.linalg.pinv(W_V), basis)
+        return jnp.einsum("bhk,hkj->hbj", z, new)
+
+
+def petal_fourier_projection(o_heads: Float[Array, "P H d"], k: int) -> dict[str, Array]:
+    """Per-head o vectors and their head sum projected on the summed o vectors' own frequency-k
+    Fourier plane (the blog §7, "alternative visualization"): b varies, a fixed.
+
+    The plane is the (normalized) cos-k / sin-k Fourier coefficients over b of o(b) = Σ_h o_h(b).
+
+    Returns:
+      dict ``heads`` (H, p, 2), ``total`` (p, 2), ``basis`` (2, d).
+    """
+    o = jnp.sum(o_heads, axis=1)
+    basis = circle_basis(fourier_coefficients(o, o.shape[0]), k)
+    with jax.default_matmul_precision("highest"):
+        heads = jnp.einsum("bhd,jd->hbj", o_heads, basis)
+    return {"heads": heads, "total": heads.sum(axis=0), "basis": basis}
+
+
+def complex_peak_fraction(xy: Float[Array, "P 2"]) -> dict[str, Any]:
+    """Spectrum of a closed planar curve over b (the blog §7: "a dominant single frequency means a
+    circle"): the DFT of x + iy over b = 0..p−1 with the mean removed; returns ``spectrum`` (p,)
+    |DFT|², ``peak_fraction`` (largest bin's share of the non-constant energy: 1 for a perfect circle
+    traversed at one speed, lower for petals and ellipses), ``peak_freq`` in (−p/2, p/2] and
+    ``freq_fraction`` (the share of bins ±peak_freq: 1 for any ellipse at that single frequency)."""
+    xy = jnp.asarray(xy, jnp.float32)
+    c = (xy[:, 0] - jnp.mean(xy[:, 0])) + 1j * (xy[:, 1] - jnp.mean(xy[:, 1]))
+    s = jnp.abs(jnp.fft.fft(c)) ** 2
+    i = int(jnp.argmax(s))
+    p = xy.shape[0]
+    j = (p - i) % p
+    both = s[i] + (s[j] if j != i else 0.0)
+    return {"spectrum": s, "peak_fraction": s[i] / jnp.sum(s), "peak_freq": i if i <= p // 2 else i - p,
+            "freq_fraction": both / jnp.sum(s)}
+
+
+# ------------------------------------------------------------------------------------- geometry
+
+def principal_angles(U: Float[Array, "m d"], V: Float[Array, "n d"]) -> Float[Array, "r"]:
+    """Principal (dihedral) angles in degrees between span(rows of U) and span(rows of V) (the blog
+    §8: W_E circle planes vs o circle planes), ascending; r = min(m, n). Computed as arccos of the
+    singular values of Q_Uᵀ Q_V with orthonormal bases Q (float64)."""
+    qu, _ = np.linalg.qr(np.asarray(U, np.float64).T)
+    qv, _ = np.linalg.qr(np.asarray(V, np.float64).T)
+    s = np.clip(np.linalg.svd(qu.T @ qv, compute_uv=False), -1.0, 1.0)
+    return jnp.asarray(np.sort(np.degrees(np.arccos(s))))
+
+
+def o_circle_plane(o: Float[Array, "P P d"], k: int) -> Float[Array, "2 d"]:
+    """The o circle plane of frequency k (the blog §8–9.3): for each a, the cos-k / sin-k Fourier
+    coefficients of o(a, ·) over b; the 2p vectors stacked and the top-2 right singular vectors kept
+    (the plane the circles share across a)."""
+    plane, _ = mlp_plane_svd(o, k, n_components=2)
+    return plane
+
+
+def mlp_plane_svd(act: Float[Array, "P P F"], k: int, n_components: int = 4) -> tuple[Array, Array]:
+    """SVD of the stacked per-a Fourier-inferred basis vectors (the blog §9.3–9.5).
+
+    For each a, the frequency-k coefficients of act(a, ·) over b (cos and sin, 2 vectors of width F)
+    are stacked into a (2p, F) matrix; its top right singular vectors are the "principal components":
+    PCs 1–2 carry the revolution of the circles, PCs 3–4 their rotation (the blog §9.4).
+
+    Returns:
+      (components (n, F), singular values (min(2p, F),)).
+    """
+    act = jnp.asarray(act, jnp.float32)
+    p = act.shape[0]
+    B = fourier_basis(p)[jnp.asarray([2 * k - 1, 2 * k])]
+    with jax.default_matmul_precision("highest"):
+        c = jnp.einsum("jb,abf->ajf", B, act).reshape(2 * p, -1)
+    _, s, vt = jnp.linalg.svd(c, full_matrices=False)
+    return vt[:n_components], s
+
+
+def negative_bias_count(b_in: Float[Array, "F"], *, rel: float = 0.25) -> int:
+    """Number of MLP input biases below −rel·max|b_in| (the blog §8: "way fewer than 113 are
+    significantly negative", so the model does not use ReLU to superpose features)."""
+    b = np.asarray(b_in, np.float64)
+    return int(np.sum(b < -rel * np.max(np.abs(b))))
+
+
+# --------------------------------------------------------------------------------------- read-out
+
+def correct_logit_rank(logits: Float[Array, "N C"], y: Int[Array, "N"]) -> Int[Array, "N"]:
+    """Rank of the correct logit among the classes (0 = the argmax; ties counted against it) — the
+    blog §10's read-out: the correct row of W_L is among the most activated."""
+    logits = jnp.asarray(logits)
+    correct = jnp.take_along_axis(logits, jnp.asarray(y)[:, None], axis=1)
+    return jnp.sum(logits > correct, axis=1)
+
+
+def _sum_waves(p: int, freqs) -> Float[Array, "J N"]:
+    a, b = np.divmod(np.arange(p * p), p)
+    rows = []
+    for w in sorted(set(int(f) for f in freqs)):
+        for f in (np.cos, np.sin):
+            r = f(2 * np.pi * w * (a + b) / p)
+            rows.append(r / np.linalg.norm(r))
+    return jnp.asarray(np.stack(rows) if rows else np.zeros((0, p * p)), jnp.float32)
+
+
+def restricted_logits(logits: Float[Array, "N C"], p: int, freqs) -> tuple[Array, Array]:
+    """Nanda et al. §5.1: split the logits over all p² inputs into their cos/sin(w(a+b)) components
+    for w in ``freqs`` and the rest.
+
+    With u_w = cos(2πw(a+b)/p) and v_w = sin(...) as unit vectors over the p² inputs (row-major
+    (a, b)), ``proj = Σ_w (u uᵀ + v vᵀ) L``. Restricted logits = proj + the mean over inputs of L;
+    excluded logits = L − proj.
+
+    Args:
+      logits: (p², C) logits for all inputs in row-major (a, b) order (C = p classes).
+      p: modulus.
+      freqs: frequencies kept (restricted) / removed (excluded).
+
+    Returns:
+      (restricted (p², C), excluded (p², C)).
+    """
+    L = jnp.asarray(logits, jnp.float32)
+    if L.shape[0] != p * p:
+        raise ValueError(f"restricted_logits: logits must have p² = {p * p} rows (all inputs), got {L.shape}")
+    U = _sum_waves(p, freqs)
+    with jax.default_matmul_precision("highest"):
+        proj = U.T @ (U @ L)
+    return proj + jnp.mean(L, axis=0, keepdims=True), L - proj
+
+
+def _ce(logits, y):
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+
+def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs, train_idx) -> dict[str, float]:
+    """Nanda et al.'s progress measures: restricted loss (cross-entropy of the restricted logits over
+    all p² inputs) and excluded loss (of the excluded logits on the training inputs), plus the plain
+    train and test losses for reference.
+
+    Args:
+      logits: (p², p) logits for all inputs, row-major (a, b).
+      p: modulus.
+      freqs: the key frequencies.
+      train_idx: (n_train,) indices a·p + b of the training inputs.
+    """
+    a, b = np.divmod(np.arange(p * p), p)
+    y = jnp.asarray((a + b) % p)
+    L = jnp.asarray(logits, jnp.float32)
+    rest, excl = restricted_logits(L, p, freqs)
+    tr = np.zeros(p * p, bool)
+    tr[np.asarray(train_idx)] = True
+    tri, tei = jnp.asarray(np.flatnonzero(tr)), jnp.asarray(np.flatnonzero(~tr))
+    return {"restricted": float(_ce(rest, y)), "excluded": float(_ce(excl[tri], y[tri])),
+            "train": float(_ce(L[tri], y[tri])), "test": float(_ce(L[tei], y[tei]))}
+
+
+def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs) -> float:
+    """Accuracy over all p² inputs of the logits restricted to ``freqs`` (:func:`restricted_logits`)."""
+    a, b = np.divmod(np.arange(p * p), p)
+    rest, _ = restricted_logits(logits, p, freqs)
+    return float(np.mean(np.asarray(jnp.argmax(rest, axis=1)) == (a + b) % p))
+
+
+def sufficiency(logits: Float[Array, "N C"], p: int, key_freqs) -> dict[str, Any]:
+    """The blog §11: accuracy when the model is restricted to one key frequency, to two coprime ones,
+    and to all of them (restriction of the logits as in Nanda et al. §5.1).
+
+    Returns:
+      dict ``single`` {k: acc}, ``pairs`` {"k1,k2": acc} over pairs with gcd(k1, k2) = 1, ``all``.
+    """
+    ks = sorted(set(int(k) for k in key_freqs))
+    single = {k: restricted_accuracy(logits, p, [k]) for k in ks}
+    pairs = {f"{k1},{k2}": restricted_accuracy(logits, p, [k1, k2])
+             for i, k1 in enumerate(ks) for k2 in ks[i + 1:] if math.gcd(k1, k2) == 1}
+    return {"single": single, "pairs": pairs, "all": restricted_accuracy(logits, p, ks)}
+
+
+def embed_restricted_params(params: dict, p: int, freqs) -> dict:
+    """Parameters whose number embeddings W_E[:p] keep only the constant and the cos/sin components of
+    ``freqs`` (rows projected on those Fourier rows); the "=" row is unchanged. A second way to
+    restrict the model to some circles (the blog §11)."""
+    B = fourier_basis(p)
+    idx = jnp.asarray([0] + [j for k in sorted(set(int(f) for f in freqs)) for j in (2 * k - 1, 2 * k)])
+    Bs = B[idx]
+    E = jnp.asarray(params["embed"]["embedding"])
+    with jax.default_matmul_precision("highest"):
+        Ep = Bs.T @ (Bs @ E[:p])
+    return {**params, "embed": {"embedding": E.at[:p].set(Ep)}}

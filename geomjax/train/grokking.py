@@ -1,0 +1,543 @@
+"""Grokking modular addition (Nanda et al.; the clock blog): the whole run as one jitted ``lax.scan``.
+
+The model, optimizer and data are those of :func:`geomjax.train.tasks.modular_config` (REFERENCE.md):
+inputs (a, b, "=") with "=" = token p, a 1-layer transformer (d 128, 4 heads of 32, d_mlp 512,
+ReLU or none, learned positions, no LayerNorm, untied, 114 in and out with the last logit dropped),
+AdamW lr 1e-3, weight decay 1.0 on every parameter, β (0.9, 0.98), 10-step linear warm-up, full
+batch (one step = one epoch), 30% of the p² pairs for training, cross-entropy on the last position.
+
+The training loop is ``lax.scan`` over "log intervals" of ``log_every`` epochs, each an inner
+``lax.scan`` of optimizer steps followed by the metrics of the interval's last parameters (train and
+test loss and accuracy on the full sets, the sum of squared weights, that of W_E). A jitted call runs
+``chunk_epochs`` epochs (0: the whole run in ONE call); between calls the state is checkpointed, a
+parameter snapshot is kept (for progress measures over training, Nanda et al. §5) and the run can be
+resumed exactly: chunk boundaries are absolute and step s depends only on (seed, s), so an
+interrupted and resumed run reproduces the uninterrupted run bit-for-bit.
+
+Presets (:func:`grokking_config`): ``paper`` (50,000 epochs, Nanda et al.), ``blog`` (20,000 epochs,
+the blog's main run), ``cpu`` (a run that groks within minutes on a 2-core CPU), ``smoke`` (tests).
+``relu=False`` gives the blog's ReLU-free variant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax.data import modular_addition_data
+from geomjax.models.toy import ToyConfig, ToyTransformer
+from geomjax.train.checkpoint import _jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.train.losses import accuracy, cross_entropy
+from geomjax.train.loop import make_train_step
+from geomjax.train.optim import make_optimizer
+from geomjax.train.state import TrainState, create_train_state
+from geomjax.train.tasks import TrainConfig, modular_config
+from geomjax.typing import Array, Float, Int
+
+__all__ = [
+    "GROK_PRESETS",
+    "GrokkingConfig",
+    "GrokkingData",
+    "GrokkingResult",
+    "config_hash",
+    "grokking_config",
+    "grokking_data",
+    "grokking_init",
+    "grokking_milestones",
+    "last_position_logits",
+    "check_one_layer",
+    "load_grokking_run",
+    "make_run_chunk",
+    "param_snapshots",
+    "train_grokking",
+]
+
+GROK_PRESETS = ("paper", "blog", "cpu", "smoke")
+METRICS = ("train_loss", "train_acc", "test_loss", "test_acc", "sq_weights", "sq_W_E")
+
+
+@dataclasses.dataclass(frozen=True)
+class GrokkingConfig:
+    """A grokking run: the modular-addition :class:`TrainConfig` plus the scan layout.
+
+    Attributes:
+      train: task ``"modular"`` config (model, optimizer, p, train_frac, seed); ``total_steps`` is the
+        number of epochs (full batch: one optimizer step per epoch).
+      log_every: metrics every this many epochs (inside the scan).
+      chunk_epochs: epochs per jitted call; a checkpoint and a parameter snapshot follow each call.
+        0 runs the whole training as ONE jitted ``lax.scan``.
+      preset: the preset's name (informational).
+    """
+
+    train: TrainConfig
+    log_every: int = 100
+    chunk_epochs: int = 0
+    preset: str = ""
+
+    def __post_init__(self):
+        t = self.train
+        if t.task != "modular":
+            raise ValueError(f"GrokkingConfig: train.task must be 'modular', got {t.task!r}")
+        if t.batch_size != 0:
+            raise ValueError(f"GrokkingConfig: grokking trains full batch; set train.batch_size=0, got {t.batch_size}")
+        if self.log_every < 1 or t.total_steps % self.log_every:
+            raise ValueError(f"GrokkingConfig: epochs ({t.total_steps}) must be a positive multiple of "
+                             f"log_every ({self.log_every})")
+        if self.chunk_epochs < 0 or (self.chunk_epochs and (self.chunk_epochs % self.log_every
+                                                            or t.total_steps % self.chunk_epochs)):
+            raise ValueError(f"GrokkingConfig: chunk_epochs ({self.chunk_epochs}) must be 0 or a multiple of "
+                             f"log_every ({self.log_every}) dividing the epochs ({t.total_steps})")
+
+    @property
+    def epochs(self) -> int:
+        """Total number of full-batch epochs (= optimizer steps)."""
+        return self.train.total_steps
+
+    @property
+    def chunk(self) -> int:
+        """Epochs per jitted call."""
+        return self.chunk_epochs or self.epochs
+
+    def replace(self, **kw) -> "GrokkingConfig":
+        """Copy with some fields changed; ``epochs=``, ``seed=``, ``p=``, ``train_frac=`` edit ``train``."""
+        tkw = {k: kw.pop(k) for k in ("seed", "p", "train_frac") if k in kw}
+        if "epochs" in kw:
+            tkw["total_steps"] = e = kw.pop("epochs")
+            # keep the generic-loop fields (TrainConfig.steps_per_call) consistent with the new length
+            tkw["steps_per_call"] = math.gcd(e, self.train.steps_per_call)
+        train = self.train.replace(**tkw) if tkw else self.train
+        return dataclasses.replace(self, train=kw.pop("train", train), **kw)
+
+
+def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) -> GrokkingConfig:
+    """Preset of a grokking run (Nanda et al. / the clock blog; hyperparameters in REFERENCE.md).
+
+    * ``paper``: Nanda et al.: p 113, 30% train, 50,000 epochs; metrics every 100, checkpoints every 2,500.
+    * ``blog``: the blog's main run: the same model and optimizer, 20,000 epochs (the blog says "no
+      positional embeddings"; Nanda's code — and this preset — learn them; the blog's own code
+      inspects ``model.embed.W_E`` of Nanda's architecture).
+    * ``cpu``: the same model, optimizer and p = 113, with 50% of the pairs for training and lr 2e-3
+      so that it groks within 500 epochs (minutes on a 2-core CPU); 3,000 epochs in all, the rest
+      letting weight decay clean up the spectrum; metrics every 25 epochs, snapshots every 100.
+    * ``smoke``: p 23, d 32, 2 heads, d_mlp 64, lr 3e-3, 300 epochs (tests); metrics every 10, chunks of 100.
+
+    Args:
+      preset: one of :data:`GROK_PRESETS`.
+      relu: False gives the ReLU-free variant (MLP activation "none").
+      seed: init, data split and run key all derive from it.
+    """
+    if preset not in GROK_PRESETS:
+        raise ValueError(f"grokking_config: preset must be one of {GROK_PRESETS}, got {preset!r}")
+    t = modular_config(preset, relu=relu).replace(seed=seed)
+    if preset == "paper":
+        return GrokkingConfig(t, log_every=100, chunk_epochs=2500, preset=preset)
+    if preset == "blog":
+        return GrokkingConfig(t, log_every=100, chunk_epochs=2000, preset=preset)
+    if preset == "cpu":
+        return GrokkingConfig(t, log_every=25, chunk_epochs=100, preset=preset)
+    return GrokkingConfig(t, log_every=10, chunk_epochs=100, preset=preset)
+
+
+def config_hash(cfg: GrokkingConfig) -> str:
+    """Short SHA-256 of the config's JSON (cache key of trained runs)."""
+    s = json.dumps(_jsonable(cfg), sort_keys=True)
+    return hashlib.sha256(s.encode()).hexdigest()[:16]
+
+
+class GrokkingData(NamedTuple):
+    """Full train and test sets on device: x (n, 3) int32 rows (a, b, p), y (n,) int32."""
+
+    x_train: jax.Array
+    y_train: jax.Array
+    x_test: jax.Array
+    y_test: jax.Array
+
+
+def grokking_data(cfg: GrokkingConfig) -> GrokkingData:
+    """The seeded train/test split of all p² pairs (the split key is ``fold_in(key(seed), 1)``, as in
+    :func:`geomjax.train.tasks.load_task_data`)."""
+    t = cfg.train
+    md = modular_addition_data(t.p, t.train_frac, jax.random.fold_in(jax.random.key(t.seed), 1))
+    return GrokkingData(*(jnp.asarray(v) for v in (md.x_train, md.y_train, md.x_test, md.y_test)))
+
+
+def _sq(tree) -> jax.Array:
+    return sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(tree))
+
+
+def check_one_layer(mcfg: ToyConfig) -> None:
+    """Raise ValueError unless ``mcfg`` is a 1-layer, LayerNorm-free, causal, learned-position model
+    without dropout (Nanda et al.'s architecture, which :func:`last_position_logits` implements)."""
+    bad = []
+    if mcfg.n_layers != 1:
+        bad.append(f"n_layers={mcfg.n_layers} (need 1)")
+    if mcfg.layer_norm != "none":
+        bad.append(f"layer_norm={mcfg.layer_norm!r} (need 'none')")
+    if not mcfg.causal:
+        bad.append("causal=False")
+    if mcfg.pos_embedding != "learned":
+        bad.append(f"pos_embedding={mcfg.pos_embedding!r} (need 'learned')")
+    if mcfg.tie_embeddings or mcfg.scale_embeddings or mcfg.dropout or mcfg.d_mlp == 0:
+        bad.append("tied/scaled embeddings, dropout or no MLP")
+    if bad:
+        raise ValueError("last_position_logits: the model is not Nanda et al.'s 1-layer architecture: "
+                         + "; ".join(bad) + "; use ToyTransformer.apply for other models")
+
+
+def last_position_logits(params, x: Int[Array, "B T"], mcfg: ToyConfig) -> Float[Array, "B V"]:
+    """Logits at the last position of Nanda et al.'s 1-layer transformer (equal to
+    ``ToyTransformer(mcfg).apply(...)[0][:, -1]``), computing the MLP and unembedding only there.
+
+    The loss of modular addition reads only the last ("=") position; with one causal layer and no
+    LayerNorm, positions 0..T-2 enter only through the attention keys and values, so this is about
+    T times cheaper than the full forward.
+
+    Args:
+      params: ToyTransformer parameters.
+      x: (B, T) int token ids (checked values are not re-validated here: use inside jit).
+      mcfg: the model config (checked by :func:`check_one_layer`).
+
+    Returns:
+      (B, V_out) float32 logits.
+    """
+    check_one_layer(mcfg)
+    act = {"relu": jax.nn.relu, "none": lambda v: v, "gelu": lambda v: jax.nn.gelu(v, approximate=False),
+           "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True)}[mcfg.activation]
+    T = x.shape[1]
+    E, pos = params["embed"]["embedding"], params["pos_embed"]["embedding"][:T]
+    a = params["block_0"]["attn"]
+    # Every (position, token) pair has one residual vector, so q/k/v are tables (T, V, H, K) gathered
+    # per example: the same products as projecting each example's rows, V/B times fewer FLOPs.
+    table = E[None, :, :] + pos[:, None, :]  # (T, V, d)
+    tpos = jnp.arange(T)[None, :]
+    h_last = table[T - 1][x[:, -1]]  # (B, d)
+
+    def proj(name, rows):
+        w = jnp.einsum("...d,dhk->...hk", rows, a[name]["kernel"])
+        if "bias" not in a[name]:
+            return w
+        b = a[name]["bias"]
+        return w + b.reshape((1,) * (w.ndim - b.ndim) + b.shape)
+
+    q = proj("q", table[T - 1])[x[:, -1]]  # (B, H, K)
+    k = proj("k", table)[tpos, x]  # (B, T, H, K)
+    v = proj("v", table)[tpos, x]
+    s = jnp.einsum("bhk,bthk->bht", q, k) / np.sqrt(mcfg.head_dim).astype(np.float32)
+    z = jnp.einsum("bht,bthk->bhk", jax.nn.softmax(s, axis=-1), v)
+    o = jnp.einsum("bhk,hkd->bd", z, a["o"]["kernel"])
+    if "bias" in a["o"]:
+        o = o + a["o"]["bias"][None]
+    r = h_last + o
+    m = params["block_0"]["mlp"]
+    pre = r @ m["fc"]["kernel"]
+    if "bias" in m["fc"]:
+        pre = pre + m["fc"]["bias"][None]
+    out = act(pre) @ m["proj"]["kernel"]
+    if "bias" in m["proj"]:
+        out = out + m["proj"]["bias"][None]
+    logits = (r + out) @ params["unembed"]["kernel"]
+    if "bias" in params["unembed"]:
+        logits = logits + params["unembed"]["bias"][None]
+    return logits
+
+
+@functools.lru_cache(maxsize=8)
+def _programs(cfg: GrokkingConfig):
+    t = cfg.train
+    model = ToyTransformer(t.model)
+    check_one_layer(t.model)
+    tx, schedule = make_optimizer(t.optim)
+    p = t.p
+
+    def loss_fn(params, batch, key):
+        del key  # no dropout
+        # the "=" logit (index p) is dropped, as in Nanda's metrics
+        last = last_position_logits(params, batch["x"], t.model)[:, :p]
+        return cross_entropy(last, batch["y"]), {"accuracy": accuracy(last, batch["y"])}
+
+    def batch_fn(data, key):
+        del key  # full batch
+        return {"x": data.x_train, "y": data.y_train}
+
+    step = make_train_step(loss_fn, tx, batch_fn, schedule=schedule)
+    return model, tx, loss_fn, step
+
+
+@functools.lru_cache(maxsize=8)
+def _init_fn(cfg: GrokkingConfig):
+    model, tx, _, _ = _programs(cfg)
+
+    @jax.jit
+    def init(k_params, k_run):
+        params = model.init(k_params, jnp.zeros((1, 3), jnp.int32))["params"]
+        return create_train_state(params, tx, k_run)
+
+    return init
+
+
+@functools.lru_cache(maxsize=8)
+def _metrics_fn(cfg: GrokkingConfig):
+    _, _, loss_fn, _ = _programs(cfg)
+
+    @jax.jit
+    def metrics(prm, data):
+        tr_loss, tr = loss_fn(prm, {"x": data.x_train, "y": data.y_train}, None)
+        te_loss, te = loss_fn(prm, {"x": data.x_test, "y": data.y_test}, None)
+        return {"train_loss": tr_loss, "train_acc": tr["accuracy"], "test_loss": te_loss, "test_acc": te["accuracy"],
+                "sq_weights": _sq(prm), "sq_W_E": _sq(prm["embed"]["embedding"])}
+
+    return metrics
+
+
+def grokking_init(cfg: GrokkingConfig) -> TrainState:
+    """Fresh state: parameters from ``fold_in(key(seed), 0)``, run key ``fold_in(key(seed), 2)``
+    (the same convention as :func:`geomjax.train.tasks.init_state`)."""
+    base = jax.random.key(cfg.train.seed)
+    return _init_fn(cfg)(jax.random.fold_in(base, 0), jax.random.fold_in(base, 2))
+
+
+@functools.lru_cache(maxsize=8)
+def make_run_chunk(cfg: GrokkingConfig, n_epochs: int):
+    """Jitted ``run(state, data) -> (state, metrics)``: ``n_epochs`` epochs as one ``lax.scan``.
+
+    The outer scan has ``n_epochs // log_every`` iterations; each runs ``log_every`` optimizer steps
+    (inner scan) and then computes, with the interval's final parameters, the metrics
+    :data:`METRICS` (train/test cross-entropy and accuracy on the full sets, Σ of squared weights of
+    all parameters, Σ of squared W_E entries). Metrics come back as (n_epochs // log_every,) arrays.
+    The state is donated.
+    """
+    if n_epochs % cfg.log_every:
+        raise ValueError(f"make_run_chunk: n_epochs {n_epochs} is not a multiple of log_every {cfg.log_every}")
+    _, _, loss_fn, step = _programs(cfg)
+    n_logs = n_epochs // cfg.log_every
+
+    def interval(state, data):
+        state, _ = jax.lax.scan(lambda s, _: step(s, data), state, None, length=cfg.log_every)
+        prm = state.params
+        tr_loss, tr = loss_fn(prm, {"x": data.x_train, "y": data.y_train}, None)
+        te_loss, te = loss_fn(prm, {"x": data.x_test, "y": data.y_test}, None)
+        m = {"train_loss": tr_loss, "train_acc": tr["accuracy"], "test_loss": te_loss, "test_acc": te["accuracy"],
+             "sq_weights": _sq(prm), "sq_W_E": _sq(prm["embed"]["embedding"])}
+        return state, m
+
+    def run(state, data):
+        return jax.lax.scan(lambda s, _: interval(s, data), state, None, length=n_logs)
+
+    return jax.jit(run, donate_argnums=0)
+
+
+@dataclasses.dataclass
+class GrokkingResult:
+    """Outcome of :func:`train_grokking`.
+
+    Attributes:
+      config: the run's config.
+      state: final TrainState.
+      history: dict ``epoch`` (n,) int plus each of :data:`METRICS` (n,) float (after that epoch;
+        epoch 0 is the initialisation), over the whole run including resumed parts.
+      seconds: wall time of this call's training (compile included).
+      compile_seconds: time of the first call's compilation (0 if nothing was compiled).
+      resumed_from: epoch resumed from, or None.
+      run_dir: where checkpoints/snapshots/history live (or None).
+    """
+
+    config: GrokkingConfig
+    state: TrainState
+    history: dict[str, np.ndarray]
+    seconds: float
+    compile_seconds: float
+    resumed_from: int | None
+    run_dir: Path | None
+
+
+def _initial_metrics(cfg: GrokkingConfig, state: TrainState, data: GrokkingData) -> dict[str, float]:
+    return {k: float(v) for k, v in jax.device_get(_metrics_fn(cfg)(state.params, data)).items()}
+
+
+def _save_params(run_dir: Path, params, epoch: int) -> None:
+    d = run_dir / "params"
+    d.mkdir(parents=True, exist_ok=True)
+    flat = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(v)
+            for path, v in jax.tree_util.tree_flatten_with_path(jax.device_get(params))[0]}
+    tmp = d / f"params_{epoch:08d}.npz.tmp"
+    with open(tmp, "wb") as f:
+        np.savez(f, **flat)
+    os.replace(tmp, d / f"params_{epoch:08d}.npz")
+
+
+def param_snapshots(run_dir: str | os.PathLike, template) -> list[tuple[int, Any]]:
+    """Parameter snapshots of a run, ``[(epoch, params), ...]`` sorted by epoch (epoch 0 included).
+
+    Args:
+      run_dir: the run directory of :func:`train_grokking`.
+      template: a params pytree of the right structure (e.g. ``grokking_init(cfg).params``).
+    """
+    d = Path(run_dir) / "params"
+    out = []
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
+    for p in sorted(d.glob("params_*.npz")):
+        epoch = int(p.stem.split("_")[1])
+        with np.load(p) as z:
+            vals = []
+            for path, leaf in leaves:
+                name = "/".join(str(getattr(k, "key", k)) for k in path)
+                if name not in z or z[name].shape != np.shape(leaf):
+                    raise ValueError(f"param_snapshots: {p} lacks {name!r} of shape {np.shape(leaf)}; the snapshot "
+                                     "was written by a different model config")
+                vals.append(jnp.asarray(z[name]))
+        out.append((epoch, jax.tree_util.tree_unflatten(treedef, vals)))
+    return out
+
+
+_COMPILED: dict = {}  # (config, chunk) -> compiled executable (shapes are fixed by the config)
+
+
+def train_grokking(
+    cfg: GrokkingConfig,
+    run_dir: str | os.PathLike | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    stop_at: int | None = None,
+    log_file: str | os.PathLike | None = None,
+) -> GrokkingResult:
+    """Train the modular-addition transformer (Nanda et al. §3; the clock blog §4) with a jitted scan.
+
+    Each jitted call runs ``cfg.chunk`` epochs (``chunk_epochs = 0``: the whole run in one call).
+    With ``run_dir``: after every call the state is checkpointed (``checkpoints/``, newest 2 kept),
+    the parameters are snapshotted (``params/params_{epoch}.npz``) and ``history.json`` is rewritten;
+    a re-run resumes from the latest checkpoint and reproduces the uninterrupted run bit-for-bit.
+
+    Args:
+      cfg: the run's config (:func:`grokking_config`).
+      run_dir: output folder (None: nothing written, no resume).
+      resume: continue from the latest checkpoint in ``run_dir``.
+      progress: tqdm bar over chunks.
+      stop_at: stop after this epoch (a multiple of ``cfg.chunk``; simulates an interruption).
+      log_file: append a line per chunk (epoch, accuracies, wall time) to this file.
+
+    Returns:
+      :class:`GrokkingResult`.
+    """
+    from tqdm.auto import tqdm
+
+    N = cfg.chunk
+    if stop_at is not None and (stop_at % N or stop_at <= 0):
+        raise ValueError(f"train_grokking: stop_at ({stop_at}) must be a positive multiple of the chunk ({N} epochs)")
+    data = grokking_data(cfg)
+    state = grokking_init(cfg)
+    hist = {k: [] for k in ("epoch", *METRICS)}
+    resumed = None
+    run_path = Path(run_dir) if run_dir is not None else None
+    cfg_json = _jsonable(cfg)
+    if run_path is not None:
+        run_path.mkdir(parents=True, exist_ok=True)
+        last = latest_checkpoint(run_path / "checkpoints") if resume else None
+        if last is not None:
+            state, meta = load_checkpoint(last, state)
+            if meta.get("config") != cfg_json:
+                raise ValueError(f"train_grokking: {last} was written by a different config; use another run_dir "
+                                 "or resume=False")
+            resumed = int(meta["step"])
+            old = json.loads((run_path / "history.json").read_text())
+            keep = [i for i, e in enumerate(old["epoch"]) if e <= resumed]
+            hist = {k: [old[k][i] for i in keep] for k in hist}
+        (run_path / "grokking_config.json").write_text(json.dumps(cfg_json, indent=2))
+    start = int(jax.device_get(state.step))
+    if start % N:
+        raise ValueError(f"train_grokking: resumed epoch {start} is not a multiple of the chunk ({N})")
+    if start == 0:
+        for k, v in _initial_metrics(cfg, state, data).items():
+            hist[k].append(v)
+        hist["epoch"].append(0)
+        if run_path is not None:
+            _save_params(run_path, state.params, 0)
+    end = cfg.epochs if stop_at is None else min(stop_at, cfg.epochs)
+    t0 = time.perf_counter()
+    compile_s = 0.0
+    if start < end:
+        run = _COMPILED.get((cfg, N))
+        if run is None:
+            tc = time.perf_counter()
+            run = _COMPILED[(cfg, N)] = make_run_chunk(cfg, N).lower(state, data).compile()
+            compile_s = time.perf_counter() - tc
+    bar = tqdm(total=cfg.epochs, initial=start, disable=not progress, desc=f"grokking[{cfg.preset}]", leave=False)
+    s = start
+    try:
+        while s < end:
+            state, m = run(state, data)
+            m = jax.device_get(m)
+            n = len(m["train_loss"])
+            hist["epoch"].extend(range(s + cfg.log_every, s + N + 1, cfg.log_every))
+            for k in METRICS:
+                hist[k].extend(float(v) for v in m[k])
+            s += N
+            bar.update(N)
+            bar.set_postfix(train=f"{hist['train_acc'][-1]:.3f}", test=f"{hist['test_acc'][-1]:.3f}")
+            assert n == N // cfg.log_every
+            if run_path is not None:
+                save_checkpoint(run_path / "checkpoints", state, cfg, keep=2)
+                _save_params(run_path, state.params, s)
+                (run_path / "history.json").write_text(json.dumps(hist))
+            if log_file is not None:
+                with open(log_file, "a") as f:
+                    f.write(f"epoch {s} train_loss {hist['train_loss'][-1]:.3e} train_acc {hist['train_acc'][-1]:.4f} "
+                            f"test_loss {hist['test_loss'][-1]:.3e} test_acc {hist['test_acc'][-1]:.4f} "
+                            f"wall {time.perf_counter() - t0:.1f}s\n")
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    if run_path is not None:
+        (run_path / "history.json").write_text(json.dumps(hist))
+        timing = {"seconds": seconds, "compile_seconds": compile_s, "start": start, "end": s}
+        with open(run_path / "timings.jsonl", "a") as f:
+            f.write(json.dumps(timing) + "\n")
+    history = {k: np.asarray(v, np.int64 if k == "epoch" else np.float64) for k, v in hist.items()}
+    return GrokkingResult(cfg, state, history, seconds, compile_s, resumed, run_path)
+
+
+def load_grokking_run(run_dir: str | os.PathLike, cfg: GrokkingConfig) -> GrokkingResult:
+    """Load a finished run (latest checkpoint + history) written by :func:`train_grokking` for ``cfg``.
+
+    Raises:
+      FileNotFoundError: no checkpoint. ValueError: written by another config or unfinished.
+    """
+    run_path = Path(run_dir)
+    last = latest_checkpoint(run_path / "checkpoints")
+    if last is None:
+        raise FileNotFoundError(f"load_grokking_run: no checkpoint in {run_path / 'checkpoints'}; train first")
+    state, meta = load_checkpoint(last, grokking_init(cfg))
+    if meta.get("config") != _jsonable(cfg):
+        raise ValueError(f"load_grokking_run: {last} was written by a different config")
+    if int(meta["step"]) != cfg.epochs:
+        raise ValueError(f"load_grokking_run: run at epoch {meta['step']} of {cfg.epochs}; resume it with train_grokking")
+    hist = json.loads((run_path / "history.json").read_text())
+    history = {k: np.asarray(v, np.int64 if k == "epoch" else np.float64) for k, v in hist.items()}
+    secs = [json.loads(line) for line in (run_path / "timings.jsonl").read_text().splitlines()] \
+        if (run_path / "timings.jsonl").is_file() else []
+    return GrokkingResult(cfg, state, history, float(sum(t["seconds"] for t in secs)),
+                          float(sum(t["compile_seconds"] for t in secs)), None, run_path)
+
+
+def grokking_milestones(history: dict[str, np.ndarray], *, test_threshold: float = 0.99) -> dict[str, int | None]:
+    """First logged epoch at which train accuracy reached 100% and test accuracy ``test_threshold``
+    (Nanda et al. §3: memorisation precedes generalisation), or None if never."""
+    ep = np.asarray(history["epoch"])
+
+    def first(mask):
+        i = np.flatnonzero(mask)
+        return int(ep[i[0]]) if i.size else None
+
+    return {"train_100": first(np.asarray(history["train_acc"]) >= 1.0),
+            "test_99": first(np.asarray(history["test_acc"]) >= test_threshold)}
