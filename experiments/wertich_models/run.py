@@ -1,0 +1,446 @@
+"""Wertich (2024) ch. 8 / App. A.5 on models we can run: MiniLM and a geomjax-trained GPT-style toy model.
+
+For each model: squared singular values of W_q, W_k, W_v and the MLP matrices per layer against a
+random matrix with the model's initializer and the Marchenko–Pastur edge; Tr(W_qᵀW_k) per layer and
+head against the N(0, dK·σ_q²σ_k²) law of independent matrices; head-averaged attention maps on a
+few-shot-style prompt; attention entropy and model quality when the singular values of W_q and W_k
+are scaled by α; the same architecture with random weights (entropy vs log n); and the correlation
+between the cosine similarity of a layer's input states and its attention weights.
+
+    .venv/bin/python experiments/wertich_models/run.py --preset smoke --out runs/wertich-models-smoke
+    .venv/bin/python experiments/wertich_models/run.py --preset cpu --out runs/wertich-models-cpu \
+        [--toy-run runs/wertich-toy-shakespeare-cpu]
+
+all-MiniLM-L6-v2 ships no masked-LM head (its safetensors hold the encoder and pooler only), so
+masked-token accuracy cannot be measured; its quality measure under α-scaling is the cosine between
+the mean-pooled sentence embedding (what the model is used for) and the unscaled one. The toy model's
+is its next-character loss on held-out Shakespeare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from config import WertichModelsConfig, get_config  # noqa: E402
+
+from geomjax import gaussian as G  # noqa: E402
+from geomjax.report import RunDir, Section  # noqa: E402
+
+FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
+                   "Word: butterfly. Clue: flutters by, colorfully. Word: salmon. Clue: jumps upstream, but never "
+                   "down. Word: ant. Clue:")
+FEW_SHOT_TOY = "ROMEO:\nI love thee.\n\nJULIET:\nI love thee.\n\nROMEO:\nI hate thee.\n\nJULIET:\nI "
+
+
+# ----------------------------------------------------------------------------------------------
+# Model adapters: a uniform view of BERT (MiniLM) and the toy GPT
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Adapter:
+    """name, forward(params, ids) -> (final hidden or logits, hidden_states tuple, attentions tuple),
+    layer key format, number of layers, causal flag, initializer std per matrix kind, tokens."""
+
+    name: str
+    model: object
+    params: dict
+    layer_key: str
+    n_layers: int
+    causal: bool
+    init_std: dict
+    encode: object
+    labels: object
+
+    def forward(self, params, ids):
+        out, inter = self.model.apply({"params": params}, ids, return_attention=True)
+        return out, inter.hidden_states if getattr(inter, "hidden_states", None) is not None else inter.residual, inter.attentions
+
+
+def minilm_adapter():
+    from geomjax import pipeline
+
+    model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
+    vocab = {i: t for t, i in tok.tokenizer.get_vocab().items()} if hasattr(tok, "tokenizer") else None
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+
+    def encode(text, T=None):
+        ids = list(tok.encode(text))
+        if T is not None:
+            ids = ids[: T - 2]
+        return np.asarray([cls] + ids + [sep], np.int32)
+
+    labels = (lambda ids: [vocab.get(int(i), "?") for i in ids]) if vocab else (lambda ids: [str(int(i)) for i in ids])
+    std = 0.02  # BERT's initializer_range
+    return Adapter("MiniLM (all-MiniLM-L6-v2)", model, params, "layer_{}", model.config.num_layers, False,
+                   {"q": std, "k": std, "v": std, "fc": std, "proj": std}, encode, labels)
+
+
+def toy_adapter(run_dir):
+    from geomjax.models.toy_run import load_toy_run
+
+    run = load_toy_run(run_dir)
+    c = run.config.model
+    s, s_res = 0.02, 0.02 / math.sqrt(2 * c.n_layers)
+    if c.init == "nanda":
+        s = s_res = 1 / math.sqrt(c.d_model)
+    encode = lambda text, T=None: np.asarray(run.tokenizer.encode(text)[: (T or run.max_positions)], np.int32)
+    labels = lambda ids: list(run.tokenizer.decode([int(i)]) for i in ids)
+    return Adapter(f"toy GPT ({run.config.task}, step {run.step})", run.model, run.params, "block_{}", c.n_layers,
+                   bool(c.causal), {"q": s, "k": s, "v": s, "fc": s, "proj": s_res}, encode, labels), run
+
+
+def matrices(ad: Adapter, layer: int) -> dict[str, np.ndarray]:
+    """W_q, W_k, W_v (d, H·K) and MLP fc (d, F), proj (F, d) of one layer (x @ W convention)."""
+    blk = ad.params[ad.layer_key.format(layer)]
+    out = {}
+    for n in ("q", "k", "v"):
+        k = np.asarray(blk["attn"][n]["kernel"], np.float64)
+        out[n] = k.reshape(k.shape[0], -1)
+    for n in ("fc", "proj"):
+        if "mlp" in blk and n in blk["mlp"]:
+            out[n] = np.asarray(blk["mlp"][n]["kernel"], np.float64)
+    return out
+
+
+def scaled_params(ad: Adapter, alpha: float) -> dict:
+    """Every layer's W_q, W_k kernels AND biases multiplied by α (q, k → αq, αk; logits × α²)."""
+    p = jax.tree_util.tree_map(lambda x: x, ad.params)
+    for l in range(ad.n_layers):
+        blk = dict(p[ad.layer_key.format(l)])
+        attn = dict(blk["attn"])
+        for n in ("q", "k"):
+            attn[n] = jax.tree_util.tree_map(lambda x: x * alpha, attn[n])
+        blk["attn"] = attn
+        p = dict(p)
+        p[ad.layer_key.format(l)] = blk
+    return p
+
+
+# ----------------------------------------------------------------------------------------------
+# Measurements
+# ----------------------------------------------------------------------------------------------
+
+
+def spectra(ad: Adapter, key) -> tuple[list, dict]:
+    """Per layer and matrix: learned squared singular values vs a random matrix with the model's
+    initializer and vs a Frobenius-matched random matrix; MP edges."""
+    rows, curves = [], {}
+    for l in range(ad.n_layers):
+        for name, W in matrices(ad, l).items():
+            n, m = W.shape
+            s2 = np.linalg.svd(W, compute_uv=False) ** 2
+            var = float(np.mean(W**2))  # entry variance of a Frobenius-matched random matrix
+            R = np.asarray(jax.random.normal(jax.random.fold_in(key, 100 * l + hash(name) % 97), (n, m)), np.float64)
+            s2_init = np.linalg.svd(R * ad.init_std[name], compute_uv=False) ** 2
+            edge_init = G.mp_edges(n, m, ad.init_std[name] ** 2)[1]
+            edge_matched = G.mp_edges(n, m, var)[1]
+            edge_xavier = G.mp_edges(n, m, G.xavier_variance(n, m))[1]
+            rows.append([l, name, f"{n}×{m}", f"{s2.mean():.4g}", f"{s2_init.mean():.4g}", f"{s2[0]:.4g}",
+                         f"{s2_init[0]:.4g}", f"{edge_init:.4g}", f"{edge_xavier:.4g}", f"{s2[0] / edge_matched:.3g}",
+                         f"{np.mean(s2 > edge_matched):.3f}"])
+            curves[(l, name)] = (s2, s2_init * var / ad.init_std[name] ** 2, edge_matched)
+    return rows, curves
+
+
+def trace_qk(ad: Adapter) -> tuple[np.ndarray, np.ndarray, list]:
+    """Per layer and head: t = Tr(W_q[h]ᵀW_k[h]) and z = t / sd, sd = √(dK)·std(W_q[h])·std(W_k[h])
+    (eq. 6.17 for independent zero-mean matrices with the observed entry variances)."""
+    T, Z, rows = [], [], []
+    for l in range(ad.n_layers):
+        blk = ad.params[ad.layer_key.format(l)]["attn"]
+        q, k = np.asarray(blk["q"]["kernel"], np.float64), np.asarray(blk["k"]["kernel"], np.float64)  # (d, H, K)
+        d, H, K = q.shape
+        t = np.einsum("dhk,dhk->h", q, k)
+        sd = np.sqrt(d * K) * q.std(axis=(0, 2)) * k.std(axis=(0, 2))
+        T.append(t); Z.append(t / sd)
+        tl = float(t.sum()); sdl = float(np.sqrt(d * H * K) * q.std() * k.std())
+        rows.append([l, f"{tl:.4g}", f"{tl / sdl:.3g}", f"{np.mean(np.abs(t / sd)):.3g}", f"{np.max(np.abs(t / sd)):.3g}"])
+    return np.array(T), np.array(Z), rows
+
+
+def attention_stats(ad: Adapter, params, batch) -> dict:
+    """Mean attention row entropy per layer, hidden states and attentions for ``batch`` (B, T)."""
+    fwd = jax.jit(ad.forward)
+    out, hs, att = fwd(params, jnp.asarray(batch))
+    ent = np.array([float(G.attention_entropy(a.reshape(-1, *a.shape[-2:])).mean()) for a in att])
+    return {"out": np.asarray(out), "hidden": [np.asarray(h) for h in hs], "att": [np.asarray(a) for a in att], "entropy": ent}
+
+
+def max_entropy(T: int, causal: bool) -> float:
+    """log n averaged over rows: log T (bidirectional) or mean_i log(i+1) (causal)."""
+    return float(np.mean(np.log(np.arange(1, T + 1)))) if causal else math.log(T)
+
+
+def cos_attention_corr(hidden, att, causal: bool) -> np.ndarray:
+    """Per layer: Pearson correlation between cos(h_i, h_j) of the layer's input states and the
+    head-averaged attention A_ij over off-diagonal (causal: earlier) pairs, averaged over the batch."""
+    out = []
+    for l, a in enumerate(att):
+        h = hidden[l]  # input of layer l
+        hn = h / np.linalg.norm(h, axis=-1, keepdims=True)
+        cos = np.einsum("btd,bsd->bts", hn, hn)
+        A = a.mean(1)
+        T = A.shape[-1]
+        mask = np.tril(np.ones((T, T), bool), -1) if causal else ~np.eye(T, dtype=bool)
+        out.append(np.mean([np.corrcoef(cos[b][mask], A[b][mask])[0, 1] for b in range(A.shape[0])]))
+    return np.array(out)
+
+
+def random_params(ad: Adapter, seed: int, T: int):
+    return ad.model.init(jax.random.key(seed), jnp.zeros((1, T), jnp.int32))["params"]
+
+
+def lm_loss(ad: Adapter, params, batch) -> float:
+    logits, _, _ = jax.jit(ad.forward)(params, jnp.asarray(batch[:, :-1]))
+    lp = jax.nn.log_softmax(logits.astype(jnp.float32), -1)
+    return float(-jnp.take_along_axis(lp, jnp.asarray(batch[:, 1:])[..., None], -1).mean())
+
+
+# ----------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------
+
+
+def wikitext_batch(ad: Adapter, n: int, T: int, seed: int) -> np.ndarray:
+    from geomjax.data.corpora import wikitext2
+
+    docs = wikitext2("valid")
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in rng.permutation(len(docs)):
+        ids = ad.encode(docs[i][1], T)
+        if ids.size == T:
+            out.append(ids)
+        if len(out) == n:
+            break
+    if len(out) < n:
+        raise ValueError(f"wikitext_batch: only {len(out)} articles have {T} word pieces; lower seq_len")
+    return np.stack(out)
+
+
+def shakespeare_batch(run, n: int, T: int, seed: int) -> np.ndarray:
+    from geomjax.data.corpora import tiny_shakespeare
+
+    text = tiny_shakespeare(split="val")[0][1]
+    ids = np.asarray(run.tokenizer.encode(text), np.int32)
+    starts = np.random.default_rng(seed).integers(0, ids.size - T - 1, n)
+    return np.stack([ids[s: s + T + 1] for s in starts])
+
+
+# ----------------------------------------------------------------------------------------------
+# Report
+# ----------------------------------------------------------------------------------------------
+
+
+def _plots():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots
+    return plt, plots
+
+
+def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch: np.ndarray, prompt_ids: np.ndarray,
+            quality, progress: bool) -> tuple[list[Section], dict]:
+    plt, plots = _plots()
+    key = jax.random.key(cfg.seed)
+    secs, met = [], {}
+    T = batch.shape[1] - (1 if quality == "lm" else 0)
+    log = (lambda *a: print(f"[{tag}]", *a, flush=True)) if progress else (lambda *a: None)
+
+    log("spectra")
+    rows, curves = spectra(ad, key)
+    kinds = sorted({k for _, k in curves}, key=["q", "k", "v", "fc", "proj"].index)
+    fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.2), squeeze=False)
+    for j, kind in enumerate(kinds):
+        ax = axes[0, j]
+        for l in range(ad.n_layers):
+            s2, s2r, edge = curves[(l, kind)]
+            ax.semilogy(s2, color=plt.cm.viridis(l / max(1, ad.n_layers - 1)), lw=1, label=f"layer {l}" if j == 0 else None)
+        ax.semilogy(s2r, "k--", lw=1, label="random, same Frobenius norm" if j == 0 else None)
+        ax.axhline(edge, color="r", ls=":", lw=1)
+        ax.set_title(f"W_{kind}" if kind in "qkv" else f"MLP {kind}"); ax.set_xlabel("index")
+    axes[0, 0].set_ylabel("σ_i²"); axes[0, 0].legend(fontsize=6)
+    p, rel = run.figure_path(f"{tag}_spectra.png"); plots.save(fig, p)
+    s = Section(f"{ad.name}: singular-value spectra of learned weights")
+    s.paragraphs.append(
+        "Squared singular values per layer (x @ W convention, heads concatenated) against a random matrix with the "
+        f"model's initializer (std {ad.init_std}) and the Marchenko–Pastur edge. 'σ1²/edge' divides the largest "
+        "learned σ² by the MP edge of a random matrix with the SAME entry variance (Frobenius-matched); 'frac>edge' is "
+        "the fraction of σ² beyond that edge (0 for a random matrix). The thesis (§7.2.2) reports learned spectra "
+        "'pressed down' with a few large values.")
+    s.figure(rel, "Learned spectra (coloured by layer), Frobenius-matched random spectrum (dashed), matched MP edge (dotted; layer 0)")
+    s.table(["layer", "W", "shape", "mean σ² learned", "mean σ² init", "σ1² learned", "σ1² init", "MP edge init",
+             "MP edge Xavier", "σ1²/edge (matched)", "frac>edge"], rows)
+    secs.append(s)
+    met["spectra"] = rows
+
+    log("Tr(W_q^T W_k)")
+    t, z, trows = trace_qk(ad)
+    fig, ax = plt.subplots(figsize=(5, 3))
+    im = ax.imshow(z, cmap="coolwarm", vmin=-max(3, np.abs(z).max()), vmax=max(3, np.abs(z).max()), aspect="auto")
+    ax.set_xlabel("head"); ax.set_ylabel("layer"); fig.colorbar(im, ax=ax, label="z = Tr / sd")
+    p, rel = run.figure_path(f"{tag}_trace_qk.png"); plots.save(fig, p)
+    s = Section(f"{ad.name}: Tr(W_qᵀW_k) per layer and head")
+    s.paragraphs.append(
+        "t = Tr(W_q[h]ᵀW_k[h]) per head (d × K blocks of the same head, so the grouped layout is respected) and its "
+        "z-score against N(0, dK·σ_q²σ_k²), the law of eq. 6.17 for independent zero-mean matrices with the observed "
+        f"entry variances. |z| ≫ 3 means aligned (or anti-aligned) query/key bases. Mean |z| over all heads: "
+        f"{np.mean(np.abs(z)):.3g}; max |z|: {np.max(np.abs(z)):.3g}. The thesis reports Tr ≈ N(0, 1) 'for most layers'.")
+    s.figure(rel, "z-score of Tr(W_q[h]ᵀW_k[h]) per layer (rows) and head (columns)")
+    s.table(["layer", "Tr(W_qᵀW_k) (all heads)", "z (layer)", "mean |z| heads", "max |z| heads"], trows)
+    secs.append(s)
+    met["trace_qk"] = {"trace": t.tolist(), "z": z.tolist()}
+
+    log("attention maps")
+    st = attention_stats(ad, ad.params, prompt_ids[None])
+    L = ad.n_layers
+    show = sorted({0, L // 2, L - 1})
+    fig, axes = plt.subplots(1, len(show), figsize=(4.2 * len(show), 4.2), squeeze=False)
+    lab = ad.labels(prompt_ids)
+    for j, l in enumerate(show):
+        ax = axes[0, j]
+        ax.imshow(st["att"][l][0].mean(0), cmap="viridis")
+        ax.set_title(f"layer {l} (mean over heads)")
+        step = max(1, len(lab) // 24)
+        ax.set_xticks(range(0, len(lab), step)); ax.set_xticklabels([repr(x)[1:-1] for x in lab[::step]], rotation=90, fontsize=5)
+        ax.set_yticks(range(0, len(lab), step)); ax.set_yticklabels([repr(x)[1:-1] for x in lab[::step]], fontsize=5)
+    p, rel = run.figure_path(f"{tag}_attention_maps.png"); plots.save(fig, p)
+    s = Section(f"{ad.name}: attention maps on a few-shot-style prompt")
+    s.paragraphs.append(f"Head-averaged attention (rows attend to columns) on a {len(lab)}-token few-shot prompt "
+                        "(thesis §8.2 averages the heads of Mistral-7B the same way).")
+    s.figure(rel, "Head-averaged attention maps")
+    secs.append(s)
+
+    log("alpha scaling")
+    base = attention_stats(ad, ad.params, batch[:, :T])
+    hmax = max_entropy(T, ad.causal)
+    arows, ents, quals = [], [], []
+    for a in cfg.alphas:
+        ps = scaled_params(ad, a)
+        sa = attention_stats(ad, ps, batch[:, :T])
+        if quality == "lm":
+            qv = lm_loss(ad, ps, batch)
+            qname = "LM loss (nats/char)"
+        else:
+            pool = lambda o: o.mean(1)
+            e1, e0 = pool(sa["out"]), pool(base["out"])
+            qv = float(np.mean(np.sum(e1 * e0, -1) / (np.linalg.norm(e1, axis=-1) * np.linalg.norm(e0, axis=-1))))
+            qname = "cos(pooled emb, unscaled)"
+        ents.append(sa["entropy"]); quals.append(qv)
+        arows.append([a, f"{qv:.4f}"] + [f"{e:.3f}" for e in sa["entropy"]])
+    ents = np.array(ents)
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    for l in range(L):
+        ax[0].semilogx(cfg.alphas, ents[:, l], "o-", ms=3, color=plt.cm.viridis(l / max(1, L - 1)), label=f"layer {l}")
+    ax[0].axhline(hmax, color="k", ls=":", lw=1, label="max (uniform)")
+    ax[0].set_xlabel("α (W_q, W_k singular values × α)"); ax[0].set_ylabel("attention entropy"); ax[0].legend(fontsize=6)
+    ax[1].semilogx(cfg.alphas, quals, "o-"); ax[1].set_xlabel("α"); ax[1].set_ylabel(qname)
+    p, rel = run.figure_path(f"{tag}_alpha_scaling.png"); plots.save(fig, p)
+    s = Section(f"{ad.name}: scaling the singular values of W_q and W_k by α")
+    s.paragraphs.append(
+        f"Every layer's W_q and W_k (kernels and biases, so q, k → αq, αk and the logits scale by α²) on {batch.shape[0]} "
+        f"{'WikiText-2' if quality != 'lm' else 'held-out Shakespeare'} windows of {T} tokens. Maximal (uniform) entropy "
+        f"= {hmax:.3f}. Quality: {qname}.")
+    s.figure(rel, "Attention entropy per layer (left) and quality (right) versus α")
+    s.table(["α", qname] + [f"H layer {l}" for l in range(L)], arows)
+    secs.append(s)
+    met["alpha"] = {"alphas": list(cfg.alphas), "entropy": ents.tolist(), "quality": quals, "quality_name": qname,
+                    "max_entropy": hmax}
+
+    log("random weights")
+    rrows = []
+    for sd in range(cfg.random_seeds):
+        pr = random_params(ad, cfg.seed + 1000 + sd, T)
+        sr = attention_stats(ad, pr, batch[:, :T])
+        rrows.append([sd] + [f"{e:.4f}" for e in sr["entropy"]] + [f"{hmax - sr['entropy'].mean():.2e}"])
+    rrows.append(["trained"] + [f"{e:.4f}" for e in base["entropy"]] + [f"{hmax - base['entropy'].mean():.2e}"])
+    s = Section(f"{ad.name}: random weights — attention entropy vs log n")
+    s.paragraphs.append(
+        f"The same architecture with freshly initialised weights (the model's own initializer), on the same inputs. "
+        f"Maximal entropy {'mean_i log(i+1)' if ad.causal else 'log T'} = {hmax:.4f}. Random models attend almost "
+        "uniformly (thesis §8.4 and the uniform-mixture hypothesis); trained ones do not.")
+    s.table(["seed"] + [f"H layer {l}" for l in range(L)] + ["max − mean H"], rrows)
+    secs.append(s)
+    met["random"] = rrows
+
+    log("cosine vs attention")
+    corr = cos_attention_corr(base["hidden"], base["att"], ad.causal)
+    s = Section(f"{ad.name}: embedding cosine similarity vs attention")
+    s.paragraphs.append(
+        "Pearson correlation, per layer, between cos(h_i, h_j) of the layer's input states and the head-averaged "
+        f"attention A_ij over {'earlier' if ad.causal else 'off-diagonal'} pairs, averaged over the windows "
+        "(the thesis §8.3 links attention to the embeddings' angular information).")
+    s.table(["layer", "corr(cos, attention)"], [[l, f"{c:.3f}"] for l, c in enumerate(corr)])
+    secs.append(s)
+    met["cos_attention_corr"] = corr.tolist()
+    return secs, met
+
+
+def main(argv=None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="cpu", choices=["smoke", "cpu"])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--toy-run", default=None, help="use this trained toy run directory instead of training")
+    ap.add_argument("--no-minilm", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    cfg = get_config(args.preset, toy_run=args.toy_run, minilm=not args.no_minilm, seed=args.seed)
+    out = Path(args.out or f"runs/wertich-models-{cfg.preset}")
+    run = RunDir(out, command="wertich_models")
+    run.write_config(dataclasses.asdict(cfg))
+    progress = not args.no_progress
+    t0 = time.time()
+    sections, metrics = [], {}
+
+    if cfg.minilm:
+        ad = minilm_adapter()
+        batch = wikitext_batch(ad, cfg.n_texts, cfg.seq_len, cfg.seed)
+        prompt = ad.encode(FEW_SHOT_MINILM)
+        s, m = analyse(ad, run, cfg, "minilm", batch, prompt, "cosine", progress)
+        s[0].paragraphs.append("all-MiniLM-L6-v2 ships no masked-LM head (model.safetensors holds only the encoder "
+                               "and the pooler), so masked-token accuracy is not measurable; see the α section.")
+        sections += s; metrics["minilm"] = m
+
+    toy_dir = cfg.toy_run
+    if toy_dir is None:
+        from geomjax import train
+
+        toy_dir = str(out / "toy")
+        tcfg = train.get_config("shakespeare", cfg.toy_preset)
+        if progress:
+            print(f"[toy] training shakespeare/{cfg.toy_preset} into {toy_dir}", flush=True)
+        train.fit(tcfg, run_dir=toy_dir, progress=progress)
+    ad, trun = toy_adapter(toy_dir)
+    Tm = trun.max_positions
+    batch = shakespeare_batch(trun, cfg.n_texts, Tm, cfg.seed)
+    prompt = ad.encode(FEW_SHOT_TOY, Tm)
+    s, m = analyse(ad, run, cfg, "toy", batch, prompt, "lm", progress)
+    sections += s; metrics["toy"] = m | {"run_dir": toy_dir}
+
+    metrics["seconds"] = time.time() - t0
+    run.write_json("metrics.json", metrics)
+    run.write_report("Wertich (2024) ch. 8 on MiniLM and a toy GPT", sections,
+                     {"preset": cfg.preset, "seconds": round(metrics["seconds"], 1)})
+    print(f"report: {run.path / 'report.md'}")
+    return run.path
+
+
+if __name__ == "__main__":
+    main()

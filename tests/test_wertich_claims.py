@@ -1,0 +1,104 @@
+"""geomjax.claims.wertich: registration, a few verdicts at small budgets, and the report hook."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from geomjax.claims import registry as R
+
+
+@pytest.fixture(scope="module")
+def wertich():
+    import geomjax.claims.wertich as w
+
+    return w
+
+
+def _claim(cid):
+    return {c.id: c for c in R.select_claims("wertich")}[cid]
+
+
+def _small(claim, n=2048):
+    """The claim with fewer Monte Carlo samples (same sampler and prediction)."""
+    if claim.sampler is None:
+        return claim
+    return dataclasses.replace(claim, n_samples={"quick": n, "full": n}, chunk=min(claim.chunk, n))
+
+
+def test_every_issue_statement_is_registered(wertich):
+    ids = {c.id for c in R.select_claims("wertich")}
+    expected_prefixes = [
+        "wertich.s4_2_1.", "wertich.s4_2_2.entropy", "wertich.s4_2_2.mutual", "wertich.s4_2_2.kl", "wertich.s4_3_2.",
+        "wertich.s5_1_2.lognormal_mean_printed", "wertich.s5_1_2.lognormal_mean_corrected", "wertich.s5_1_2.xavier",
+        "wertich.s5_3_1.ratio_mean_printed", "wertich.s5_3_1.ratio_var", "wertich.eq5_3.", "wertich.s5_2_3.softmax",
+        "wertich.s5_2_4.conjecture", "wertich.s5_2_4.fig5_1", "wertich.s5_2_4.eq5_17", "wertich.s5_3_2.noise",
+        "wertich.s6_2_1.eq6_2_printed", "wertich.s6_2_1.eq6_2_corrected", "wertich.s6_2_1.eq6_3",
+        "wertich.s6_2_2.eq6_12", "wertich.s6_2_2.eq6_13", "wertich.s2_5.mp_histogram", "wertich.s6_2_3.eq6_17",
+        "wertich.s6_2_4.", "wertich.s6_2_5.aligned", "wertich.s6_2_5.random_orientation_flat",
+        "wertich.s6_2_5.random_orientation_printed", "wertich.s6_3_1.eq6_35", "wertich.s6_3_1.eq6_36",
+        "wertich.s6_3_1.eq6_37_38", "wertich.s6_3_2.eq6_48", "wertich.s6_3_3.eq6_49_printed", "wertich.s6_4.",
+        "wertich.s7_1_1.", "wertich.s7_2_3.uniform_mixture_no_skip", "wertich.s7_2_3.uniform_mixture_skip",
+    ]
+    for p in expected_prefixes:
+        assert any(i.startswith(p) for i in ids), p
+    for c in R.select_claims("wertich"):
+        assert c.source.startswith("Wertich "), c.id
+        if c.id.endswith(".printed") or "_printed" in c.id:
+            assert c.notes, f"{c.id}: a printed-form claim must explain the correction"
+
+
+@pytest.mark.parametrize("cid,verdict", [
+    ("wertich.s5_1_2.lognormal_mean_printed", "does not hold"),
+    ("wertich.s5_1_2.lognormal_mean_corrected", "holds"),
+    ("wertich.s6_2_1.eq6_2_printed", "does not hold"),
+    ("wertich.s6_2_1.eq6_2_corrected", "holds"),
+    ("wertich.s4_3_2.approx_printed", "does not hold"),
+    ("wertich.s4_3_2.approx_corrected", "holds"),
+    ("wertich.s5_2_4.eq5_5_printed", "does not hold"),
+    ("wertich.s5_2_4.conjecture_kl_exact", "does not hold"),
+    ("wertich.s6_3_3.eq6_49_printed", "does not hold"),
+    ("wertich.s5_3_2.taylor_shift_printed", "does not hold"),
+    ("wertich.s5_3_2.taylor_shift_corrected", "holds"),
+])
+def test_verdicts_small_budget(wertich, cid, verdict):
+    r = R.run_claim(_small(_claim(cid)), budget="quick", seed=0)
+    assert r.verdict == verdict, (cid, r.estimate, r.predicted, r.details.get("z"))
+
+
+def test_printed_and_corrected_lognormal_differ_by_the_right_amount(wertich):
+    """The printed mean exp((μ+σ²)/2) and the estimate differ by exp(μ/2) (independent arithmetic)."""
+    r = R.run_claim(_small(_claim("wertich.s5_1_2.lognormal_mean_printed"), 4096), budget="quick", seed=1)
+    ratio = r.estimate / r.predicted
+    assert abs(ratio - np.exp(wertich._MU_LN / 2)) < 5 * r.sem / r.predicted
+
+
+def test_random_orientation_nonflat_printed_fails(wertich):
+    r = R.run_claim(_small(_claim("wertich.s6_2_5.random_orientation_printed"), 2048), budget="quick", seed=0)
+    assert r.verdict == "does not hold"
+    # the estimate agrees with the corrected variance (Σσ_a²)(Σσ_b²)/n² instead
+    corr = (wertich._SA_NF**2).sum() * (wertich._SB_NF**2).sum() / wertich._N_RO**2
+    assert abs(r.estimate[1] - corr) < 5 * r.sem[1]
+
+
+def test_report_sections_writes_figures(wertich, tmp_path, monkeypatch):
+    from geomjax.report import RunDir
+
+    monkeypatch.setattr(wertich, "_FIG51_PAIRS", 200)
+    monkeypatch.setattr(wertich, "_VARIANTS", {"no_skip": dict(beta=1.0, layernorm=False)})
+    monkeypatch.setattr(wertich, "_FIG51_N", 4)
+    monkeypatch.setattr(wertich, "_GRID_N", (4,))
+    monkeypatch.setattr(wertich, "_GRID_L", (0.5, 2.0))
+    monkeypatch.setattr(wertich, "_ALPHA_NS", (8,))
+    monkeypatch.setattr(wertich, "_L723", 4)
+    monkeypatch.setattr(wertich, "_N_HIST", 60)
+    run = RunDir(tmp_path / "verify", command="verify")
+    sections, metrics = wertich.report_sections(run, budget="quick", seed=3)
+    assert len(sections) == 4
+    for s in sections:
+        for f in s.figures:
+            assert (run.path / f["path"]).is_file()
+    assert metrics["marchenko_pastur"]["max"] > 3.0  # σ_1² of N(0, 1/n) matrices lies near 4, not 4/n
+    assert len(metrics["fig5_1"]["grid"]) == 2
