@@ -112,8 +112,12 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=50, help="epochs per timed chunk")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default="benchmarks/results/grokking.md")
+    ap.add_argument("--out", default="benchmarks/results/grokking.md",
+                    help="append the Markdown section to this file")
+    ap.add_argument("--quick", action="store_true", help="10 epochs per chunk, 3 rounds")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.epochs, args.repeats = 10, 3
     nthreads = C.set_threads()
     info = C.machine_info()
 
@@ -200,9 +204,8 @@ def main(argv=None):
     ])
     print(text)
     if args.out:
-        os.makedirs(os.path.dirname(args.out), exist_ok=True)
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        C.write_section(args.out, text)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,22 @@ def numpy_rho_from_walks(Z, M, lam):
     return out / S
 
 
+def _rate_table(title, jax_label, times, shape_jax, shape_np, compile_s, note=""):
+    """Samples/s of both sides from interleaved times; (Markdown text, ratio stats)."""
+    (D, S, T), (_, S_np, _) = shape_jax, shape_np
+    rate_jax = [D * S * T / t for t in times["jax"]]
+    rate_np = [D * S_np * T / t for t in times["numpy"]]
+    ratio = C.ratio_stats(rate_jax, rate_np)
+    rows = [[jax_label, f"{D}×{S}×{T}", f"{np.median(times['jax']) * 1e3:.2f} ms",
+             f"{np.median(rate_jax):.3g}", f"{compile_s:.2f} s"],
+            ["NumPy loop (draws × seqs × tokens)", f"{D}×{S_np}×{T}", f"{np.median(times['numpy']) * 1e3:.1f} ms",
+             f"{np.median(rate_np):.3g}", "—"]]
+    text = (f"### {title}\n\n"
+            + C.markdown_table(["side", "draws×seqs×tokens", "time / call (median)", "samples/s", "compile"], rows)
+            + f"\n\nspeed-up (samples/s, geomjax / NumPy loop): {C.fmt_ratio(ratio)} (goal ≥ 50×){note}\n")
+    return text, ratio
+
+
 def bench_rho_given(args):
     """The same math on pre-drawn walks (random number generation excluded on both sides)."""
     import jax
@@ -94,17 +110,10 @@ def bench_rho_given(args):
     run_jax = lambda: jax.block_until_ready(loc.rho_from_walks(Zj, Mj, lam))
     run_np = lambda: numpy_rho_from_walks(Z[:, :S_np], M, lam)
     times = C.interleaved({"jax": run_jax, "numpy": run_np}, repeats=args.repeats)
-    rate_jax = [D * S * T / t for t in times["jax"]]
-    rate_np = [D * S_np * T / t for t in times["numpy"]]
-    ratio = C.ratio_stats(rate_jax, rate_np)
-    rows = [["geomjax rho_from_walks (jit, vmapped einsum)", f"{D}×{S}×{T}", f"{np.median(times['jax']) * 1e3:.2f} ms",
-             f"{np.median(rate_jax):.3g}", f"{compile_s:.2f} s"],
-            ["NumPy loop (draws × seqs × tokens)", f"{D}×{S_np}×{T}", f"{np.median(times['numpy']) * 1e3:.1f} ms",
-             f"{np.median(rate_np):.3g}", "—"]]
-    text = ("### Empirical ρ_i from given walks (random numbers drawn beforehand, shared by both sides)\n\n"
-            + C.markdown_table(["side", "draws×seqs×tokens", "time / call (median)", "samples/s", "compile"], rows)
-            + f"\n\nspeed-up (samples/s, geomjax / NumPy loop): {C.fmt_ratio(ratio)} (goal ≥ 50×); "
-            f"max |difference| of the frequencies on the common walks: {agree:.3g} (float32 vs float64 rounding)\n")
+    text, ratio = _rate_table(
+        "Empirical ρ_i from given walks (random numbers drawn beforehand, shared by both sides)",
+        "geomjax rho_from_walks (jit, vmapped einsum)", times, (D, S, T), (D, S_np, T), compile_s,
+        f"; max |difference| of the frequencies on the common walks: {agree:.3g} (float32 vs float64 rounding)")
     return text, ratio
 
 
@@ -134,17 +143,9 @@ def bench_rho(args, info):
     run_np = lambda: numpy_rho(rng, Wn, Fn, lam, T, S_np)
     run_np()
     times = C.interleaved({"jax": run_jax, "numpy": run_np}, repeats=args.repeats)
-    n_jax, n_np = D * S * T, D * S_np * T
-    rate_jax = [n_jax / t for t in times["jax"]]
-    rate_np = [n_np / t for t in times["numpy"]]
-    ratio = C.ratio_stats(rate_jax, rate_np)
-    rows = [["geomjax empirical_rho (jit, vmap)", f"{D}×{S}×{T}", f"{np.median(times['jax']) * 1e3:.1f} ms",
-             f"{np.median(rate_jax):.3g}", f"{compile_s:.2f} s"],
-            ["NumPy loop (draws × seqs × tokens)", f"{D}×{S_np}×{T}", f"{np.median(times['numpy']) * 1e3:.1f} ms",
-             f"{np.median(rate_np):.3g}", "—"]]
-    text = ("### Empirical ρ_i (Def. 1), d = 128, T = 40, random walks drawn inside (JAX threefry vs NumPy PCG64)\n\n"
-            + C.markdown_table(["side", "draws×seqs×tokens", "time / call (median)", "samples/s", "compile"], rows)
-            + f"\n\nspeed-up (samples/s, geomjax / NumPy loop): {C.fmt_ratio(ratio)} (goal ≥ 50×)\n")
+    text, ratio = _rate_table(
+        "Empirical ρ_i (Def. 1), d = 128, T = 40, random walks drawn inside (JAX threefry vs NumPy PCG64)",
+        "geomjax empirical_rho (jit, vmap)", times, (D, S, T), (D, S_np, T), compile_s)
     return text, ratio
 
 
@@ -266,9 +267,7 @@ def main(argv=None):
             + C.load_warning() + "\n\n" + t_rho + "\n" + t_tr)
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text.rstrip() + "\n")
-        print(f"[written {args.out}]")
+        C.write_section(args.out, text)
     print(text)
 
 

@@ -79,8 +79,12 @@ def main(argv=None) -> int:
     ap.add_argument("--loop-samples", type=int, default=2**14, help="samples of the Python-loop baseline")
     ap.add_argument("--chunk", type=int, default=8192)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "montecarlo.md"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "montecarlo.md"),
+                    help="append the Markdown section to this file")
+    ap.add_argument("--quick", action="store_true", help="2^16 samples (2^12 in the loop), 3 repeats")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.samples, args.loop_samples, args.repeats = 2**16, 2**12, 3
     info = C.machine_info()
     parts = [f"## Monte Carlo throughput: bilinear form ⟨Ax, By⟩ (Wertich eqs. 6.2-6.3)", "", C.machine_block(info) + C.load_warning()]
     for n in args.n:
@@ -88,9 +92,8 @@ def main(argv=None) -> int:
     parts.append(f"\nload average at the end: {C.load_avg()}")
     text = "\n".join(parts)
     print(text)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    Path(args.out).write_text(text + "\n")
-    print(f"\n[written to {args.out}]")
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    C.write_section(args.out, text)
     return 0
 
 
