@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``geomjax`` command."""
     args = build_parser().parse_args(argv)
     primary = True
-    if getattr(args, "distributed", False) or getattr(args, "coordinator", None):
+    if getattr(args, "distributed", False) or any(
+            getattr(args, a, None) is not None for a in ("coordinator", "num_processes", "process_id")):
         import jax
 
         from geomjax import parallel

@@ -147,3 +147,8 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
         assert (tmp_path / "env").is_dir()
     finally:
         jax.config.update("jax_compilation_cache_dir", old)
+
+
+def test_partial_multihost_arguments_are_an_error(tmp_path):
+    with pytest.raises(ValueError, match="together"):
+        cli.main(["geometry", "--num-processes", "2", "--out", str(tmp_path / "x"), *SMALL])
