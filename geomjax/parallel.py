@@ -31,7 +31,9 @@ __all__ = ["AXIS", "data_mesh", "batch_sharding", "replicated", "shard_batch", "
 def enable_compilation_cache(path: str | None = None) -> str | None:
     """Turn on JAX's persistent compilation cache (compiled programs reused across runs).
 
-    The directory is ``path``, else ``$GEOMJAX_CACHE_DIR``, else ``~/.cache/geomjax/jax``;
+    The directory is ``path``, else ``$GEOMJAX_CACHE_DIR``, else ``<root>/jax`` where the root of
+    geomjax's caches is ``$GEOMJAX_CACHE`` or ``~/.cache/geomjax`` (the clock claims keep their
+    trained runs under ``<root>/grokking``);
     ``GEOMJAX_NO_COMPILE_CACHE=1`` leaves the cache off. Programs that took at least 0.5 s to
     compile are stored. Called by the ``geomjax`` command and the experiment scripts; library
     functions never change global JAX configuration themselves.
@@ -43,8 +45,8 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
 
     if os.environ.get("GEOMJAX_NO_COMPILE_CACHE", "") not in ("", "0"):
         return None
-    d = path or os.environ.get("GEOMJAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                      "geomjax", "jax")
+    root = os.environ.get("GEOMJAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "geomjax")
+    d = path or os.environ.get("GEOMJAX_CACHE_DIR") or os.path.join(root, "jax")
     os.makedirs(d, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", d)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

@@ -627,7 +627,8 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         "Each claim is checked against an independent computation: Monte Carlo claims hold when "
         "|estimate − prediction| ≤ 5·sem; deterministic ones within the stated tolerance. "
         "Statements that are wrong as printed are reported as not holding; claims.md gives the "
-        "details and the corrected forms.")
+        "details and the corrected forms. For inequality claims (lhs ≤ rhs on every instance) the "
+        "'predicted' column is the right side and 'estimate' the left side, at the worst instance.")
     s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z"], rows)
     sections = [s]
     extra = {}

@@ -145,6 +145,9 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
         assert enable_compilation_cache() == str(tmp_path / "env")
         assert jax.config.jax_compilation_cache_dir == str(tmp_path / "env")
         assert (tmp_path / "env").is_dir()
+        monkeypatch.delenv("GEOMJAX_CACHE_DIR")
+        monkeypatch.setenv("GEOMJAX_CACHE", str(tmp_path / "root"))
+        assert enable_compilation_cache() == str(tmp_path / "root" / "jax")
     finally:
         jax.config.update("jax_compilation_cache_dir", old)
 
