@@ -149,19 +149,11 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point (see the module docstring)."""
     args = _parser().parse_args(argv)
     if args.launch_local:
-        rest = [a for a in (argv if argv is not None else sys.argv[1:])]
-        drop = {"--launch-local", "--devices-per-process"}
-        passed, skip = [], False
-        for a in rest:
-            if skip:
-                skip = False
-                continue
-            if a in drop:
-                skip = True
-                continue
-            if a.split("=", 1)[0] in drop:
-                continue
-            passed.append(a)
+        passed = ["--model", args.model, "--contexts", str(args.contexts), "--seq-len", str(args.seq_len),
+                  "--batch-size", str(args.batch_size), "--accum-dtype", args.accum_dtype,
+                  "--seed", str(args.seed)]
+        passed += ["--process-local"] if args.process_local else []
+        passed += ["--out", args.out] if args.out else []
         res = launch_local(args.launch_local, args.devices_per_process, passed)
         sys.stdout.write(res[0].stdout)
         return 0

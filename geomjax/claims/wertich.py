@@ -43,7 +43,13 @@ def _x64(fn):
 
 
 def _mc(id, source, statement, predicted, sampler, *, quick=_Q, full=_F, notes="", chunk=4096):
-    pred = _x64(predicted)() if callable(predicted) else predicted
+    # Closed forms are evaluated when the claim is checked (registry: ``predicted(budget)``), not at
+    # import: importing the module (every ``geomjax verify``) must not compile dozens of programs.
+    if callable(predicted):
+        closed_form = _x64(predicted)
+        pred = lambda budget: closed_form()  # noqa: E731
+    else:
+        pred = predicted
     return register(Claim(id=f"wertich.{id}", source=source, statement=statement, predicted=pred,
                           sampler=sampler, n_samples={"quick": quick, "full": full}, notes=notes, chunk=chunk))
 
