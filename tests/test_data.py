@@ -18,14 +18,39 @@ from geomjax import data
 
 # --------------------------------------------------------------------------------------- corpora
 
-def test_shared_data_dir_found_and_errors(tmp_path, monkeypatch):
-    d = data.shared_data_dir()
-    assert (d / "tinyshakespeare" / "input.txt").is_file()
-    assert data.shared_data_dir(tmp_path) == tmp_path
-    with pytest.raises(FileNotFoundError, match="does not exist"):
-        data.shared_data_dir(tmp_path / "nope")
-    monkeypatch.setenv("GEOMJAX_DATA", str(d))
-    assert data.shared_data_dir() == d
+def test_bundled_corpora_and_overrides(tmp_path, monkeypatch):
+    import hashlib
+    import lzma
+
+    from geomjax.errors import GeomjaxError
+
+    monkeypatch.delenv("GEOMJAX_DATA", raising=False)
+    assert data.data_dir_override() is None
+    # Every shipped file decompresses to the text whose SHA-256 is recorded (independent hashlib).
+    root = Path(data.__file__).parent / "files"
+    for name, digest in data.BUNDLED_FILES.items():
+        raw = lzma.decompress((root / (name + ".xz")).read_bytes())
+        assert hashlib.sha256(raw).hexdigest() == digest
+        assert data.read_data_file(name) == raw.decode("utf-8")
+    # An override folder replaces the bundled copy (plain or .xz), and must hold the file.
+    (tmp_path / "wikitext-2").mkdir()
+    (tmp_path / "wikitext-2" / "valid.txt").write_text(" = T = \n x \n")
+    assert data.wikitext2("valid", tmp_path) == [("T", " x ")]
+    (tmp_path / "tinyshakespeare").mkdir()
+    (tmp_path / "tinyshakespeare" / "input.txt.xz").write_bytes(lzma.compress(b"ROMEO: hi"))
+    monkeypatch.setenv("GEOMJAX_DATA", str(tmp_path))
+    assert data.data_dir_override() == tmp_path
+    assert data.tiny_shakespeare() == [("tinyshakespeare", "ROMEO: hi")]
+    with pytest.raises(GeomjaxError, match="not in the data folder"):
+        data.wikitext2("test")
+    monkeypatch.delenv("GEOMJAX_DATA")
+    with pytest.raises(GeomjaxError, match="does not exist"):
+        data.data_dir_override(tmp_path / "nope")
+    with pytest.raises(GeomjaxError, match="not shipped"):
+        data.wikitext2("train")  # only valid/test ship; train needs --data-dir
+    (tmp_path / "tinyshakespeare" / "input.txt.xz").write_bytes(b"not xz")
+    with pytest.raises(GeomjaxError, match="not valid xz"):
+        data.tiny_shakespeare(tmp_path)
 
 
 def test_tiny_shakespeare():
@@ -41,7 +66,7 @@ def test_tiny_shakespeare():
 
 def test_wikitext2_articles():
     docs = data.wikitext2("valid")
-    raw = (data.shared_data_dir() / "wikitext-2" / "valid.txt").read_text()
+    raw = data.read_data_file("wikitext-2/valid.txt")
     titles = [ln[3:-3] for ln in raw.split("\n") if ln.startswith(" = ") and not ln.startswith(" = = ")
               and ln.endswith(" = ")]
     assert [t for t, _ in docs] == titles and len(docs) == 60
@@ -93,7 +118,7 @@ def test_hf_dataset_guarded():
     try:
         import datasets  # noqa: F401
     except ImportError:
-        with pytest.raises(ImportError, match="pip install datasets"):
+        with pytest.raises(ValueError, match="pip install datasets"):
             data.load_corpus("hf:wikitext:wikitext-2-raw-v1:test")
     else:
         pytest.skip("datasets installed; network access not assumed in tests")

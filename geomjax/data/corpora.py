@@ -1,10 +1,10 @@
 """Offline text corpora as documents ``[(name, text), ...]`` and their tokenization.
 
-Sources (DESIGN.md, "Offline resources"):
+Sources (docs/DESIGN.md, "Data"; provenance and licences in DATA.md):
 
-* tiny Shakespeare (``tinyshakespeare/input.txt``; one document, or one per play-like block),
-* WikiText-2 ``valid`` / ``test`` (``wikitext-2/*.txt``, already tokenized, ``<unk>`` kept), split
-  into articles on the top-level ``" = Title = "`` headings,
+* tiny Shakespeare (``tinyshakespeare/input.txt``, shipped in the package; one document),
+* WikiText-2 ``valid`` / ``test`` (``wikitext-2/*.txt``, shipped in the package: the tokenized
+  release, ``<unk>`` kept), split into articles on the top-level ``" = Title = "`` headings,
 * the Python standard library's own source files (a code corpus; one document per file),
 * ``pydoc_data.topics`` (English prose; one document per help topic),
 * any local text file or directory, and Hugging Face ``datasets`` when installed and online.
@@ -15,6 +15,8 @@ Everything is host-side I/O (not jittable) and deterministic: files are read in 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import lzma
 import os
 import re
 import sysconfig
@@ -23,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from geomjax.errors import GeomjaxError
+
 __all__ = [
     "Document",
     "TokenizedCorpus",
@@ -30,7 +34,9 @@ __all__ = [
     "load_corpus",
     "local_text",
     "pydoc_topics",
-    "shared_data_dir",
+    "BUNDLED_FILES",
+    "data_dir_override",
+    "read_data_file",
     "split_text",
     "stdlib_python",
     "tiny_shakespeare",
@@ -46,64 +52,99 @@ Document = tuple[str, str]
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-def shared_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """Locate the offline data folder holding ``tinyshakespeare/`` and ``wikitext-2/``.
+# The offline corpora shipped inside the package (geomjax/data/files/, xz-compressed; DATA.md
+# gives their provenance and licences): relative name -> SHA-256 of the uncompressed text.
+BUNDLED_FILES: dict[str, str] = {
+    "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
+    "wikitext-2/valid.txt": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
+    "wikitext-2/test.txt": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+}
+_BUNDLED_ROOT = Path(__file__).resolve().parent / "files"
 
-    Search order: the ``data_dir`` argument, the environment variable ``GEOMJAX_DATA``, then
-    ``../shared/data`` relative to the repository root (the folder above ``geomjax/``) and relative
-    to the current working directory.
 
-    Args:
-      data_dir: explicit folder (checked, not searched).
+def data_dir_override(data_dir: str | os.PathLike | None = None) -> Path | None:
+    """The folder that replaces the bundled corpora, if the user named one.
+
+    Search order: the ``data_dir`` argument (CLI ``--data-dir``), then the environment variable
+    ``GEOMJAX_DATA``. Either must be an existing folder laid out like the bundled one
+    (``tinyshakespeare/input.txt``, ``wikitext-2/{valid,test,train}.txt``; ``.txt.xz`` also read).
 
     Returns:
-      The existing folder as a ``Path``.
+      The folder as a ``Path``, or ``None`` (use the corpora shipped in the package).
 
     Raises:
-      FileNotFoundError: no candidate exists; the message lists the places tried and the fix.
+      GeomjaxError: the named folder does not exist.
     """
-    if data_dir is not None:
-        p = Path(data_dir).expanduser()
+    for value, origin in ((data_dir, "--data-dir"), (os.environ.get("GEOMJAX_DATA") or None, "GEOMJAX_DATA")):
+        if value is None:
+            continue
+        p = Path(value).expanduser()
         if not p.is_dir():
-            raise FileNotFoundError(
-                f"data folder {str(p)!r} does not exist; pass the folder that holds "
-                "tinyshakespeare/ and wikitext-2/ (or set GEOMJAX_DATA)"
-            )
+            raise GeomjaxError(
+                f"data folder {str(p)!r} ({origin}) does not exist; pass a folder holding "
+                "tinyshakespeare/input.txt and/or wikitext-2/*.txt, or leave it unset to use the "
+                "corpora shipped with geomjax")
         return p
-    tried = []
-    env = os.environ.get("GEOMJAX_DATA")
-    if env:
-        p = Path(env).expanduser()
-        if p.is_dir():
-            return p
-        tried.append(f"$GEOMJAX_DATA={env}")
-    repo = Path(__file__).resolve().parents[2]
-    for base in (repo, Path.cwd()):
-        p = (base / ".." / "shared" / "data").resolve()
-        if p.is_dir():
-            return p
-        tried.append(str(p))
-    raise FileNotFoundError(
-        "could not find the offline data folder (tried: " + ", ".join(tried) + "); pass "
-        "data_dir=... (CLI: --data-dir) or set the environment variable GEOMJAX_DATA to the folder "
-        "that holds tinyshakespeare/input.txt and wikitext-2/{valid,test}.txt"
-    )
+    return None
+
+
+def read_data_file(name: str, data_dir: str | os.PathLike | None = None) -> str:
+    """Text of one offline corpus file, e.g. ``"wikitext-2/valid.txt"``.
+
+    Read from the override folder (:func:`data_dir_override`: ``NAME`` or ``NAME.xz``) when one is
+    given, else from the xz-compressed copy shipped in the package (checked against its SHA-256).
+
+    Raises:
+      GeomjaxError: the file is missing, corrupted, or not UTF-8 (the message names the fix).
+    """
+    folder = data_dir_override(data_dir)
+    if folder is not None:
+        plain, packed = folder / name, folder / (name + ".xz")
+        if not (plain.is_file() or packed.is_file()):
+            raise GeomjaxError(
+                f"{name} is not in the data folder {str(folder)!r} (--data-dir / GEOMJAX_DATA); "
+                f"add it there or unset the override to use the copy shipped with geomjax")
+        return _read_text(plain if plain.is_file() else packed)
+    if name not in BUNDLED_FILES:
+        raise GeomjaxError(
+            f"{name} is not shipped with geomjax (shipped: {', '.join(sorted(BUNDLED_FILES))}); "
+            "put it in a folder and pass --data-dir (or set GEOMJAX_DATA)")
+    path = _BUNDLED_ROOT / (name + ".xz")
+    if not path.is_file():
+        raise GeomjaxError(f"the bundled corpus {str(path)!r} is missing: the geomjax installation "
+                           "is incomplete; reinstall it (pip install .)")
+    data = _read_bytes(path)
+    if hashlib.sha256(data).hexdigest() != BUNDLED_FILES[name]:
+        raise GeomjaxError(f"the bundled corpus {str(path)!r} is corrupted (SHA-256 mismatch); "
+                           "reinstall geomjax")
+    return _decode(data, path)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        raw = path.read_bytes()
+        return lzma.decompress(raw) if path.suffix == ".xz" else raw
+    except FileNotFoundError:
+        raise GeomjaxError(f"corpus file {str(path)!r} is missing; check the path") from None
+    except lzma.LZMAError as e:
+        raise GeomjaxError(f"corpus file {str(path)!r} is not valid xz data ({e}); "
+                           "replace it with an intact copy") from None
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GeomjaxError(f"corpus file {str(path)!r} is not valid UTF-8 ({e}); re-encode it as UTF-8") from None
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"corpus file {str(path)!r} is missing; check the data folder (data_dir / GEOMJAX_DATA)"
-        ) from None
-    except UnicodeDecodeError as e:
-        raise ValueError(f"corpus file {str(path)!r} is not valid UTF-8 ({e}); re-encode it as UTF-8") from None
+    return _decode(_read_bytes(path), path)
 
 
 def _nonempty(docs: list[Document], what: str) -> list[Document]:
     if not docs:
-        raise ValueError(f"{what}: no documents found (empty corpus)")
+        raise GeomjaxError(f"{what}: no documents found (empty corpus)")
     return docs
 
 
@@ -111,14 +152,14 @@ def tiny_shakespeare(data_dir: str | os.PathLike | None = None, *, split: str = 
     """Load tiny Shakespeare (Karpathy's ``input.txt``, 1,115,394 characters).
 
     Args:
-      data_dir: folder holding ``tinyshakespeare/input.txt`` (see :func:`shared_data_dir`).
+      data_dir: folder overriding the bundled copy (see :func:`data_dir_override`).
       split: ``"none"``: one document ``("tinyshakespeare", text)``; ``"train"`` / ``"val"``: the
         first 90% / last 10% of the characters (NanoGPT's ``shakespeare_char`` split).
 
     Returns:
       A list with one document.
     """
-    text = _read_text(shared_data_dir(data_dir) / "tinyshakespeare" / "input.txt")
+    text = read_data_file("tinyshakespeare/input.txt", data_dir)
     if split == "none":
         return [("tinyshakespeare", text)]
     n = int(len(text) * 0.9)
@@ -126,7 +167,7 @@ def tiny_shakespeare(data_dir: str | os.PathLike | None = None, *, split: str = 
         return [("tinyshakespeare/train", text[:n])]
     if split == "val":
         return [("tinyshakespeare/val", text[n:])]
-    raise ValueError(f"tiny_shakespeare: split must be 'none', 'train' or 'val', got {split!r}")
+    raise GeomjaxError(f"tiny_shakespeare: split must be 'none', 'train' or 'val', got {split!r}")
 
 
 _WT_TITLE = re.compile(r"^ = ([^=].*?) = $")
@@ -169,16 +210,16 @@ def wikitext2(split: str = "valid", data_dir: str | os.PathLike | None = None) -
     """Load WikiText-2 (``valid`` or ``test``; tokenized, ``<unk>`` kept) as articles.
 
     Args:
-      split: ``"valid"`` or ``"test"`` (only these ship offline).
-      data_dir: folder holding ``wikitext-2/`` (see :func:`shared_data_dir`).
+      split: ``"valid"`` or ``"test"`` (shipped with geomjax); ``"train"`` only from a data folder.
+      data_dir: folder overriding the bundled copy (see :func:`data_dir_override`).
 
     Returns:
       ``[(title, article_text), ...]`` (valid: 60 articles, test: 62).
     """
     if split not in ("valid", "test", "train"):
-        raise ValueError(f"wikitext2: split must be 'valid' or 'test', got {split!r}")
-    path = shared_data_dir(data_dir) / "wikitext-2" / f"{split}.txt"
-    return _nonempty(wikitext2_articles(_read_text(path)), f"wikitext2({split!r})")
+        raise GeomjaxError(f"wikitext2: split must be 'valid' or 'test', got {split!r}")
+    text = read_data_file(f"wikitext-2/{split}.txt", data_dir)
+    return _nonempty(wikitext2_articles(text), f"wikitext2({split!r})")
 
 
 def stdlib_python(
@@ -202,7 +243,7 @@ def stdlib_python(
     """
     base = Path(root) if root is not None else Path(sysconfig.get_paths()["stdlib"])
     if not base.is_dir():
-        raise FileNotFoundError(f"stdlib_python: {str(base)!r} is not a directory")
+        raise GeomjaxError(f"stdlib_python: {str(base)!r} is not a directory")
     skip = set(exclude)
     paths = []
     for dirpath, dirnames, filenames in os.walk(base):
@@ -246,14 +287,14 @@ def local_text(
       ``[(name, text), ...]``; names are paths relative to a directory argument.
 
     Raises:
-      FileNotFoundError: the path does not exist. ValueError: a file is not UTF-8, or nothing found.
+      GeomjaxError: the path does not exist, a file is not UTF-8, or nothing was found.
     """
     p = Path(path).expanduser()
     if p.is_file():
         text = _read_text(p)
         return _nonempty([(p.name, text)] if text else [], f"local_text({str(p)!r})")
     if not p.is_dir():
-        raise FileNotFoundError(f"local_text: {str(p)!r} is neither a file nor a directory")
+        raise GeomjaxError(f"local_text: {str(p)!r} is neither a file nor a directory")
     files = sorted(f for f in p.rglob("*") if f.is_file() and (suffixes is None or f.suffix in suffixes))
     docs = [(str(f.relative_to(p)), t) for f in files if (t := _read_text(f))]
     return _nonempty(docs, f"local_text({str(p)!r}) with suffixes {suffixes}")
@@ -273,18 +314,24 @@ def hf_dataset(
     records are skipped.
 
     Raises:
-      ImportError: ``datasets`` is not installed (``pip install datasets``), or loading failed.
+      GeomjaxError: ``datasets`` is not installed (``pip install datasets``), or loading failed
+        (offline, unknown name, missing field).
     """
     try:
         import datasets  # noqa: PLC0415
     except ImportError:
-        raise ImportError(
+        raise GeomjaxError(
             "hf_dataset needs the `datasets` package (pip install datasets) and a network or a "
             "local Hugging Face cache; offline, use load_corpus('wikitext2'|'shakespeare'|'stdlib'|'pydoc')"
         ) from None
-    ds = datasets.load_dataset(name, config, split=split)
+    try:
+        ds = datasets.load_dataset(name, config, split=split)
+    except Exception as e:  # network, cache or name errors of `datasets`: the user's to fix
+        raise GeomjaxError(f"hf_dataset: could not load {name!r} (config {config!r}, split {split!r}): "
+                           f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; it needs a "
+                           "network or a local Hugging Face cache, else pass a local folder") from e
     if text_field not in ds.column_names:
-        raise ValueError(f"hf_dataset: field {text_field!r} not in {ds.column_names}; pass text_field=")
+        raise GeomjaxError(f"hf_dataset: field {text_field!r} not in {ds.column_names}; pass text_field=")
     docs: list[Document] = []
     for i, rec in enumerate(ds):
         if max_docs is not None and len(docs) >= max_docs:
@@ -301,7 +348,7 @@ def split_text(name: str, text: str, n_chars: int) -> list[Document]:
     Useful to give a single-document corpus (tiny Shakespeare) several labelled "documents".
     """
     if n_chars < 1:
-        raise ValueError(f"split_text: n_chars must be >= 1, got {n_chars}")
+        raise GeomjaxError(f"split_text: n_chars must be >= 1, got {n_chars}")
     return [(f"{name}[{i}:{i + n_chars}]", text[i : i + n_chars]) for i in range(0, len(text), n_chars)]
 
 
@@ -314,7 +361,7 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, **kwargs) 
 
     Args:
       name: corpus name or path.
-      data_dir: offline data folder for shakespeare/wikitext2 (see :func:`shared_data_dir`).
+      data_dir: offline data folder for shakespeare/wikitext2 (see :func:`data_dir_override`).
       **kwargs: passed to the specific loader.
 
     Returns:
@@ -335,7 +382,7 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, **kwargs) 
                           split=parts[2] if len(parts) > 2 else "train", **kwargs)
     if Path(name).expanduser().exists():
         return local_text(name, **kwargs)
-    raise ValueError(
+    raise GeomjaxError(
         f"unknown corpus {name!r}: use 'shakespeare', 'wikitext2', 'wikitext2-test', 'stdlib', "
         "'pydoc', 'hf:NAME[:CONFIG[:SPLIT]]', or an existing file/directory path"
     )

@@ -32,6 +32,7 @@ import numpy as np
 import optax
 
 from geomjax import localization as loc
+from geomjax.data.corpora import read_data_file
 from geomjax.models.toy import ToyTransformer, bao_config
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import token_cross_entropy
@@ -58,7 +59,7 @@ class LocaterConfig:
         attention probabilities during training, fairseq's default attention dropout is 0).
       tie_embeddings: fairseq's transformer_lm default is untied (False).
       vocab_cap: keep the most frequent ``vocab_cap − 1`` training words (rest → <unk>); None keeps all.
-      train_split, valid_split: WikiText-2 files under ``../shared/data/wikitext-2``.
+      train_split, valid_split: WikiText-2 splits (``valid``/``test`` ship with geomjax).
       eval_every: validation every this many steps (multiple of ``steps_per_call``).
       eval_batches: validation batches (None: every non-overlapping window of the validation split).
       steps_per_call: steps per jitted scan chunk.
@@ -110,13 +111,15 @@ class WordData:
     vocab: list[str]
 
 
-def _words(path: Path) -> list[str]:
+def _words(text: str) -> list[str]:
     """fairseq's LM binarisation: whitespace-split each line and append the end-of-sentence </s>."""
+    lines = text.split("\n")  # as iterating over the file: only "\n" ends a line
+    if lines and lines[-1] == "":
+        lines.pop()
     out: list[str] = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            out.extend(line.split())
-            out.append("</s>")
+    for line in lines:
+        out.extend(line.split())
+        out.append("</s>")
     return out
 
 
@@ -124,17 +127,11 @@ def load_wikitext_words(cfg: LocaterConfig, data_dir: str | None = None) -> Word
     """Word-level WikiText-2 (already tokenised, <unk> kept) with a vocabulary built on the training split.
 
     Raises:
-      FileNotFoundError: a split file is missing (lists the files present).
+      GeomjaxError: a split file is missing (``valid``/``test`` ship with geomjax; ``train`` needs
+        a data folder, see :func:`geomjax.data.read_data_file`).
     """
-    from geomjax.data.corpora import shared_data_dir
-
-    root = shared_data_dir(data_dir) / "wikitext-2"
-    paths = {s: root / f"{s}.txt" for s in (cfg.train_split, cfg.valid_split)}
-    for s, p in paths.items():
-        if not p.is_file():
-            have = sorted(x.name for x in root.glob("*.txt")) if root.is_dir() else []
-            raise FileNotFoundError(f"WikiText-2 split {s!r} not found at {p}; present: {have}")
-    tr, va = _words(paths[cfg.train_split]), _words(paths[cfg.valid_split])
+    texts = {s: read_data_file(f"wikitext-2/{s}.txt", data_dir) for s in (cfg.train_split, cfg.valid_split)}
+    tr, va = _words(texts[cfg.train_split]), _words(texts[cfg.valid_split])
     counts = collections.Counter(tr)
     specials = ["<unk>", "</s>"]
     words = [w for w, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if w not in specials]
