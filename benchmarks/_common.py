@@ -90,8 +90,15 @@ def machine_info() -> dict[str, str]:
                    f"interop {torch.get_num_interop_threads()}",
         "versions": ", ".join(f"{k} {v}" for k, v in versions().items()),
         "load_avg_start": load_avg(),
-        "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "command": " ".join([os.path.basename(sys.executable), _repo_relative(sys.argv[0])] + sys.argv[1:]),
     }
+
+
+def _repo_relative(path: str) -> str:
+    """``path`` relative to the repository root when it lies inside it (results name no outside path)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    full = os.path.abspath(path)
+    return os.path.relpath(full, root) if full.startswith(root + os.sep) else os.path.basename(path)
 
 
 def timed(fn: Callable[[], object]) -> float:

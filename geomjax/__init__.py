@@ -1,6 +1,6 @@
 """geomjax: geometry of transformer hidden states and statistics of attention, in JAX.
 
-Public API (see ../shared/DESIGN.md and README.md)::
+Public API (see docs/DESIGN.md and README.md)::
 
     import geomjax as gj
     dec = gj.decompose(h, drop_first=False)           # Song & Zhong eqs. (2)-(3)

@@ -23,8 +23,9 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     g.add_argument("--corpus", default=defaults.corpus,
                    help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
     g.add_argument("--data-dir", default=None,
-                   help="folder holding tinyshakespeare/ and wikitext-2/ (default: ../shared/data "
-                        "or $GEOMJAX_DATA)")
+                   help="folder replacing the bundled corpora: tinyshakespeare/input.txt, "
+                        "wikitext-2/{valid,test}.txt (default: $GEOMJAX_DATA, else the copies "
+                        "shipped with geomjax; see DATA.md)")
     g.add_argument("--preset", choices=["cpu", "paper"], default="cpu",
                    help="sampling sizes: cpu (default: C = %d x %d, T = %d; minutes here) or "
                         "paper (C = 6400, T = 512, as Song & Zhong; meant for a GPU and a large "

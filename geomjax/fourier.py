@@ -1,8 +1,8 @@
 """Fourier anatomy of the modular-addition transformer: the "clock" algorithm.
 
 Sources: Nanda et al., "Progress measures for grokking via mechanistic interpretability" (key
-frequencies, restricted/excluded loss) and the clock blog (``../shared/papers/
-clock-modular-addition-blog.txt``: W_E / W_L spectra and circles §5, periodic attention §6, petals
+frequencies, restricted/excluded loss) and the blog post on the "clock" algorithm for modular
+addition (W_E / W_L spectra and circles §5, periodic attention §6, petals
 §6.1–7, dihedral angles §8, MLP §8–9, read-out §10, sufficiency §11).
 
 Conventions. P is the modulus; tokens 0..P-1 are numbers and token P is "=". Parameters are

@@ -1,5 +1,5 @@
 """Samplers and closed forms for the Gaussian / random-matrix statements of Wertich (2024),
-"Gaussian statistics of attention" (the thesis in ``../shared/papers``).
+"Gaussian statistics of attention" (thesis; chapters and equations cited as printed there).
 
 Everything here is a pure JAX function (jit/vmap-able, explicit PRNG keys) unless its docstring
 says it returns NumPy (fits and histograms used by reports). Equation numbers are the thesis's.

@@ -44,8 +44,8 @@ class GeometryConfig:
       model: "minilm" (the bundled all-MiniLM-L6-v2) or a local Hugging Face model directory /
         cache entry holding config.json + model.safetensors (GPT-2 or BERT).
       corpus: wikitext2 | shakespeare | stdlib | pydoc | a text file or directory | hf:<name>.
-      data_dir: folder with tinyshakespeare/ and wikitext-2/ (None: ../shared/data or
-        $GEOMJAX_DATA).
+      data_dir: folder replacing the bundled tinyshakespeare/ and wikitext-2/ (None:
+        $GEOMJAX_DATA, else the copies shipped in the package; DATA.md).
       n_docs: documents (clusters) to draw windows from.
       windows_per_doc: non-overlapping windows per document; C = n_docs · windows_per_doc.
       seq_len: window length in tokens before dropping the first (the paper: 512, topics 128).

@@ -467,7 +467,7 @@ def relative_norm(
       source's ``src/utils/metrics.py``, ``m - m.mean(0)`` over the 32 held-out sequences);
     * ``centered=False``: M as given. Passing the raw uncentered states P_tiled + cvec + μ of
       the 32 sequences reproduces the other version of that file (μ included), the one
-      ../shared/REFERENCE.md describes. The public history holds both; which one produced the
+      the source repository's current version computes. The public history holds both; which one produced the
       paper's Tables 1 and 5 is not recorded.
 
     Args:

@@ -1,5 +1,5 @@
 """Claims from Bao, Hataya & Karakida (2024), "Self-attention networks localize when QK-eigenspectrum
-concentrates" (../shared/papers/bao-2024-attention-localization.txt).
+concentrates" (preprint, February 2024).
 
 Registered on import (ids ``bao.*``; computations in float64 unless said otherwise, from
 :mod:`geomjax.localization`):

@@ -1,4 +1,4 @@
-"""Claims of the clock blog (``../shared/papers/clock-modular-addition-blog.txt``) and Nanda et al.,
+"""Claims of the clock blog (the "clock" algorithm for modular addition, P = 113) and Nanda et al.,
 "Progress measures for grokking via mechanistic interpretability", checked on a trained model.
 
 What is trained (cached under ``$GEOMJAX_CACHE/grokking/<config hash>`` — default
