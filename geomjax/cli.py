@@ -2,6 +2,11 @@
 
 Every command writes a run directory: ``config.json`` (resolved), ``metrics.json``,
 ``figures/*.png``, ``report.md``, ``report.html`` (and ``report.json`` to re-render).
+
+User errors (:class:`geomjax.errors.GeomjaxError`: bad paths, sizes, names, unsupported
+configurations, corrupted files) print one line, ``geomjax: error: <message>``, and exit with
+status 2; ``--debug`` or ``GEOMJAX_DEBUG=1`` adds the traceback. Any other exception is a bug and
+keeps its traceback (exit 1).
 """
 
 from __future__ import annotations
@@ -10,7 +15,10 @@ import argparse
 import dataclasses
 import os
 import sys
+import traceback
 from pathlib import Path
+
+from geomjax.errors import GeomjaxError
 
 __all__ = ["main", "build_parser"]
 
@@ -65,6 +73,8 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     x.add_argument("--devices", type=int, default=None,
                    help="shard windows over this many devices of a 1-D 'data' mesh")
     x.add_argument("--out", default=None, help="run directory (default runs/<command>-<time>)")
+    x.add_argument("--overwrite", action="store_true",
+                   help="replace whatever --out holds (otherwise a foreign or different run is refused)")
     x.add_argument("--no-progress", action="store_true")
     m = p.add_argument_group("multi-host (one launch per process; see README)")
     m.add_argument("--distributed", action="store_true",
@@ -83,22 +93,33 @@ def build_parser() -> argparse.ArgumentParser:
         prog="geomjax",
         description="Geometry of transformer hidden states and statistics of attention (JAX).",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of user errors too (or set GEOMJAX_DEBUG=1)")
+    common = argparse.ArgumentParser(add_help=False)  # --debug also after the command name
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of user errors too (or set GEOMJAX_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser(
-        "demo", help="the main job: a real pretrained model (MiniLM) on real text, full report")
+        "demo", parents=[common],
+        help="the main job: a real pretrained model (MiniLM) on real text, full report")
     _add_geometry_args(p_demo, d)
     p_demo.add_argument("--budget", choices=["quick", "full"], default="quick",
                         help="Monte Carlo budget of the claims section")
     p_geo = sub.add_parser(
-        "geometry", help="per-layer position/context decomposition study (Song & Zhong)")
+        "geometry", parents=[common],
+        help="per-layer position/context decomposition study (Song & Zhong)")
     _add_geometry_args(p_geo, d)
-    p_ver = sub.add_parser("verify", help="check the sources' quantitative claims")
+    p_ver = sub.add_parser(
+        "verify", parents=[common], help="check the sources' quantitative claims")
     p_ver.add_argument("--source", default=None,
                        help="claim selection: a source (song_zhong, wertich, bao, clock) or an id glob")
     p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
     p_ver.add_argument("--seed", type=int, default=0)
     p_ver.add_argument("--out", default=None)
-    p_tr = sub.add_parser("train", help="train a toy transformer preset (resumes from checkpoints)")
+    p_ver.add_argument("--overwrite", action="store_true", help="replace whatever --out holds")
+    p_ver.add_argument("--no-progress", action="store_true")
+    p_tr = sub.add_parser(
+        "train", parents=[common], help="train a toy transformer preset (resumes from checkpoints)")
     p_tr.add_argument("task", choices=["shakespeare", "addition", "modular"])
     p_tr.add_argument("--preset", choices=["smoke", "cpu", "blog", "paper"], default="cpu",
                       help="smoke: a few steps; cpu: minutes on this CPU; paper: the source's "
@@ -107,9 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
     p_tr.add_argument("--data-dir", default=None)
     p_tr.add_argument("--fresh", action="store_true", help="ignore existing checkpoints in --out")
     p_tr.add_argument("--devices", type=int, default=None)
-    p_tr.add_argument("--out", default=None)
+    p_tr.add_argument("--out", default=None,
+                      help="run directory; a re-run with the same task and preset resumes there")
+    p_tr.add_argument("--overwrite", action="store_true",
+                      help="replace whatever --out holds (e.g. a run of another preset)")
     p_tr.add_argument("--no-progress", action="store_true")
-    p_rep = sub.add_parser("report", help="re-render report.md / report.html of a run directory")
+    p_rep = sub.add_parser(
+        "report", parents=[common], help="re-render report.md / report.html of a run directory")
     p_rep.add_argument("run_dir")
     return parser
 
@@ -131,9 +156,31 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     )
 
 
+def _debug_requested(argv: list[str] | None) -> bool:
+    argv = sys.argv[1:] if argv is None else argv
+    return "--debug" in argv or os.environ.get("GEOMJAX_DEBUG", "").strip() not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``geomjax`` command."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the ``geomjax`` command: runs it, turning user errors into one line.
+
+    Returns:
+      0 on success, 2 for a :class:`GeomjaxError` (message on stderr as
+      ``geomjax: error: <message>``, traceback only with ``--debug`` / ``GEOMJAX_DEBUG=1``).
+      Other exceptions propagate (traceback, exit status 1).
+    """
+    try:
+        return _run(build_parser().parse_args(argv))
+    except GeomjaxError as e:
+        if _debug_requested(argv):
+            traceback.print_exc()
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"geomjax: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    """Run the parsed command."""
     primary = True
     if getattr(args, "distributed", False) or any(
             getattr(args, a, None) is not None for a in ("coordinator", "num_processes", "process_id")):
@@ -143,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
 
         pid, n_proc = parallel.initialize(args.coordinator, args.num_processes, args.process_id)
         if args.devices not in (None, jax.device_count()):
-            raise ValueError(f"--devices {args.devices} with --distributed: the mesh spans all "
+            raise GeomjaxError(f"--devices {args.devices} with --distributed: the mesh spans all "
                              f"{jax.device_count()} devices of the {n_proc} processes")
         args.devices = jax.device_count()
         primary = pid == 0
@@ -159,49 +206,76 @@ def main(argv: list[str] | None = None) -> int:
         out = report.render_run(args.run_dir)
         print(f"report: {out}")
         return 0
+    from geomjax import pipeline
+
+    # Validate everything that can be validated before loading a model or creating --out.
+    if args.command in ("demo", "geometry"):
+        cfg = _config_from_args(args)
+        pipeline.validate_geometry(cfg)
+        options = dataclasses.asdict(cfg) | ({"budget": args.budget} if args.command == "demo" else {})
+    elif args.command == "train":
+        pipeline.validate_training(args.task, args.preset, args.data_dir)
+        options = {"task": args.task, "preset": args.preset, "data_dir": args.data_dir}
+    else:
+        pipeline.validate_claims_selection(args.source)
+        options = {"source": args.source, "budget": args.budget, "seed": args.seed}
+    progress = not getattr(args, "no_progress", False)
     if not primary:  # every process computes; only process 0 writes the run directory
         import tempfile
 
         scratch = tempfile.TemporaryDirectory(prefix="geomjax-worker-")
         args.out = scratch.name
-    run = report.RunDir(args.out, command=args.command)
-    if args.command in ("demo", "geometry"):
-        from geomjax import pipeline
+    run = report.RunDir(args.out, command=args.command, options=options, overwrite=args.overwrite,
+                        in_place=args.command == "train", argv=list(sys.argv[1:]))
+    try:
+        summary = _execute(args, run, progress)
+        final = run.finish()
+    except BaseException:
+        run.abandon()
+        raise
+    if primary:
+        if summary:
+            print(summary)
+        print(f"run directory: {final}\nreport: {final / 'report.html'}")
+    return 0
 
+
+def _execute(args, run, progress: bool) -> str | None:
+    """Write the run's files into ``run``; returns the claims summary line, if any."""
+    from geomjax import pipeline
+
+    if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
-        sections, metrics = pipeline.run_geometry(cfg, run, progress=not args.no_progress)
+        sections, metrics = pipeline.run_geometry(cfg, run, progress=progress)
+        summary = None
         if args.command == "demo":
+            pipeline.status_line("checking Song & Zhong's claims", progress)
             s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,
-                                                     seed=cfg.seed)
+                                                     seed=cfg.seed, progress=progress)
             sections += s_claims
             metrics["claims"] = m_claims
+            summary = (f"claims: {len(m_claims['results'])} checked: "
+                       f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
         run.write_config(dataclasses.asdict(cfg) | {"command": args.command})
         run.write_json("metrics.json", metrics)
         run.write_report(f"geomjax {args.command}: {cfg.model} on {cfg.corpus}", sections,
-                         meta=pipeline.meta_line(cfg))
-    elif args.command == "train":
-        from geomjax import pipeline
-
+                         meta=pipeline.meta_line(cfg, metrics.get("n_positions")))
+        return summary
+    if args.command == "train":
         sections, metrics, cfg = pipeline.run_training(
             args.task, args.preset, run, resume=not args.fresh, data_dir=args.data_dir,
-            devices=args.devices, progress=not args.no_progress)
+            devices=args.devices, progress=progress)
         run.write_json("metrics.json", metrics)
         run.write_report(f"geomjax train: {args.task} ({args.preset})", sections)
-    elif args.command == "verify":
-        from geomjax import pipeline
-
-        sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
-                                                seed=args.seed)
-        run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
-                          "seed": args.seed})
-        run.write_json("metrics.json", metrics)
-        run.write_report("geomjax verify", sections)
-        failed = [c for c in metrics["results"] if c["verdict"] != "holds"]
-        print(f"{len(metrics['results'])} claims checked, {len(failed)} do not hold "
-              f"(see {run.path / 'claims.md'})")
-    if primary:
-        print(f"run directory: {run.path}\nreport: {run.path / 'report.html'}")
-    return 0
+        return None
+    sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
+                                            seed=args.seed, progress=progress)
+    run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
+                      "seed": args.seed})
+    run.write_json("metrics.json", metrics)
+    run.write_report("geomjax verify", sections)
+    return (f"claims: {len(metrics['results'])} checked: {pipeline.claims_summary(metrics['counts'])} "
+            "(see claims.md)")
 
 
 if __name__ == "__main__":

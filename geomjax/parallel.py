@@ -22,6 +22,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from geomjax.errors import GeomjaxError
+
 AXIS = "data"
 
 __all__ = ["AXIS", "data_mesh", "batch_sharding", "replicated", "shard_batch", "check_divisible",
@@ -64,14 +66,14 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     this call; cross-process CPU collectives use gloo.
 
     Raises:
-      ValueError: only some of the three arguments given, or process_id outside [0, n).
+      GeomjaxError: only some of the three arguments given, or process_id outside [0, n).
     """
     given = [a is not None for a in (coordinator_address, num_processes, process_id)]
     if any(given) and not all(given):
-        raise ValueError("initialize: pass coordinator_address, num_processes and process_id "
+        raise GeomjaxError("initialize: pass coordinator_address, num_processes and process_id "
                          "together (or none of them to let JAX detect the cluster)")
     if all(given) and not 0 <= int(process_id) < int(num_processes):
-        raise ValueError(f"initialize: process_id {process_id} outside [0, {num_processes})")
+        raise GeomjaxError(f"initialize: process_id {process_id} outside [0, {num_processes})")
     if all(given):
         jax.distributed.initialize(coordinator_address=coordinator_address,
                                    num_processes=int(num_processes), process_id=int(process_id))

@@ -14,6 +14,7 @@ Every function here composes library calls; the numbers come from :mod:`geomjax.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import report
+from geomjax.errors import GeomjaxError
 from geomjax.report import Section
+from geomjax.study import StudyOptions
 
 __all__ = [
     "GeometryConfig",
@@ -33,6 +36,13 @@ __all__ = [
     "run_claims",
     "run_training",
     "meta_line",
+    "validate_geometry",
+    "validate_claims_selection",
+    "status_line",
+    "check_topic_capacity",
+    "claims_summary",
+    "merged_history",
+    "validate_training",
 ]
 
 
@@ -126,6 +136,102 @@ PAPER_TABLE2 = [
 ]
 
 
+def _model_config(name: str) -> dict | None:
+    """config.json of a model name without loading weights (None for a toy run)."""
+    from geomjax.convert import minilm_path
+    from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
+
+    if name.startswith("toy:"):
+        root = Path(name[4:]).expanduser()
+        if not (root / "checkpoints").is_dir():
+            raise GeomjaxError(f"--model {name!r}: {str(root)!r} is not a `geomjax train` run directory "
+                               "(no checkpoints/); train one with `geomjax train shakespeare --out DIR`")
+        return None
+    try:
+        path = minilm_path() if name == "minilm" else resolve_checkpoint(Path(name).expanduser())
+        return read_config(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise GeomjaxError(f"--model {name!r}: {e}. Use 'minilm', 'toy:RUN_DIR', or a local Hugging "
+                           "Face model directory / cache entry with config.json and model.safetensors") from None
+
+
+def validate_geometry(cfg: GeometryConfig) -> None:
+    """Check every option of a geometry study that can be checked without loading weights or text.
+
+    Sizes, corpus names, the data folder and the model's positions are validated here, before a
+    model is loaded or a run directory is created; the corpus capacity is checked after
+    tokenization by :func:`prepare_inputs` (still before any forward pass).
+
+    Raises:
+      GeomjaxError: naming the option, the minimum or the allowed values, and the fix.
+    """
+    from geomjax import data
+
+    for flag, v, lo in (("--n-docs", cfg.n_docs, 1), ("--windows-per-doc", cfg.windows_per_doc, 1),
+                        ("--batch-size", cfg.batch_size, 1), ("--screenot-k", cfg.screenot_k, 0),
+                        ("--cluster-windows", cfg.n_cluster_windows, 0), ("--devices", cfg.devices or 1, 1)):
+        if int(v) < lo:
+            raise GeomjaxError(f"{flag} must be >= {lo}, got {v}")
+    n_freq = StudyOptions().n_freq
+    t_min = n_freq + int(cfg.drop_first)
+    if cfg.seq_len < t_min:
+        raise GeomjaxError(
+            f"-T {cfg.seq_len} is too short: the study needs at least {n_freq} positions (the "
+            f"low-frequency DCT energy of Fig. 3 uses the first {n_freq} frequencies), so -T >= {t_min}"
+            f"{' (the first token is dropped)' if cfg.drop_first else ''}")
+    if cfg.n_contexts % cfg.batch_size:
+        raise GeomjaxError(
+            f"C = --n-docs x --windows-per-doc = {cfg.n_docs} x {cfg.windows_per_doc} = {cfg.n_contexts} "
+            f"is not a multiple of --batch-size {cfg.batch_size}; nothing is dropped or padded, so "
+            "choose sizes that divide")
+    if cfg.devices and cfg.batch_size % cfg.devices:
+        raise GeomjaxError(f"--batch-size {cfg.batch_size} must be a multiple of --devices {cfg.devices}")
+    data.data_dir_override(cfg.data_dir)
+    data.corpus_kind(cfg.corpus)
+    if cfg.ood_corpus:
+        data.corpus_kind(cfg.ood_corpus)
+    mcfg = _model_config(cfg.model)
+    if mcfg is not None:
+        max_pos = mcfg.get("max_position_embeddings") or mcfg.get("n_positions")
+        if isinstance(max_pos, int) and cfg.seq_len > max_pos:
+            raise GeomjaxError(f"-T {cfg.seq_len} exceeds the {max_pos} positions of --model {cfg.model!r}; "
+                               f"use -T <= {max_pos}")
+
+
+def check_topic_capacity(lengths, cfg: GeometryConfig) -> None:
+    """Refuse sizes the corpus cannot supply as non-overlapping within-document windows.
+
+    ``sample_topics`` needs ``n_docs`` documents of at least ``windows_per_doc · seq_len`` tokens.
+
+    Args:
+      lengths: (D,) token count of every document.
+
+    Raises:
+      GeomjaxError: naming what fits (the largest --n-docs / --windows-per-doc at these sizes) and,
+        for the bundled corpora, a larger corpus.
+    """
+    lengths = np.sort(np.asarray(lengths, np.int64))[::-1]
+    need = cfg.windows_per_doc * cfg.seq_len
+    n_ok = int((lengths >= need).sum())
+    if n_ok >= cfg.n_docs:
+        return
+    best_w = int(lengths[cfg.n_docs - 1] // cfg.seq_len) if lengths.size >= cfg.n_docs else 0
+    fits = [f"--n-docs {n_ok}" if n_ok else None,
+            f"--windows-per-doc {best_w}" if best_w else None]
+    hint = " or ".join(f for f in fits if f) or "a smaller -T"
+    bigger = ""
+    if cfg.corpus.lower().startswith(("wikitext", "shakespeare", "tinyshakespeare")):
+        bigger = (f" The bundled {cfg.corpus} has {int(lengths.sum()):,} tokens in {lengths.size} "
+                  f"document(s), the longest {int(lengths[0]):,}; these sizes (e.g. the 'paper' preset) need "
+                  "a larger corpus with long documents: a local folder of text files (--corpus DIR, one "
+                  "document per file) or --corpus hf:wikitext:wikitext-103-raw-v1 (needs `datasets` and a "
+                  "network).")
+    raise GeomjaxError(
+        f"--n-docs {cfg.n_docs} x --windows-per-doc {cfg.windows_per_doc} x -T {cfg.seq_len} needs "
+        f"{cfg.n_docs} document(s) of >= {need:,} tokens, but {cfg.corpus} has {n_ok}; use {hint} "
+        f"at these sizes.{bigger}")
+
+
 def load_model_and_tokenizer(name: str):
     """(model, params, tokenizer, path) for "minilm", a local Hugging Face checkpoint, or
     "toy:RUN_DIR" (a run directory of ``geomjax train``; the model is then a ``ToyRun``).
@@ -191,30 +297,73 @@ def _forward(model, *, final_ln: bool, causal: bool):
 
 @dataclasses.dataclass
 class GeometryInputs:
-    """Sampled windows of a study: (C, T) ids with labels, plus the fresh cvec draw."""
+    """Sampled windows of a study: (C, T) ids with labels, the fresh cvec draw, and the
+    out-of-distribution windows (Table 2) when an OOD corpus is set."""
 
     windows: object  # geomjax.data.Windows
     cvec_ids: np.ndarray
     doc_names: list[str]
     n_tokens_corpus: int
+    ood_ids: np.ndarray | None = None
+    ood_dropped: float = 0.0
 
 
-def prepare_inputs(cfg: GeometryConfig, tokenizer) -> GeometryInputs:
-    """Tokenize the corpus and draw the study's windows (Song & Zhong's topic design, without
-    overlap or repetition) and an independent draw of ``n_cvec`` windows for cvec/resid."""
+def status_line(msg: str, progress: bool = True) -> None:
+    """One status line on stderr for a stage without a progress bar."""
+    if progress:
+        print(f"geomjax: {msg}", file=sys.stderr, flush=True)
+
+
+def prepare_inputs(cfg: GeometryConfig, tokenizer, *, vocab=None, progress: bool = False) -> GeometryInputs:
+    """Tokenize the corpora and draw every window of the study before any forward pass.
+
+    The study's windows follow Song & Zhong's topic design without overlap or repetition; an
+    independent draw of ``n_cvec`` windows serves cvec/resid; with ``cfg.ood_corpus``, C
+    non-overlapping windows of the OOD corpus (Table 2). Capacity is checked for all of them here,
+    so a too-small corpus fails in seconds, not after the main pass.
+
+    Args:
+      cfg: the study's configuration (sizes already checked by :func:`validate_geometry`).
+      tokenizer: ``text -> ids``.
+      vocab: characters a character model can encode (OOD text is filtered to them), or None.
+      progress: print status lines.
+
+    Raises:
+      GeomjaxError: a corpus cannot supply the windows (the message says what fits).
+    """
     from geomjax import data
 
-    if cfg.n_contexts % cfg.batch_size:
-        raise ValueError(
-            f"C = n_docs·windows_per_doc = {cfg.n_contexts} is not a multiple of batch_size "
-            f"{cfg.batch_size}; nothing is dropped or padded, so choose sizes that divide")
+    status_line(f"tokenizing {cfg.corpus}", progress)
     docs = data.load_corpus(cfg.corpus, cfg.data_dir)
     corpus = data.tokenize_documents(docs, tokenizer)
+    check_topic_capacity(corpus.lengths, cfg)
     key = jax.random.key(cfg.seed)
     k_topics, k_cvec = jax.random.split(key)
     windows = data.sample_topics(corpus, cfg.n_docs, cfg.windows_per_doc, cfg.seq_len, k_topics)
     fresh = data.sample_windows(corpus, cfg.n_cvec, cfg.seq_len, k_cvec)
-    return GeometryInputs(windows, np.asarray(fresh.ids), list(corpus.names), corpus.n_tokens)
+    ood_ids, dropped = None, 0.0
+    if cfg.ood_corpus:
+        status_line(f"tokenizing {cfg.ood_corpus} (out-of-distribution corpus, Table 2)", progress)
+        odocs = data.load_corpus(cfg.ood_corpus, cfg.data_dir)
+        if vocab is not None:
+            # A character model cannot encode characters it never saw: drop them explicitly
+            # and report how many (the paper ran its Shakespeare NanoGPT on WikiText too).
+            keep = set(vocab)
+            n_all = sum(len(t) for _, t in odocs)
+            odocs = [(n, "".join(ch for ch in t if ch in keep)) for n, t in odocs]
+            dropped = 1.0 - sum(len(t) for _, t in odocs) / max(n_all, 1)
+        oc = data.tokenize_documents(odocs, tokenizer)
+        if oc.n_tokens // cfg.seq_len < cfg.n_contexts:
+            raise GeomjaxError(
+                f"--ood-corpus {cfg.ood_corpus} has {oc.n_tokens:,} tokens: room for "
+                f"{oc.n_tokens // cfg.seq_len} non-overlapping windows of -T {cfg.seq_len}, but Table 2 "
+                f"uses C = {cfg.n_contexts}; choose a larger --ood-corpus, fewer windows, or "
+                "--ood-corpus none")
+        ow = data.sample_windows(oc, cfg.n_contexts, cfg.seq_len,
+                                 jax.random.fold_in(jax.random.key(cfg.seed), 2), non_overlapping=True)
+        ood_ids = np.asarray(ow.ids)
+    return GeometryInputs(windows, np.asarray(fresh.ids), list(corpus.names), corpus.n_tokens,
+                          ood_ids, dropped)
 
 
 def _mesh(devices: int | None):
@@ -236,14 +385,23 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     from geomjax.decomposition import _x64_context
 
     t0 = time.perf_counter()
-    model, params, tok, path = load_model_and_tokenizer(cfg.model)
+    validate_geometry(cfg)
+    status_line(f"loading {cfg.model}", progress)
+    try:
+        model, params, tok, path = load_model_and_tokenizer(cfg.model)
+    except (FileNotFoundError, ValueError) as e:  # missing/corrupted files, unsupported config
+        raise GeomjaxError(f"--model {cfg.model!r} cannot be loaded: {e}") from None
     # Checks that need only the model come first, before the (slower) corpus sampling.
     max_pos = _max_positions(model)
     if max_pos is not None and cfg.seq_len > max_pos:
-        raise ValueError(f"seq_len {cfg.seq_len} exceeds the model's {max_pos} positions")
-    forward = extraction.mixed_precision(_forward(model, final_ln=cfg.final_ln, causal=cfg.causal),
-                                         cfg.compute_dtype)
-    inputs = prepare_inputs(cfg, tok)
+        raise GeomjaxError(f"-T {cfg.seq_len} exceeds the model's {max_pos} positions; use -T <= {max_pos}")
+    try:
+        fwd_raw = _forward(model, final_ln=cfg.final_ln, causal=cfg.causal)
+    except ValueError as e:  # an option the model does not support (--causal, --final-ln)
+        raise GeomjaxError(str(e)) from None
+    forward = extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
+    vocab = getattr(getattr(model, "tokenizer", None), "chars", None)  # a ToyRun's characters
+    inputs = prepare_inputs(cfg, tok, vocab=vocab, progress=progress)
     w = inputs.windows
     mesh = _mesh(cfg.devices)
     batches = [w.ids[i: i + cfg.batch_size] for i in range(0, cfg.n_contexts, cfg.batch_size)]
@@ -289,6 +447,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     # Theorem 1, eq. (6), on every layer's pos Gram (issue: report LHS/RHS on real layers).
     thm1 = []
     if cfg.theorem1:
+        status_line("Theorem 1, eq. (6), on every layer's pos Gram", progress)
         ks = tuple(range(1, min(20, T - 1) + 1))
         for layer in range(n_layers):
             r = study.theorem1_on_pos(stats[layer].pos, ks=ks)
@@ -302,6 +461,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     # App. C / Figs. 24-26: token-level cvec vs raw states of a subsample of the windows.
     tok_clusters = []
     if cfg.n_cluster_windows and multi_doc:
+        status_line("token-level clusters (App. C)", progress)
         sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows]
                               for j in np.unique(labels)])
         parts = [[] for _ in range(n_layers)]
@@ -320,24 +480,9 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
 
     # Table 2: the same model on an out-of-distribution corpus (rank and relative norm of pos).
     ood_layers = None
-    ood_dropped = 0.0
-    if cfg.ood_corpus:
-        from geomjax import data
-
-        odocs = data.load_corpus(cfg.ood_corpus, cfg.data_dir)
-        vocab = getattr(getattr(model, "tokenizer", None), "chars", None)  # a ToyRun's chars
-        if vocab is not None:
-            # A character model cannot encode characters it never saw: drop them explicitly
-            # and report how many (the paper ran its Shakespeare NanoGPT on WikiText too).
-            keep = set(vocab)
-            n_all = sum(len(t) for _, t in odocs)
-            odocs = [(n, "".join(ch for ch in t if ch in keep)) for n, t in odocs]
-            ood_dropped = 1.0 - sum(len(t) for _, t in odocs) / max(n_all, 1)
-        oc = data.tokenize_documents(odocs, tok)
-        ow = data.sample_windows(oc, cfg.n_contexts, cfg.seq_len,
-                                 jax.random.fold_in(jax.random.key(cfg.seed), 2),
-                                 non_overlapping=True)
-        ob = [ow.ids[i: i + cfg.batch_size] for i in range(0, cfg.n_contexts, cfg.batch_size)]
+    ood_dropped = inputs.ood_dropped
+    if inputs.ood_ids is not None:
+        ob = [inputs.ood_ids[i: i + cfg.batch_size] for i in range(0, cfg.n_contexts, cfg.batch_size)]
         ostats = extraction.decompose_model_stream(
             forward, params, ob, drop_first=cfg.drop_first, accum_dtype=cfg.accum_dtype,
             mesh=mesh, progress=f"OOD ({cfg.ood_corpus})" if progress else False, total=len(ob))
@@ -351,6 +496,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     t_total = time.perf_counter() - t0
 
     # ---------------------------------------------------------------- figures
+    status_line("figures", progress)
     figs = {}
     mid = n_layers // 2
     pos_proj, cvec_proj = [], []
@@ -394,11 +540,9 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
                                   "|2-D DCT| of the normalized pos Gram (first 10, DC dropped)"), p)
     figs["dct"] = rel
 
-    series = {k: [m[k] if m.get(k) is not None else np.nan for m in per_layer] for k in (
-        "screenot_rank", "stable_rank", "relative_norm", "incoherence_max", "intra_similarity",
-        "inter_similarity", "cluster_compactness", "dct_low_freq_energy", "share_pos")}
+    na = _unavailable(cfg, per_layer, multi_doc, T, int(stats[0].pos.shape[-1]))
     p, rel = run.figure_path("metrics_by_layer.png")
-    plots.save(plots.metrics_by_layer(series, "per-layer metrics"), p)
+    plots.save(_metrics_figure(per_layer, na, _arch_of(model)), p)
     figs["metrics"] = rel
 
     scatter_layers = sorted({0, mid, n_layers - 1})
@@ -444,8 +588,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     s_setup.paragraphs += [
         f"Model: {model_desc}. Corpus: {cfg.corpus} ({len(inputs.doc_names)} documents, "
         f"{inputs.n_tokens_corpus} tokens). C = {C} windows ({cfg.n_docs} documents × "
-        f"{cfg.windows_per_doc} non-overlapping windows each) of {cfg.seq_len} tokens; "
-        f"T = {T} positions after {'dropping' if cfg.drop_first else 'keeping'} the first token.",
+        f"{cfg.windows_per_doc} non-overlapping windows each); T = {cfg.seq_len} tokens per window, "
+        f"{T} positions analysed ({'first token dropped' if cfg.drop_first else 'first token kept'}).",
         f"Every one of the {n_layers} hidden states was decomposed exactly (Song & Zhong eqs. "
         f"(2)-(3)) in one streaming pass with a {cfg.compute_dtype} forward and "
         f"{cfg.accum_dtype} accumulation; no C×T×d tensor "
@@ -461,10 +605,10 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     ]
     rows = []
     for name, m in zip(layer_names, per_layer):
-        rows.append([name, m["screenot_rank"], m["stable_rank"], m["relative_norm"],
-                     m["incoherence_max"], m["incoherence_mean"], m.get("intra_similarity"),
-                     m.get("inter_similarity"), m["cluster_compactness"],
-                     m["dct_low_freq_energy"], m["share_pos"], m["share_ctx"], m["share_resid"]])
+        rows.append([name] + [_cell(m, k, na) for k in (
+            "screenot_rank", "stable_rank", "relative_norm", "incoherence_max", "incoherence_mean",
+            "intra_similarity", "inter_similarity", "cluster_compactness", "dct_low_freq_energy",
+            "share_pos", "share_ctx", "share_resid")])
     s_layers = Section("Per-layer geometry (Song & Zhong Tables 1, 3, 4, 5; App. C)")
     s_layers.table(
         ["layer", "rank (ScreeNOT k=%d)" % cfg.screenot_k, "stable rank", "relative norm",
@@ -479,8 +623,13 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
             "inter_similarity", "incoherence_max", "incoherence_mean"]
     s_sum = Section("Table 1 (mean ± std across layers)")
     s_sum.table(["metric", "mean", "std", "layers"],
-                [[k, summary[k]["mean"], summary[k]["std"], summary[k]["n_layers"]]
-                 for k in keys if k in summary])
+                [[k, summary[k]["mean"], summary[k]["std"], summary[k]["n_layers"]] if k in summary
+                 else [k, na.get(k, "n/a"), "", 0] for k in keys])
+    if "cluster_compactness" not in na and C - cfg.n_docs < X.shape[1]:
+        s_sum.paragraphs.append(
+            f"Caution: the context-level compactness uses C = {C} windows in d = {X.shape[1]} "
+            f"dimensions (fewer than d + K = {X.shape[1] + cfg.n_docs}), so Σ_W is singular and its "
+            "pseudo-inverse inflates Tr(Σ_B Σ_W⁺); use more windows for a reliable value.")
     s_sum.paragraphs.append(
         "For scale: two independent isotropic directions in d = %d dimensions have "
         "E|cos| = %.3f, so an incoherence near or below that means pos and ctx are as "
@@ -495,7 +644,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     for rel in ctx_figs:
         s_fig.figure(rel, "App. C: context means coloured by document.")
     extra = _extra_sections(cfg, layer_names, per_layer, summary, thm1, tok_figs, ood_layers,
-                            figs, model_desc, ood_dropped)
+                            figs, model_desc, ood_dropped, na)
     metrics = {
         "model": model_desc, "n_contexts": C, "n_positions": T, "layers": layer_names,
         "per_layer": per_layer, "summary": summary,
@@ -504,19 +653,117 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         "doc_labels": {str(j): inputs.doc_names[j] for j in np.unique(labels)},
         "theorem1": [{k: v for k, v in r.items()} for r in thm1],
         "ood_fraction_of_characters_dropped": ood_dropped,
+        "not_available": na,
     }
     return [s_setup, s_layers, s_sum, *extra, s_fig], metrics
 
 
-def _fmt_ms(summary: dict, key: str) -> str:
+def _fmt_ms(na: dict | None, summary: dict, key: str) -> str:
     v = summary.get(key)
-    return "—" if v is None else f"{v['mean']:.3g} ({v['std']:.2g})"
+    return (na or {}).get(key, "—") if v is None else f"{v['mean']:.3g} ({v['std']:.2g})"
+
+
+def _unavailable(cfg: GeometryConfig, per_layer: list[dict], multi_doc: bool, T: int, d: int) -> dict:
+    """metric key -> "n/a: needs ..." for every metric the sizes of this run cannot give."""
+    na = {}
+    if not multi_doc:
+        for k in ("intra_similarity", "inter_similarity", "cluster_compactness", "compactness_cvec",
+                  "compactness_raw"):
+            na[k] = "n/a: needs ≥ 2 documents"
+    k = cfg.screenot_k
+    if 2 * k + 1 >= min(T, d):
+        need = 2 * k + 2 + int(cfg.drop_first)
+        msg = (f"n/a: ScreeNOT needs 2k+1 < min(T, d) (k = {k}, T = {T} positions); "
+               f"needs -T ≥ {need} or a smaller --screenot-k")
+        na["screenot_rank"] = na["ood_screenot_rank"] = msg
+    return na
+
+
+def _cell(m: dict, key: str, na: dict):
+    """A table cell: the value, or the reason it is not available."""
+    v = m.get(key)
+    return na.get(key, "n/a") if v is None else v
+
+
+# Per-layer figure: metric key -> (panel title, Table 1 column of the paper's row, or None).
+_METRIC_PANELS = {
+    "screenot_rank": ("rank of P (ScreeNOT)", 2),
+    "stable_rank": ("stable rank of P", None),
+    "relative_norm": ("relative norm of P", 3),
+    "incoherence_max": ("incoherence: max |cos(pos, ctx)|", 6),
+    "intra_similarity": ("ctx |cos| within documents", 5),
+    "inter_similarity": ("ctx |cos| between documents", 4),
+    "cluster_compactness": ("ctx compactness Tr(Σ_B Σ_W⁺)", None),
+    "dct_low_freq_energy": ("pos Gram: low-frequency DCT energy", None),
+    "share_pos": ("variance share of pos", None),
+}
+
+
+def _arch_of(model) -> str:
+    """'BERT', 'GPT-2' or 'NanoGPT': which of the paper's Table 1 rows a loaded model is closest to."""
+    if hasattr(model, "max_positions") and hasattr(model, "step"):  # a ToyRun
+        return "NanoGPT"
+    return "BERT" if "bert" in type(getattr(model, "config", None)).__name__.lower() else "GPT-2"
+
+
+def _paper_row(arch: str) -> tuple | None:
+    """The paper's Table 1 row for the architecture (WikiText where it has one)."""
+    rows = [r for r in PAPER_TABLE1 if r[0] == arch]
+    wiki = [r for r in rows if r[1] == "WikiText"]
+    return (wiki or rows or [None])[0]
+
+
+def _paper_value(cell: str) -> float | None:
+    try:
+        return float(cell.split()[0])
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def _metrics_figure(per_layer: list[dict], na: dict, arch: str):
+    """Per-layer metrics with human titles, the paper's mean (closest row) as a dashed line, and
+    "n/a: ..." written in panels a run's sizes cannot fill."""
+    from geomjax import plots
+
+    row = _paper_row(arch)
+    series, refs, missing = {}, {}, {}
+    for key, (title, col) in _METRIC_PANELS.items():
+        series[title] = [m[key] if m.get(key) is not None else np.nan for m in per_layer]
+        if key in na:
+            missing[title] = na[key].replace("; ", ";\n")
+        ref = _paper_value(row[col]) if row is not None and col is not None else None
+        if ref is not None:
+            refs[title] = (ref, f"paper: {row[0]}, {row[1]} (mean)")
+    return plots.metrics_by_layer(series, "Per-layer metrics (dashed: the paper's Table 1 mean)",
+                                  references=refs, missing=missing)
+
+
+def _departure_sentence(summary: dict, arch: str) -> str:
+    """One sentence: where this run's layer means depart from the paper's closest Table 1 row."""
+    row = _paper_row(arch)
+    if row is None:
+        return ""
+    parts = []
+    for key, (title, col) in _METRIC_PANELS.items():
+        ref = _paper_value(row[col]) if col is not None else None
+        ours = summary.get(key, {}).get("mean") if isinstance(summary.get(key), dict) else None
+        if ref is None or ours is None or ref == 0:
+            continue
+        parts.append((abs(ours / ref - 1), f"{title} {ours:.3g} vs {ref:.3g} ({100 * (ours / ref - 1):+.0f}%)"))
+    if not parts:
+        return ""
+    parts.sort(reverse=True)
+    return (f"Against the paper's {row[0]} row on {row[1]} (Table 1 means across layers), this run "
+            f"departs most in " + "; then ".join(p for _, p in parts[:2])
+            + (f"; the other compared metrics: " + "; ".join(p for _, p in parts[2:]) if parts[2:] else "")
+            + ".")
 
 
 def _extra_sections(cfg, layer_names, per_layer, summary, thm1, tok_figs, ood_layers, figs,
-                    model_desc, ood_dropped=0.0):
+                    model_desc, ood_dropped=0.0, na=None):
     """Report sections for Theorem 1 on real layers, App. C token clusters, Table 2 (OOD) and
-    the paper's own Table 1-2 numbers beside ours."""
+    the paper's own Table 1-2 numbers beside ours (with one sentence on the largest departures)."""
+    na = na or {}
     out = []
     if thm1:
         s = Section("Theorem 1 on the real positional Grams (eq. (6))")
@@ -553,7 +800,8 @@ def _extra_sections(cfg, layer_names, per_layer, summary, thm1, tok_figs, ood_la
                 f"{d_model + cfg.n_docs}, so Σ_W is singular and its pseudo-inverse inflates "
                 "the token-level values; use more --cluster-windows.")
         s.table(["layer", "ctx", "cvec (tokens)", "raw (tokens)", "cvec / raw"],
-                [[n, m["cluster_compactness"], m.get("compactness_cvec"), m.get("compactness_raw"),
+                [[n, _cell(m, "cluster_compactness", na), _cell(m, "compactness_cvec", na),
+                  _cell(m, "compactness_raw", na),
                   (m["compactness_cvec"] / m["compactness_raw"]
                    if m.get("compactness_raw") else None)]
                  for n, m in zip(layer_names, per_layer)])
@@ -570,10 +818,10 @@ def _extra_sections(cfg, layer_names, per_layer, summary, thm1, tok_figs, ood_la
                f"{cfg.ood_corpus} text first: {100 * ood_dropped:.2f}% of its characters."
                if ood_dropped else ""))
         s.table(["corpus", "rank estimate", "stable rank", "relative norm"], [
-            [cfg.corpus, _fmt_ms(summary, "screenot_rank"), _fmt_ms(summary, "stable_rank"),
-             _fmt_ms(summary, "relative_norm")],
-            [cfg.ood_corpus, _fmt_ms(summary, "ood_screenot_rank"),
-             _fmt_ms(summary, "ood_stable_rank"), _fmt_ms(summary, "ood_relative_norm")]],
+            [cfg.corpus, _fmt_ms(na, summary, "screenot_rank"), _fmt_ms(na, summary, "stable_rank"),
+             _fmt_ms(na, summary, "relative_norm")],
+            [cfg.ood_corpus, _fmt_ms(na, summary, "ood_screenot_rank"),
+             _fmt_ms(na, summary, "ood_stable_rank"), _fmt_ms(na, summary, "ood_relative_norm")]],
             "mean (std) across layers")
         out.append(s)
     s = Section("Beside the paper (Song & Zhong Tables 1-2, quoted)")
@@ -583,18 +831,22 @@ def _extra_sections(cfg, layer_names, per_layer, summary, thm1, tok_figs, ood_la
         "BERT-architecture sentence encoder, so the closest paper row is BERT on WikiText.")
     arch = ("BERT" if model_desc.startswith("Bert") else
             "toy GPT-2-like" if model_desc.startswith("Toy") else "GPT-2")
+    departure = _departure_sentence(summary, "BERT" if arch == "BERT" else
+                                    "NanoGPT" if arch.startswith("toy") else "GPT-2")
+    if departure:
+        s.paragraphs.append(departure)
     ours = [f"this run: {'MiniLM' if cfg.model == 'minilm' else Path(cfg.model).name} ({arch} arch.)",
-            cfg.corpus, _fmt_ms(summary, "screenot_rank"), _fmt_ms(summary, "relative_norm"),
-            _fmt_ms(summary, "inter_similarity"), _fmt_ms(summary, "intra_similarity"),
-            _fmt_ms(summary, "incoherence_max")]
+            cfg.corpus, _fmt_ms(na, summary, "screenot_rank"), _fmt_ms(na, summary, "relative_norm"),
+            _fmt_ms(na, summary, "inter_similarity"), _fmt_ms(na, summary, "intra_similarity"),
+            _fmt_ms(na, summary, "incoherence_max")]
     s.table(["model", "corpus", "rank estimate", "relative norm", "inter-cluster sim",
              "intra-cluster sim", "incoh (max)"],
             [ours] + [[f"paper: {r[0]}", *r[1:]] for r in PAPER_TABLE1],
             "Table 1: mean (std) across layers")
     if ood_layers is not None:
         s.table(["model", "OOD corpus", "rank estimate", "relative norm"],
-                [[ours[0], cfg.ood_corpus, _fmt_ms(summary, "ood_screenot_rank"),
-                  _fmt_ms(summary, "ood_relative_norm")]]
+                [[ours[0], cfg.ood_corpus, _fmt_ms(na, summary, "ood_screenot_rank"),
+                  _fmt_ms(na, summary, "ood_relative_norm")]]
                 + [[f"paper: {r[0]}", *r[1:]] for r in PAPER_TABLE2], "Table 2")
     out.append(s)
     return out
@@ -607,22 +859,45 @@ def _mean_abs_cos(d: int) -> float:
     return exp(lgamma(d / 2) - lgamma((d + 1) / 2)) / sqrt(pi)
 
 
-def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0):
-    """Check the registered claims (``geomjax.claims.run``); writes claims.json / claims.md.
+def validate_claims_selection(select) -> None:
+    """Refuse a ``--source`` that matches no registered claim (before a run directory exists).
 
-    Returns:
-      (sections, metrics) with one table row per claim.
+    Raises:
+      GeomjaxError: naming the selection and the available sources.
     """
     from geomjax import claims
 
-    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path)
+    if select is None:
+        return
+    if not claims.select_claims(select):
+        sources = sorted({c.id.split(".", 1)[0] for c in claims.all_claims()})
+        raise GeomjaxError(f"--source {select!r} matches no claim; use a source ({', '.join(sources)}), "
+                           "an id glob such as 'song_zhong.theorem1.*', or a substring of a printed source")
+
+
+def claims_summary(counts: dict) -> str:
+    """'n hold, n do not hold, n inconclusive' from verdict counts."""
+    return (f"{counts.get('holds', 0)} hold, {counts.get('does not hold', 0)} do not hold, "
+            f"{counts.get('inconclusive', 0)} inconclusive")
+
+
+def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0,
+               progress: bool = False):
+    """Check the registered claims (``geomjax.claims.run``); writes claims.json / claims.md.
+
+    Returns:
+      (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts.
+    """
+    from geomjax import claims
+
+    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress)
     rows = []
     for r in results:
         d = r.to_dict()
         rows.append([d["id"], d["source"], d.get("verdict"), _short(d.get("predicted")),
                      _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score"))])
-    n_bad = sum(r.verdict != "holds" for r in results)
-    s = Section(f"Claims checked ({len(results)}; {n_bad} do not hold)")
+    counts = {v: sum(r.verdict == v for r in results) for v in ("holds", "does not hold", "inconclusive")}
+    s = Section(f"Claims checked ({len(results)}: {claims_summary(counts)})")
     s.paragraphs.append(
         "Each claim is checked against an independent computation: Monte Carlo claims hold when "
         "|estimate − prediction| ≤ 5·sem; deterministic ones within the stated tolerance. "
@@ -636,7 +911,7 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         more, m = hook(run, budget=budget, seed=seed)
         sections.extend(more)
         extra[name] = m
-    metrics = {"budget": budget, "seed": seed, "results": [r.to_dict() for r in results]}
+    metrics = {"budget": budget, "seed": seed, "counts": counts, "results": [r.to_dict() for r in results]}
     if extra:
         metrics["figures"] = extra
     return sections, metrics
@@ -664,61 +939,139 @@ def _claim_report_hooks(results):
 
 
 def _short(x):
+    """A table cell for a claim value: numbers as floats, long vectors abbreviated as in claims.md
+    (first three values and the count)."""
     if x is None:
-        return ""
+        return "—"
     if isinstance(x, (int, float, np.floating, np.integer)):
         return float(x)
     a = np.asarray(x)
     if a.size == 1 and np.issubdtype(a.dtype, np.number):
         return float(a.reshape(()))
+    if a.ndim >= 1 and np.issubdtype(a.dtype, np.number):
+        flat = a.reshape(-1)
+        vals = ", ".join(f"{float(v):.4g}" for v in flat[:3])
+        return f"[{vals}, … ({flat.size} values)]" if flat.size > 4 else \
+            "[" + ", ".join(f"{float(v):.4g}" for v in flat) + "]"
     return str(x)[:40]
+
+
+def merged_history(run_dir: str | Path) -> dict:
+    """The whole training history of a run directory across its sessions.
+
+    ``geomjax.train.fit`` writes ``history.json`` for the first session and
+    ``history_from_<step>.json`` for every resumed one; they are merged by step (a later session
+    wins where they overlap, which a bit-exact resume makes identical).
+
+    Returns:
+      dict with ``steps`` (n,) int array, ``train`` {name: (n,) array}, ``evals`` (list of dicts
+      sorted by step), ``seconds`` (total), ``sessions`` (count) and ``gaps`` (list of
+      (first, last) step ranges no session recorded, e.g. after an interrupted session).
+    """
+    import json
+
+    files = sorted(Path(run_dir).glob("history_from_*.json"))
+    first = Path(run_dir) / "history.json"
+    files = ([first] if first.is_file() else []) + files
+    steps: dict[int, dict] = {}
+    evals: dict[int, dict] = {}
+    seconds = 0.0
+    for f in files:
+        h = json.loads(f.read_text())
+        for i, st in enumerate(h.get("steps", [])):
+            steps[int(st)] = {k: v[i] for k, v in h.get("train", {}).items()}
+        for e in h.get("evals", []):
+            evals[int(e["step"])] = e
+        seconds += float(h.get("seconds", 0.0))
+    order = sorted(steps)
+    names = sorted({k for v in steps.values() for k in v})
+    gaps = ([(0, order[0] - 1)] if order and order[0] > 0 else []) + [
+        (a + 1, b - 1) for a, b in zip(order, order[1:]) if b > a + 1]
+    return {"steps": np.asarray(order, np.int64),
+            "train": {k: np.asarray([steps[i].get(k, np.nan) for i in order], np.float64) for k in names},
+            "evals": [evals[k] for k in sorted(evals)], "seconds": seconds, "sessions": len(files),
+            "gaps": gaps}
 
 
 def run_training(task: str, preset: str, run: report.RunDir, *, resume: bool = True,
                  data_dir: str | None = None, devices: int | None = None, progress: bool = True):
     """Train a toy transformer preset (``geomjax.train.get_config(task, preset)``) in ``run``.
 
-    Checkpoints go to ``run/checkpoints`` and a re-run resumes from the latest one.
+    Checkpoints go to ``run/checkpoints`` and a re-run resumes from the latest one; the report
+    covers the whole history of every session (:func:`merged_history`). ``resume=False`` starts
+    over: the directory's checkpoints and histories are deleted first.
     """
+    import shutil
+
     from geomjax import plots, train
 
     cfg = train.get_config(task, preset)
+    if not resume:
+        shutil.rmtree(run.path / "checkpoints", ignore_errors=True)
+        for f in run.path.glob("history*.json"):
+            f.unlink()
     res = train.fit(cfg, run_dir=run.path, data_dir=data_dir, resume=resume,
                     mesh=_mesh(devices), progress=progress)
-    h = res.history
+    h = merged_history(run.path)
+    n_session = len(res.history.steps)
     s = Section(f"Training: {task} ({preset})")
+    last = int(h["steps"][-1]) + 1 if len(h["steps"]) else 0
     s.paragraphs.append(
-        f"{len(h.steps)} steps this session" + (f", resumed from step {res.resumed_from}"
-                                                if res.resumed_from is not None else "")
-        + f", {h.seconds:.1f} s.")
-    if h.evals:
-        names = [k for k in h.evals[0] if k != "step"]
-        s.table(["step"] + names, [[e["step"]] + [e[k] for k in names] for e in h.evals],
-                "Evaluation")
-    if len(h.steps):
+        f"{last} steps in all ({h['sessions']} session{'s' if h['sessions'] != 1 else ''}, "
+        f"{h['seconds']:.1f} s of training); this session: {n_session} steps"
+        + (f", resumed from step {res.resumed_from}" if res.resumed_from is not None else "") + "."
+        + (" Steps not recorded (a session interrupted before it wrote its history): "
+           + ", ".join(f"{a}-{b}" for a, b in h["gaps"]) + "." if h["gaps"] else ""))
+    if h["evals"]:
+        names = [k for k in h["evals"][0] if k != "step"]
+        s.table(["step"] + names, [[e["step"]] + [e.get(k) for k in names] for e in h["evals"]],
+                "Evaluation (every session)")
+    if len(h["steps"]):
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot(h.steps, h.train["loss"], lw=0.8, label="train")
-        if h.evals and "loss" in h.evals[0]:
-            ax.plot([e["step"] for e in h.evals], [e["loss"] for e in h.evals], "o-", label="eval")
+        ax.plot(h["steps"], h["train"]["loss"], lw=0.8, label="train")
+        if h["evals"] and "loss" in h["evals"][0]:
+            ax.plot([e["step"] for e in h["evals"]], [e["loss"] for e in h["evals"]], "o-", label="eval")
+        if res.resumed_from:
+            ax.axvline(res.resumed_from, color="0.6", ls=":", lw=0.8, label="resumed")
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
-        ax.legend()
+        ax.legend(loc="best")
         p, rel = run.figure_path("loss.png")
         plots.save(fig, p)
-        s.figure(rel, "Loss curves")
-    metrics = {"task": task, "preset": preset, "evals": h.evals, "resumed_from": res.resumed_from,
-               "final_train_loss": float(h.train["loss"][-1]) if len(h.steps) else None}
+        s.figure(rel, "Loss curves (all sessions)")
+    metrics = {"task": task, "preset": preset, "evals": h["evals"], "resumed_from": res.resumed_from,
+               "steps_total": last, "steps_this_session": n_session, "sessions": h["sessions"],
+               "final_train_loss": float(h["train"]["loss"][-1]) if len(h["steps"]) else None}
     return [s], metrics, cfg
 
 
-def meta_line(cfg: GeometryConfig) -> dict:
-    """Header of a geometry report."""
+def validate_training(task: str, preset: str, data_dir: str | None = None) -> None:
+    """Refuse a task/preset pair or data folder that ``geomjax train`` cannot use, before any work.
+
+    Raises:
+      GeomjaxError: naming the allowed values.
+    """
+    from geomjax import data, train
+
+    try:
+        train.get_config(task, preset)
+    except (ValueError, KeyError) as e:
+        raise GeomjaxError(f"geomjax train {task} --preset {preset}: {e}") from None
+    data.data_dir_override(data_dir)
+
+
+def meta_line(cfg: GeometryConfig, n_positions: int | None = None) -> dict:
+    """Header of a geometry report (T as the window length and as the positions analysed)."""
     import geomjax
 
+    T = cfg.seq_len
+    analysed = n_positions if n_positions is not None else T - int(cfg.drop_first)
+    note = "first token dropped" if cfg.drop_first else "first token kept"
     return {"model": cfg.model, "corpus": cfg.corpus,
-            "C × T": f"{cfg.n_contexts} × {cfg.seq_len}", "seed": cfg.seed,
+            "C": f"{cfg.n_contexts} windows ({cfg.n_docs} documents × {cfg.windows_per_doc})",
+            "T": f"{T} tokens, {analysed} positions analysed ({note})", "seed": cfg.seed,
             "geomjax": getattr(geomjax, "__version__", "dev"),
             "jax": jax.__version__, "backend": jax.default_backend(),
             "devices": len(jax.devices())}

@@ -52,12 +52,18 @@ def pca_grid(
 ):
     """Fig. 1 of Song & Zhong: pos_t (blue) and sampled cvec (red) on P's top-2 directions.
 
+    Axes are PC1/PC2 of P; a colour bar gives the position index of pos (light = early) and a
+    legend names the two point sets.
+
     Args:
       pos_proj: per layer, (T, 2) projections of pos.
       cvec_proj: per layer, (n, T, 2) projections of n sampled cvec sequences.
       titles: per-layer titles.
     """
+    from matplotlib.lines import Line2D
+
     fig, axes = _grid(len(pos_proj))
+    sc = None
     for ax, p, c, t in zip(axes, pos_proj, cvec_proj, titles):
         p, c = np.asarray(p), np.asarray(c)
         T = p.shape[0]
@@ -65,13 +71,23 @@ def pca_grid(
         cc = c.reshape(-1, 2)
         ax.scatter(cc[:, 0], cc[:, 1], s=2, c=np.tile(shade, c.shape[0]), cmap="Reds",
                    vmin=0, vmax=1, alpha=0.5, linewidths=0)
-        ax.scatter(p[:, 0], p[:, 1], s=4, c=shade, cmap="Blues", vmin=0, vmax=1, linewidths=0)
+        sc = ax.scatter(p[:, 0], p[:, 1], s=4, c=np.arange(T), cmap="Blues", vmin=-T / 3, vmax=T - 1,
+                        linewidths=0)
         ax.set_title(t, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
+        ax.set_xlabel("PC1", fontsize=8)
+        ax.set_ylabel("PC2", fontsize=8)
+    handles = [Line2D([], [], ls="", marker="o", ms=4, color="tab:blue", label="pos (colour = position)"),
+               Line2D([], [], ls="", marker="o", ms=4, color="tab:red", alpha=0.6, label="cvec (10 sequences)")]
     if suptitle:
         fig.suptitle(suptitle)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 0.92, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    if sc is not None:
+        cax = fig.add_axes((0.93, 0.15, 0.015, 0.7))
+        cb = fig.colorbar(sc, cax=cax)
+        cb.set_label("position index t", fontsize=8)
     return fig
 
 
@@ -83,25 +99,37 @@ def gram_heatmap(G: np.ndarray, n_pos: int, title: str = "", boundaries: Sequenc
     for b in [n_pos, *[n_pos + x for x in boundaries]]:
         ax.axhline(b - 0.5, color="k", lw=0.6)
         ax.axvline(b - 0.5, color="k", lw=0.6)
-    fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.colorbar(im, ax=ax, shrink=0.8, label="cosine")
+    ax.set_xlabel(f"row index: {n_pos} positions, then contexts")
+    ax.set_ylabel("row index")
     ax.set_title(title)
     return fig
 
 
 def dct_heatmaps(F: Sequence[np.ndarray], titles: Sequence[str], n_freq: int = 10,
                  drop_dc: bool = True, suptitle: str = ""):
-    """Fig. 3 right: |2-D DCT| of the normalized pos Gram, first ``n_freq`` frequencies."""
+    """Fig. 3 right: |2-D DCT| of the normalized pos Gram, first ``n_freq`` frequencies.
+
+    Every layer's panel uses one shared colour scale (one colour bar), so layers compare directly.
+    """
     fig, axes = _grid(len(F))
     s = 1 if drop_dc else 0
-    for ax, f, t in zip(axes, F, titles):
-        block = np.abs(np.asarray(f)[s : s + n_freq, s : s + n_freq])
-        ax.imshow(block, cmap="viridis", interpolation="nearest")
+    blocks = [np.abs(np.asarray(f)[s: s + n_freq, s: s + n_freq]) for f in F]
+    vmax = max((float(b.max()) for b in blocks if b.size), default=1.0) or 1.0
+    im = None
+    for ax, block, t in zip(axes, blocks, titles):
+        im = ax.imshow(block, cmap="viridis", interpolation="nearest", vmin=0.0, vmax=vmax,
+                       extent=(s - 0.5, s + block.shape[1] - 0.5, s + block.shape[0] - 0.5, s - 0.5))
         ax.set_title(t, fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set_xlabel("frequency (columns)", fontsize=7)
+        ax.set_ylabel("frequency (rows)", fontsize=7)
+        ax.tick_params(labelsize=6)
     if suptitle:
         fig.suptitle(suptitle)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.92, 1))
+    if im is not None:
+        cax = fig.add_axes((0.93, 0.15, 0.015, 0.7))
+        fig.colorbar(im, cax=cax).set_label("|DCT coefficient| (shared scale)", fontsize=8)
     return fig
 
 
@@ -116,18 +144,38 @@ def singular_values(curves: Mapping[str, np.ndarray], title: str = "", logy: boo
     ax.set_xlabel("index j")
     ax.set_ylabel("σ_j / σ_1")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="upper right", fontsize=8)
     return fig
 
 
-def metrics_by_layer(series: Mapping[str, Sequence[float]], title: str = "", ncols: int = 3):
-    """One small panel per metric, x = layer index (0 = embeddings)."""
+def metrics_by_layer(series: Mapping[str, Sequence[float]], title: str = "", ncols: int = 3,
+                     references: Mapping[str, tuple[float, str]] | None = None,
+                     missing: Mapping[str, str] | None = None):
+    """One small panel per metric, x = layer index (0 = embeddings).
+
+    Args:
+      series: panel title -> per-layer values (NaN where a layer has none).
+      references: panel title -> (value, label): a published value drawn as a dashed line.
+      missing: panel title -> why the metric is not available (written in an all-NaN panel).
+    """
+    references, missing = references or {}, missing or {}
     fig, axes = _grid(len(series), max_cols=ncols, size=3.0)
     for ax, (name, vals) in zip(axes, series.items()):
         v = np.asarray(vals, np.float64)
-        ax.plot(np.arange(len(v)), v, marker="o", ms=3)
         ax.set_title(name, fontsize=9)
-        ax.set_xlabel("layer")
+        ax.set_xlabel("layer (0 = embeddings)", fontsize=8)
+        if not np.isfinite(v).any():
+            ax.text(0.5, 0.5, missing.get(name, "n/a"), ha="center", va="center", fontsize=8,
+                    wrap=True, transform=ax.transAxes)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        ax.plot(np.arange(len(v)), v, marker="o", ms=3, label="this run")
+        if name in references:
+            ref, label = references[name]
+            ax.axhline(ref, color="tab:orange", ls="--", lw=1, label=label)
+            ax.legend(fontsize=6, loc="best")
+        ax.tick_params(labelsize=7)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -142,7 +190,10 @@ def grouped_scatter(X2: np.ndarray, labels: np.ndarray, title: str = "", names=N
         sel = labels == g
         ax.scatter(X2[sel, 0], X2[sel, 1], s=6, label=str(names[g]) if names is not None else str(g))
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, markerscale=2)
+    ax.set_xlabel("PC1")
+    ax.set_ylabel("PC2")
+    ax.legend(fontsize=7, markerscale=2, loc="upper left", bbox_to_anchor=(1.02, 1), title="document",
+              title_fontsize=7)
     return fig
 
 
@@ -158,7 +209,10 @@ def paired_scatter(left: np.ndarray, right: np.ndarray, labels: np.ndarray, titl
             ax.scatter(X2[sel, 0], X2[sel, 1], s=3, alpha=0.6,
                        label=str(names[g]) if names is not None else str(g))
         ax.set_title(title, fontsize=9)
-    axes[0].legend(fontsize=7, markerscale=3)
+        ax.set_xlabel("PC1")
+        ax.set_ylabel("PC2")
+    axes[1].legend(fontsize=7, markerscale=3, loc="upper left", bbox_to_anchor=(1.02, 1), title="document",
+                   title_fontsize=7)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
@@ -172,9 +226,10 @@ def theorem1_curves(ks: Sequence[int], lhs: Sequence[float], rhs: np.ndarray, ms
     rhs = np.asarray(rhs)
     for j, m in enumerate(ms):
         ax.semilogy(ks, rhs[:, j], "--", label=f"RHS m={m}")
-    ax.set_xlabel("k")
+    ax.set_xlabel("k (low frequencies kept)")
+    ax.set_ylabel("operator-norm error (log scale)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
     return fig
 
 
@@ -198,6 +253,7 @@ def pca_3d(pos_proj: Sequence[np.ndarray], cvec_proj: Sequence[np.ndarray], titl
         ax.plot(p[:, 0], p[:, 1], p[:, 2], lw=0.5, c="tab:blue")
         ax.set_title(t, fontsize=9)
         ax.set_xticks([]); ax.set_yticks([]); ax.set_zticks([])  # noqa: E702
+        ax.set_xlabel("PC1", fontsize=8); ax.set_ylabel("PC2", fontsize=8); ax.set_zlabel("PC3", fontsize=8)  # noqa: E702
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig

@@ -13,12 +13,16 @@ import html
 import json
 import os
 import platform
+import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Section", "RunDir", "to_jsonable", "render_markdown", "render_html", "render_run"]
+from geomjax.errors import GeomjaxError
+
+__all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
+           "render_html", "render_run"]
 
 
 def to_jsonable(x: Any) -> Any:
@@ -142,22 +146,141 @@ def render_html(title: str, sections: list[Section], meta: dict | None = None) -
     return "\n".join(out)
 
 
+RUN_MARKER = "run.json"
+"""File that marks a geomjax run directory: command, options, status, start/end, versions."""
+_REPORT_FILES = ("report.json", "report.md", "report.html", "metrics.json", RUN_MARKER)
+
+
+def _normalized(options: Any) -> Any:
+    return json.loads(json.dumps(to_jsonable(options), sort_keys=True))
+
+
+def _options_diff(old: Any, new: Any) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(set(old) | set(new))
+        return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys if old.get(k) != new.get(k))
+    return f"{old!r} -> {new!r}"
+
+
+def read_run_marker(path: str | os.PathLike) -> dict | None:
+    """The ``run.json`` of a run directory, or None when there is none (or it is unreadable)."""
+    f = Path(path) / RUN_MARKER
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_reusable(path: str | os.PathLike, command: str, options: Any, *, overwrite: bool = False,
+                   resumable: bool = False) -> None:
+    """Refuse an ``--out`` folder that holds something this run must not replace or mix with.
+
+    Accepted: a missing or empty folder; a run of the same command that did not finish; a finished
+    run of the same command with the same options (it is replaced, or resumed when
+    ``resumable``); anything with ``overwrite``.
+
+    Raises:
+      GeomjaxError: the folder holds files that are not a geomjax run, a run of another command,
+        or a finished run with different options (the message names the difference and the fix).
+    """
+    path = Path(path)
+    if overwrite or not path.exists():
+        return
+    if not path.is_dir():
+        raise GeomjaxError(f"--out {str(path)!r} is a file, not a directory; choose another --out")
+    if not any(path.iterdir()):
+        return
+    marker = read_run_marker(path)
+    fix = "choose another --out or pass --overwrite to replace it"
+    if marker is None:
+        raise GeomjaxError(f"--out {str(path)!r} already holds files that are not a geomjax run "
+                           f"(no {RUN_MARKER}); {fix}")
+    if marker.get("command") != command:
+        raise GeomjaxError(f"--out {str(path)!r} holds a `geomjax {marker.get('command')}` run, not "
+                           f"`geomjax {command}`; {fix}")
+    old, new = marker.get("options"), _normalized(options)
+    if old != new and (marker.get("status") == "complete" or resumable):
+        what = "finished" if marker.get("status") == "complete" else "resumable"
+        raise GeomjaxError(f"--out {str(path)!r} holds a {what} `geomjax {command}` run with other "
+                           f"options ({_options_diff(old, new)}); {fix}")
+
+
 class RunDir:
     """A run directory: ``config.json``, ``metrics.json``, ``figures/``, ``report.{json,md,html}``.
 
+    Plain use (``RunDir(path)``) writes straight into ``path``. A CLI run passes ``options`` and
+    becomes safe (:func:`check_reusable` first, then ``run.json``):
+
+    * ``in_place=False`` (default): everything is written into a hidden temporary sibling
+      ``.<name>.partial-<pid>`` and :meth:`finish` renames it to ``path`` only when complete;
+      :meth:`abandon` (on error or interrupt) deletes it. An interrupted run never leaves a
+      directory that looks complete.
+    * ``in_place=True`` (``geomjax train``, whose checkpoints are resumable state): ``path`` is used
+      directly; the previous report files are removed first and ``run.json`` says
+      ``"status": "running"`` until :meth:`finish` marks it ``"complete"``.
+
     Args:
-      path: directory to write (created). ``None`` makes ``runs/<command>-<UTC timestamp>``.
-      command: the CLI command, used for the default name.
+      path: directory to write. ``None`` makes ``runs/<command>-<UTC timestamp>``.
+      command: the CLI command, used for the default name and in ``run.json``.
+      options: the run's options (JSON-able); None for a plain directory without ``run.json``.
+      overwrite: replace whatever ``path`` holds.
+      in_place: see above.
+      argv: the command line recorded in ``run.json``.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, command: str = "run"):
+    def __init__(self, path: str | os.PathLike | None = None, command: str = "run", *,
+                 options: Any = None, overwrite: bool = False, in_place: bool = False,
+                 argv: list[str] | None = None):
         if path is None:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
             path = Path("runs") / f"{command}-{stamp}"
-        self.path = Path(path)
+        self.final = Path(path)
+        self.command = command
+        self._marker = None
+        if options is not None:
+            check_reusable(self.final, command, options, overwrite=overwrite, resumable=in_place)
+            self._marker = {"command": command, "argv": list(argv or []), "options": _normalized(options),
+                            "status": "running", "started": _utc_now(), "finished": None,
+                            "versions": _versions()}
+        self.in_place = in_place or options is None
+        if self.in_place:
+            self.path = self.final
+            if options is not None and overwrite and self.path.is_dir():
+                shutil.rmtree(self.path)
+            for name in _REPORT_FILES if options is not None else ():
+                (self.path / name).unlink(missing_ok=True)
+        else:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_partials(self.final)
+            self.path = self.final.parent / f".{self.final.name}.partial-{os.getpid()}"
+            if self.path.exists():
+                shutil.rmtree(self.path)
         self.figures = self.path / "figures"
         self.figures.mkdir(parents=True, exist_ok=True)
-        self.command = command
+        if self._marker is not None:
+            self.write_json(RUN_MARKER, self._marker)
+
+    def finish(self) -> Path:
+        """Mark the run complete (``run.json``) and, unless in place, move it to its final path."""
+        if self._marker is not None:
+            self._marker.update(status="complete", finished=_utc_now())
+            self.write_json(RUN_MARKER, self._marker)
+        if not self.in_place:
+            trash = None
+            if self.final.exists():
+                trash = self.final.parent / f".{self.final.name}.old-{os.getpid()}"
+                os.rename(self.final, trash)
+            os.rename(self.path, self.final)
+            if trash is not None:
+                shutil.rmtree(trash, ignore_errors=True)
+            self.path, self.figures = self.final, self.final / "figures"
+        return self.path
+
+    def abandon(self) -> None:
+        """Delete the temporary folder of an unfinished run (in place: leave it marked running)."""
+        if not self.in_place and self.path != self.final:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def write_json(self, name: str, obj: Any) -> Path:
         p = self.path / name
@@ -191,19 +314,50 @@ class RunDir:
         (self.path / "report.html").write_text(render_html(title, sections, meta))
 
 
+def _utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("geomjax", "jax", "jaxlib", "flax", "numpy"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def _remove_stale_partials(final: Path) -> None:
+    """Delete ``.<name>.partial-<pid>`` siblings whose process is gone (killed runs)."""
+    for p in final.parent.glob(f".{final.name}.partial-*"):
+        try:
+            pid = int(p.name.rsplit("-", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            continue
+
+
 def render_run(path: str | os.PathLike) -> Path:
     """Re-render report.md and report.html of an existing run directory from its report.json."""
     path = Path(path)
     src = path / "report.json"
     if not src.is_file():
-        raise FileNotFoundError(
+        raise GeomjaxError(
             f"{src} not found: {path} is not a geomjax run directory (run `geomjax demo` first)"
         )
-    data = json.loads(src.read_text())
-    sections = [Section(**s) for s in data["sections"]]
+    try:
+        data = json.loads(src.read_text())
+        sections = [Section(**s) for s in data["sections"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise GeomjaxError(f"{src} is corrupted ({type(e).__name__}: {e}); re-run the command") from None
     missing = [f["path"] for s in sections for f in s.figures if not (path / f["path"]).is_file()]
     if missing:
-        raise FileNotFoundError(f"run directory {path} is missing figures: {missing}")
+        raise GeomjaxError(f"run directory {path} is missing figures: {missing}")
     (path / "report.md").write_text(render_markdown(data["title"], sections, data.get("meta")))
     (path / "report.html").write_text(render_html(data["title"], sections, data.get("meta")))
     return path / "report.html"

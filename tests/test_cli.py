@@ -97,16 +97,26 @@ def test_raw_relative_norm_includes_mean(tmp_path):
         np.testing.assert_allclose(m["relative_norm"], rel, rtol=1e-4)
 
 
-def test_bad_sizes_are_named(tmp_path):
-    with pytest.raises(ValueError, match="multiple of batch_size"):
-        cli.main(["geometry", "--out", str(tmp_path / "a"), "--n-docs", "2",
-                  "--windows-per-doc", "3", "--batch-size", "4", "--no-progress"])
-    with pytest.raises(ValueError, match="exceeds the model's 512 positions"):
-        cli.main(["geometry", "--out", str(tmp_path / "b"), "--n-docs", "2",
-                  "--windows-per-doc", "2", "-T", "600", "--batch-size", "2", "--no-progress",
-                  "--corpus", "shakespeare"])
-    with pytest.raises(ValueError, match="BERT has no final LayerNorm"):
-        cli.main(["geometry", "--out", str(tmp_path / "c"), "--final-ln", *SMALL])
+def _one_line_error(capsys, argv, match):
+    """cli.main(argv) fails as a user error: exit status 2, one stderr line, no traceback."""
+    import re
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("geomjax: error: "), err
+    assert "Traceback" not in err[0] and re.search(match, err[0]), err[0]
+
+
+def test_bad_sizes_are_named(tmp_path, capsys):
+    _one_line_error(capsys, ["geometry", "--out", str(tmp_path / "a"), "--n-docs", "2",
+                             "--windows-per-doc", "3", "--batch-size", "4", "--no-progress"],
+                    "not a multiple of --batch-size 4")
+    _one_line_error(capsys, ["geometry", "--out", str(tmp_path / "b"), "--n-docs", "2",
+                             "--windows-per-doc", "2", "-T", "600", "--batch-size", "2", "--no-progress",
+                             "--corpus", "shakespeare"], "exceeds the 512 positions")
+    _one_line_error(capsys, ["geometry", "--out", str(tmp_path / "c"), "--final-ln", *SMALL],
+                    "BERT has no final LayerNorm")
+    assert not any(tmp_path.iterdir())  # nothing was created for a refused run
 
 
 def test_train_smoke_resumes(tmp_path):
@@ -152,6 +162,6 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
         jax.config.update("jax_compilation_cache_dir", old)
 
 
-def test_partial_multihost_arguments_are_an_error(tmp_path):
-    with pytest.raises(ValueError, match="together"):
-        cli.main(["geometry", "--num-processes", "2", "--out", str(tmp_path / "x"), *SMALL])
+def test_partial_multihost_arguments_are_an_error(tmp_path, capsys):
+    _one_line_error(capsys, ["geometry", "--num-processes", "2", "--out", str(tmp_path / "x"), *SMALL],
+                    "together")

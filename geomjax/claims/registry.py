@@ -492,6 +492,7 @@ def run(
     out_dir: str | Path | None = None,
     errors: Literal["raise", "record"] = "raise",
     mesh=None,
+    progress: bool = False,
 ) -> list[ClaimResult]:
     """Check every selected claim and optionally write ``claims.json`` and ``claims.md``.
 
@@ -504,6 +505,7 @@ def run(
       errors: "raise" (default) re-raises an exception from a claim; "record" turns it into an
         "inconclusive" result whose details hold the error.
       mesh: optional 1-D "data" mesh over which Monte Carlo samples are sharded.
+      progress: show a tqdm bar over the claims (stderr) naming the claim being checked.
 
     Returns:
       One :class:`ClaimResult` per selected claim, sorted by id.
@@ -527,7 +529,14 @@ def run(
                 f"a source module {groups} or a substring of a printed source"
             )
     results = []
-    for claim in selected:
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm  # display only
+
+        bar = tqdm(selected, desc="claims", unit="claim", leave=True)
+    for claim in bar if bar is not None else selected:
+        if bar is not None:
+            bar.set_postfix_str(claim.id, refresh=True)
         try:
             results.append(run_claim(claim, budget=budget, seed=seed, mesh=mesh))
         except Exception as exc:

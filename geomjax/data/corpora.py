@@ -35,6 +35,7 @@ __all__ = [
     "local_text",
     "pydoc_topics",
     "BUNDLED_FILES",
+    "corpus_kind",
     "data_dir_override",
     "read_data_file",
     "split_text",
@@ -352,40 +353,70 @@ def split_text(name: str, text: str, n_chars: int) -> list[Document]:
     return [(f"{name}[{i}:{i + n_chars}]", text[i : i + n_chars]) for i in range(0, len(text), n_chars)]
 
 
+_CORPUS_ALIASES = {
+    "shakespeare": "shakespeare", "tinyshakespeare": "shakespeare", "tiny_shakespeare": "shakespeare",
+    "wikitext2": "wikitext2-valid", "wikitext-2": "wikitext2-valid", "wikitext2-valid": "wikitext2-valid",
+    "wikitext2-test": "wikitext2-test",
+    "stdlib": "stdlib", "code": "stdlib", "python": "stdlib",
+    "pydoc": "pydoc", "pydoc_topics": "pydoc", "topics": "pydoc",
+}
+
+
+def corpus_kind(name: str) -> str:
+    """Which loader a corpus name selects, without loading anything (cheap validation).
+
+    Returns:
+      ``"shakespeare"``, ``"wikitext2-valid"``, ``"wikitext2-test"``, ``"stdlib"``, ``"pydoc"``,
+      ``"hf"`` or ``"path"``.
+
+    Raises:
+      GeomjaxError: the name is neither a known corpus, ``hf:...``, nor an existing path.
+    """
+    key = str(name).lower()
+    if key in _CORPUS_ALIASES:
+        return _CORPUS_ALIASES[key]
+    if key.startswith("hf:"):
+        if not name[3:].split(":")[0]:
+            raise GeomjaxError(f"corpus {name!r}: give a dataset name after 'hf:' (hf:NAME[:CONFIG[:SPLIT]])")
+        return "hf"
+    if Path(name).expanduser().exists():
+        return "path"
+    raise GeomjaxError(
+        f"unknown corpus {name!r}: use 'shakespeare', 'wikitext2', 'wikitext2-test', 'stdlib', "
+        "'pydoc', 'hf:NAME[:CONFIG[:SPLIT]]', or an existing file/directory path"
+    )
+
+
 def load_corpus(name: str, data_dir: str | os.PathLike | None = None, **kwargs) -> list[Document]:
     """Load a corpus by name: the single entry point used by the CLI and experiments.
 
     Names: ``"shakespeare"`` (alias ``"tinyshakespeare"``), ``"wikitext2"`` (valid split; also
     ``"wikitext2-valid"``, ``"wikitext2-test"``), ``"stdlib"`` (alias ``"code"``), ``"pydoc"``,
-    ``"hf:NAME[:CONFIG[:SPLIT]]"`` (Hugging Face datasets), or a path to a local file/directory.
+    ``"hf:NAME[:CONFIG[:SPLIT]]"`` (Hugging Face datasets), or a path to a local file/directory
+    (see :func:`corpus_kind`).
 
     Args:
       name: corpus name or path.
-      data_dir: offline data folder for shakespeare/wikitext2 (see :func:`data_dir_override`).
+      data_dir: folder overriding the bundled shakespeare/wikitext2 (see :func:`data_dir_override`).
       **kwargs: passed to the specific loader.
 
     Returns:
       ``[(name, text), ...]``.
     """
-    key = name.lower()
-    if key in ("shakespeare", "tinyshakespeare", "tiny_shakespeare"):
+    kind = corpus_kind(name)
+    if kind == "shakespeare":
         return tiny_shakespeare(data_dir, **kwargs)
-    if key in ("wikitext2", "wikitext-2", "wikitext2-valid", "wikitext2-test"):
-        return wikitext2("test" if key.endswith("test") else "valid", data_dir, **kwargs)
-    if key in ("stdlib", "code", "python"):
+    if kind.startswith("wikitext2"):
+        return wikitext2(kind.split("-")[1], data_dir, **kwargs)
+    if kind == "stdlib":
         return stdlib_python(**kwargs)
-    if key in ("pydoc", "pydoc_topics", "topics"):
+    if kind == "pydoc":
         return pydoc_topics(**kwargs)
-    if key.startswith("hf:"):
+    if kind == "hf":
         parts = name[3:].split(":")
         return hf_dataset(parts[0], parts[1] if len(parts) > 1 and parts[1] else None,
                           split=parts[2] if len(parts) > 2 else "train", **kwargs)
-    if Path(name).expanduser().exists():
-        return local_text(name, **kwargs)
-    raise GeomjaxError(
-        f"unknown corpus {name!r}: use 'shakespeare', 'wikitext2', 'wikitext2-test', 'stdlib', "
-        "'pydoc', 'hf:NAME[:CONFIG[:SPLIT]]', or an existing file/directory path"
-    )
+    return local_text(name, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)

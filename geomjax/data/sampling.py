@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.data.corpora import TokenizedCorpus, as_token_array
+from geomjax.errors import GeomjaxError
 from geomjax.typing import Int, Key
 
 __all__ = ["Windows", "as_key", "sample_topics", "sample_windows", "window_capacity", "windows_in_batches"]
@@ -62,15 +63,15 @@ def _docs(token_docs: TokenDocs) -> list[np.ndarray]:
     ids = token_docs.ids if isinstance(token_docs, TokenizedCorpus) else token_docs
     out = [as_token_array(x, what=f"document {j}") for j, x in enumerate(ids)]
     if not out:
-        raise ValueError("empty corpus: no documents were given; load and tokenize a corpus first")
+        raise GeomjaxError("empty corpus: no documents were given; load and tokenize a corpus first")
     return out
 
 
 def _check_sizes(n_windows: int, T: int, what: str) -> None:
     if int(n_windows) < 1:
-        raise ValueError(f"{what}: the number of windows must be >= 1, got {n_windows}")
+        raise GeomjaxError(f"{what}: the number of windows must be >= 1, got {n_windows}")
     if int(T) < 1:
-        raise ValueError(f"{what}: the window length T must be >= 1, got {T}")
+        raise GeomjaxError(f"{what}: the window length T must be >= 1, got {T}")
 
 
 def _choice(key: Key, n_total: int, n: int) -> np.ndarray:
@@ -81,9 +82,9 @@ def _choice(key: Key, n_total: int, n: int) -> np.ndarray:
     values not yet taken). Dense case: the first n entries of a random permutation.
     """
     if n_total > np.iinfo(np.int32).max:
-        raise ValueError(f"too many candidate positions ({n_total}) for int32 sampling; subsample the corpus")
+        raise GeomjaxError(f"too many candidate positions ({n_total}) for int32 sampling; subsample the corpus")
     if n > n_total:
-        raise ValueError(f"cannot draw {n} distinct values from {n_total}")
+        raise GeomjaxError(f"cannot draw {n} distinct values from {n_total}")
     if 4 * n > n_total:
         return np.asarray(jax.random.permutation(key, n_total))[:n].astype(np.int64)
     seen: set[int] = set()
@@ -195,7 +196,7 @@ def sample_windows(
     need = {(False, False): "stream_starts", (False, True): "stream_disjoint",
             (True, False): "doc_starts", (True, True): "doc_disjoint"}[(within_document, non_overlapping)]
     if cap[need] < n:
-        raise ValueError(
+        raise GeomjaxError(
             f"sample_windows: asked for {n} {mode} windows of T={T} tokens but the corpus "
             f"({len(docs)} documents, {cap['n_tokens']} tokens, {cap['docs_fitting']} documents with "
             f">= {T} tokens) has room for only {cap[need]}; use a larger corpus, a smaller T or fewer "
@@ -227,7 +228,7 @@ def sample_windows(
                     if len(kept) == n:
                         break
             if len(kept) < n:
-                raise ValueError(
+                raise GeomjaxError(
                     f"sample_windows: random sequential placement found only {len(kept)} of {n} "
                     f"non-overlapping within-document windows of T={T} (the corpus holds at most "
                     f"{cap['doc_disjoint']}); ask for fewer windows (about half the maximum is safe)"
@@ -272,7 +273,7 @@ def sample_topics(
     """
     _check_sizes(n_per_doc, T, "sample_topics")
     if int(n_docs) < 1:
-        raise ValueError(f"sample_topics: n_docs must be >= 1, got {n_docs}")
+        raise GeomjaxError(f"sample_topics: n_docs must be >= 1, got {n_docs}")
     all_docs = _docs(token_docs)
     n_docs, n_per_doc, T = int(n_docs), int(n_per_doc), int(T)
     key = as_key(key_or_seed)
@@ -282,19 +283,19 @@ def sample_topics(
     if docs is not None:
         chosen = np.asarray(docs, dtype=np.int64)
         if len(chosen) != n_docs:
-            raise ValueError(f"sample_topics: n_docs={n_docs} but {len(chosen)} documents were given")
+            raise GeomjaxError(f"sample_topics: n_docs={n_docs} but {len(chosen)} documents were given")
         if len(set(chosen.tolist())) != len(chosen) or chosen.min() < 0 or chosen.max() >= len(all_docs):
-            raise ValueError(f"sample_topics: docs must be distinct indices in [0, {len(all_docs)}), got {chosen.tolist()}")
+            raise GeomjaxError(f"sample_topics: docs must be distinct indices in [0, {len(all_docs)}), got {chosen.tolist()}")
         short = [int(j) for j in chosen if lengths[j] < need]
         if short:
-            raise ValueError(
+            raise GeomjaxError(
                 f"sample_topics: documents {short} have fewer than n_per_doc*T = {n_per_doc}*{T} = {need} "
                 f"tokens ({[int(lengths[j]) for j in short]}); choose longer documents or fewer/shorter windows"
             )
     else:
         eligible = np.flatnonzero(lengths >= need)
         if len(eligible) < n_docs:
-            raise ValueError(
+            raise GeomjaxError(
                 f"sample_topics: need {n_docs} documents with >= n_per_doc*T = {n_per_doc}*{T} = {need} "
                 f"tokens for non-overlapping windows, but only {len(eligible)} of {len(all_docs)} "
                 f"documents qualify (longest: {int(lengths.max())} tokens); lower n_docs, n_per_doc or T, "
@@ -314,7 +315,7 @@ def windows_in_batches(windows: Windows, batch_size: int) -> list[Int[np.ndarray
     """Split (C, T) window ids into consecutive batches of ``batch_size`` (C must divide evenly)."""
     C = windows.ids.shape[0]
     if batch_size < 1 or C % batch_size:
-        raise ValueError(
+        raise GeomjaxError(
             f"windows_in_batches: C={C} windows do not split into batches of {batch_size}; "
             "choose C as a multiple of the batch size (nothing is dropped or padded)"
         )
