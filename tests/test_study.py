@@ -128,7 +128,7 @@ def random_gpt2_dir(tmp_path_factory):
     return path
 
 
-def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path):
+def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "run"
     cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(out), "--n-docs", "2",
               "--windows-per-doc", "4", "-T", "40", "--batch-size", "4", "--screenot-k", "5",
@@ -142,6 +142,7 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path):
     report = (out / "report.md").read_text()
     assert "Table 2: out of distribution (stdlib)" in report
     assert "GPT-2 arch." in report
-    with pytest.raises(ValueError, match="exceeds the model's 64 positions"):
-        cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(tmp_path / "b"),
-                  "-T", "65", "--no-progress"])
+    assert cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(tmp_path / "b"),
+                     "-T", "65", "--no-progress"]) == 2  # a user error: one line, exit status 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exceeds the 64 positions" in err[0] and not (tmp_path / "b").exists()
