@@ -193,6 +193,8 @@ def check_reusable(path: str | os.PathLike, command: str, options: Any, *, overw
         return
     marker = read_run_marker(path)
     fix = "choose another --out or pass --overwrite to replace it"
+    if marker is None and resumable and (path / "checkpoints").is_dir():
+        return  # a training run written before run.json existed: its checkpoints resume
     if marker is None:
         raise GeomjaxError(f"--out {str(path)!r} already holds files that are not a geomjax run "
                            f"(no {RUN_MARKER}); {fix}")
