@@ -673,8 +673,8 @@ def _unavailable(cfg: GeometryConfig, per_layer: list[dict], multi_doc: bool, T:
     k = cfg.screenot_k
     if 2 * k + 1 >= min(T, d):
         need = 2 * k + 2 + int(cfg.drop_first)
-        msg = (f"n/a: ScreeNOT needs 2k+1 < min(T, d) (k = {k}, T = {T} positions); "
-               f"needs -T ≥ {need} or a smaller --screenot-k")
+        msg = (f"n/a: needs -T ≥ {need} (ScreeNOT with k = {k} needs 2k+1 < {T} positions)" if T <= d
+               else f"n/a: needs --screenot-k ≤ {(d - 2) // 2} (2k+1 < d = {d})")
         na["screenot_rank"] = na["ood_screenot_rank"] = msg
     return na
 
@@ -730,7 +730,7 @@ def _metrics_figure(per_layer: list[dict], na: dict, arch: str):
     for key, (title, col) in _METRIC_PANELS.items():
         series[title] = [m[key] if m.get(key) is not None else np.nan for m in per_layer]
         if key in na:
-            missing[title] = na[key].replace("; ", ";\n")
+            missing[title] = na[key]
         ref = _paper_value(row[col]) if row is not None and col is not None else None
         if ref is not None:
             refs[title] = (ref, f"paper: {row[0]}, {row[1]} (mean)")
@@ -1070,7 +1070,8 @@ def meta_line(cfg: GeometryConfig, n_positions: int | None = None) -> dict:
     analysed = n_positions if n_positions is not None else T - int(cfg.drop_first)
     note = "first token dropped" if cfg.drop_first else "first token kept"
     return {"model": cfg.model, "corpus": cfg.corpus,
-            "C": f"{cfg.n_contexts} windows ({cfg.n_docs} documents × {cfg.windows_per_doc})",
+            "C": f"{cfg.n_contexts} windows ({cfg.n_docs} document{'s' if cfg.n_docs != 1 else ''} × "
+                 f"{cfg.windows_per_doc})",
             "T": f"{T} tokens, {analysed} positions analysed ({note})", "seed": cfg.seed,
             "geomjax": getattr(geomjax, "__version__", "dev"),
             "jax": jax.__version__, "backend": jax.default_backend(),

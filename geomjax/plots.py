@@ -6,6 +6,7 @@ Every function returns a ``matplotlib.figure.Figure``; :func:`save` writes it as
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -62,8 +63,12 @@ def pca_grid(
     """
     from matplotlib.lines import Line2D
 
+    from matplotlib.colors import ListedColormap
+
+    blues = ListedColormap(plt.get_cmap("Blues")(np.linspace(0.25, 1.0, 256)))  # light = early
     fig, axes = _grid(len(pos_proj))
     sc = None
+    n_seq = np.asarray(cvec_proj[0]).shape[0] if len(cvec_proj) else 0
     for ax, p, c, t in zip(axes, pos_proj, cvec_proj, titles):
         p, c = np.asarray(p), np.asarray(c)
         T = p.shape[0]
@@ -71,7 +76,7 @@ def pca_grid(
         cc = c.reshape(-1, 2)
         ax.scatter(cc[:, 0], cc[:, 1], s=2, c=np.tile(shade, c.shape[0]), cmap="Reds",
                    vmin=0, vmax=1, alpha=0.5, linewidths=0)
-        sc = ax.scatter(p[:, 0], p[:, 1], s=4, c=np.arange(T), cmap="Blues", vmin=-T / 3, vmax=T - 1,
+        sc = ax.scatter(p[:, 0], p[:, 1], s=4, c=np.arange(T), cmap=blues, vmin=0, vmax=max(T - 1, 1),
                         linewidths=0)
         ax.set_title(t, fontsize=9)
         ax.set_xticks([])
@@ -79,7 +84,7 @@ def pca_grid(
         ax.set_xlabel("PC1", fontsize=8)
         ax.set_ylabel("PC2", fontsize=8)
     handles = [Line2D([], [], ls="", marker="o", ms=4, color="tab:blue", label="pos (colour = position)"),
-               Line2D([], [], ls="", marker="o", ms=4, color="tab:red", alpha=0.6, label="cvec (10 sequences)")]
+               Line2D([], [], ls="", marker="o", ms=4, color="tab:red", alpha=0.6, label=f"cvec ({n_seq} sequences)")]
     if suptitle:
         fig.suptitle(suptitle)
     fig.tight_layout(rect=(0, 0.06, 0.92, 1))
@@ -165,8 +170,8 @@ def metrics_by_layer(series: Mapping[str, Sequence[float]], title: str = "", nco
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("layer (0 = embeddings)", fontsize=8)
         if not np.isfinite(v).any():
-            ax.text(0.5, 0.5, missing.get(name, "n/a"), ha="center", va="center", fontsize=8,
-                    wrap=True, transform=ax.transAxes)
+            ax.text(0.5, 0.5, textwrap.fill(missing.get(name, "n/a"), 30), ha="center", va="center",
+                    fontsize=8, transform=ax.transAxes)
             ax.set_xticks([])
             ax.set_yticks([])
             continue

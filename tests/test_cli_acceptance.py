@@ -214,7 +214,7 @@ def test_one_document_and_short_windows_say_na(tmp_path):
     assert cli.main(argv) == 0
     text = (out / "report.md").read_text()
     assert "n/a: needs ≥ 2 documents" in text
-    assert "n/a: ScreeNOT needs 2k+1 < min(T, d) (k = 5, T = 11 positions); needs -T ≥ 13" in text
+    assert "n/a: needs -T ≥ 13 (ScreeNOT with k = 5 needs 2k+1 < 11 positions)" in text
     assert "| None |" not in text and "| nan |" not in text
     m = json.loads((out / "metrics.json").read_text())
     assert m["not_available"]["inter_similarity"] == "n/a: needs ≥ 2 documents"
