@@ -259,6 +259,7 @@ def song_zhong(tmp_path_factory):
     return {r.id: r for r in results}, out
 
 
+@pytest.mark.slow
 def test_song_zhong_verdicts(song_zhong):
     res, out = song_zhong
     assert set(res) == set(EXPECTED)
@@ -269,6 +270,7 @@ def test_song_zhong_verdicts(song_zhong):
     assert payload["counts"]["does not hold"] == sum(v == "does not hold" for v in EXPECTED.values())
 
 
+@pytest.mark.slow
 def test_song_zhong_monte_carlo_predictions_are_the_closed_forms(song_zhong):
     res, _ = song_zhong
     d = 64
@@ -284,6 +286,7 @@ def test_song_zhong_monte_carlo_predictions_are_the_closed_forms(song_zhong):
         assert abs(r.estimate - r.predicted) <= 5 * r.sem and r.sem > 0
 
 
+@pytest.mark.slow
 def test_lemma2_worst_ratio_is_the_closed_form(song_zhong):
     """|γ_t|·8(t−1) = 4j/(N sin(πj/N)), j = t−1; its max over 1 < t ≤ N/2 is at j = N/2 − 1."""
     r = song_zhong[0]["song_zhong.lemma2"]

@@ -38,6 +38,7 @@ def _cos(a, b):
     return a @ b.T
 
 
+@pytest.mark.slow
 def test_geometry_run_directory(geometry_run):
     for name in ("config.json", "metrics.json", "report.md", "report.html", "report.json",
                  "figures/fig1_pca.png", "figures/fig2_gram.png", "figures/fig3_dct.png",
@@ -49,6 +50,7 @@ def test_geometry_run_directory(geometry_run):
     assert "Per-layer geometry" in md and "figures/fig2_gram.png" in md
 
 
+@pytest.mark.slow
 def test_geometry_metrics_match_in_memory_numpy(geometry_run):
     metrics = json.loads((geometry_run / "metrics.json").read_text())
     cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4,
@@ -78,12 +80,14 @@ def test_geometry_metrics_match_in_memory_numpy(geometry_run):
                                    rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_report_rerenders(geometry_run):
     (geometry_run / "report.md").unlink()
     assert cli.main(["report", str(geometry_run)]) == 0
     assert (geometry_run / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_raw_relative_norm_includes_mean(tmp_path):
     out = tmp_path / "raw"
     cli.main(["geometry", "--out", str(out), "--raw-relative-norm", *SMALL])
@@ -119,6 +123,7 @@ def test_bad_sizes_are_named(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing was created for a refused run
 
 
+@pytest.mark.slow
 def test_train_smoke_resumes(tmp_path):
     out = tmp_path / "train"
     assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out),

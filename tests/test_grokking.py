@@ -49,6 +49,7 @@ def test_data_split():
     assert not np.array_equal(np.asarray(d.x_train), np.asarray(d3.x_train))
 
 
+@pytest.mark.slow
 def test_last_position_logits_match_model():
     cfg = gk.grokking_config("smoke")
     m = cfg.train.model.replace(attn_bias=True)
@@ -63,6 +64,7 @@ def test_last_position_logits_match_model():
         gk.last_position_logits(params, x, m.replace(n_layers=2))
 
 
+@pytest.mark.slow
 def test_smoke_training_and_exact_resume(tmp_path):
     cfg = gk.grokking_config("smoke").replace(epochs=100, chunk_epochs=50)
     full = gk.train_grokking(cfg, tmp_path / "a", progress=False)

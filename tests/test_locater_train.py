@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "lo
 from config import get_config  # noqa: E402
 
 
+@pytest.mark.slow
 def test_smoke_sweep_one_step_per_kappa2_matches_independent_runs(tmp_path):
     cfg = get_config("smoke")
     res = L.run_sweep(cfg, run_dir=tmp_path, progress=False, stop_at=1)
@@ -83,5 +84,5 @@ def test_config_validation_and_presets():
         L.LocaterConfig(kappa2s=(-1.0,))
     with pytest.raises(ValueError, match="multiple of steps_per_call"):
         L.LocaterConfig(steps=7, steps_per_call=5)
-    with pytest.raises(FileNotFoundError, match="present"):
+    with pytest.raises(ValueError, match="not shipped with geomjax.*--data-dir"):
         L.load_wikitext_words(L.LocaterConfig(train_split="train"))

@@ -24,6 +24,7 @@ def reference():
 
 
 @pytest.mark.parametrize("mode", ["global", "process_local"])
+@pytest.mark.slow
 def test_two_processes_equal_one(tmp_path, reference, mode):
     out = tmp_path / "stats.npz"
     args = ["--contexts", str(C), "--seq-len", str(T), "--batch-size", str(B), "--seed", "3",

@@ -128,6 +128,7 @@ def random_gpt2_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
     out = tmp_path / "run"
     cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(out), "--n-docs", "2",

@@ -12,6 +12,9 @@ from geomjax.decomposition import decompose
 from geomjax.extraction import decompose_model_stream
 from geomjax.models import ToyRun, load_toy_run, toy_forward
 
+# Every test here trains (module fixture) or loads a trained toy run: tens of seconds each.
+pytestmark = pytest.mark.slow
+
 LINE = "First Citizen:\nBefore we proceed any further, hear me speak."
 
 

@@ -24,6 +24,7 @@ def full_run(smoke_cfg, tmp_path_factory):
     return train.fit(smoke_cfg, run_dir=d, progress=False)
 
 
+@pytest.mark.slow
 def test_smoke_training_lowers_validation_loss(full_run, smoke_cfg):
     ev = full_run.history.evals
     assert [e["step"] for e in ev] == [0, 30, 60]
@@ -40,6 +41,7 @@ def test_smoke_training_lowers_validation_loss(full_run, smoke_cfg):
     assert json.loads((full_run.run_dir / "config.json").read_text())["model"]["d_model"] == 32
 
 
+@pytest.mark.slow
 def test_resume_reproduces_losses_exactly(full_run, smoke_cfg, tmp_path):
     first = train.fit(smoke_cfg, run_dir=tmp_path, progress=False, stop_at=30)
     assert int(first.state.step) == 30 and first.resumed_from is None
@@ -56,6 +58,7 @@ def test_resume_reproduces_losses_exactly(full_run, smoke_cfg, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_checkpoint_round_trip_and_errors(full_run, smoke_cfg, tmp_path):
     state = full_run.state
     path = train.save_checkpoint(tmp_path, state, smoke_cfg)
@@ -86,6 +89,7 @@ def test_checkpoint_round_trip_and_errors(full_run, smoke_cfg, tmp_path):
         train.fit(wider, run_dir=run, progress=False)
 
 
+@pytest.mark.slow
 def test_data_parallel_step_matches_single_device(smoke_cfg):
     cfg = smoke_cfg
     data, _, _ = train.load_task_data(cfg)

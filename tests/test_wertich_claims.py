@@ -75,6 +75,7 @@ def test_printed_and_corrected_lognormal_differ_by_the_right_amount(wertich):
     assert abs(ratio - np.exp(wertich._MU_LN / 2)) < 5 * r.sem / r.predicted
 
 
+@pytest.mark.slow
 def test_random_orientation_nonflat_printed_fails(wertich):
     r = R.run_claim(_small(_claim("wertich.s6_2_5.random_orientation_printed"), 2048), budget="quick", seed=0)
     assert r.verdict == "does not hold"
@@ -83,6 +84,7 @@ def test_random_orientation_nonflat_printed_fails(wertich):
     assert abs(r.estimate[1] - corr) < 5 * r.sem[1]
 
 
+@pytest.mark.slow
 def test_report_sections_writes_figures(wertich, tmp_path, monkeypatch):
     from geomjax.report import RunDir
 
