@@ -308,6 +308,15 @@ class GeometryInputs:
     ood_dropped: float = 0.0
 
 
+def _bar(iterable, desc: str, progress: bool, unit: str = "layer"):
+    """``iterable`` with a tqdm bar on stderr when ``progress``."""
+    if not progress:
+        return iterable
+    from tqdm.auto import tqdm  # display only
+
+    return tqdm(iterable, desc=desc, unit=unit)
+
+
 def status_line(msg: str, progress: bool = True) -> None:
     """One status line on stderr for a stage without a progress bar."""
     if progress:
@@ -429,12 +438,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     labels = np.asarray(w.doc_labels)
     multi_doc = np.unique(labels).size >= 2
     per_layer = []
-    it = range(n_layers)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc="metrics", unit="layer")
-    for layer in it:
+    for layer in _bar(range(n_layers), "metrics", progress):
         # Cluster metrics need two documents (a one-document corpus such as tiny Shakespeare
         # has none: reported as "—", like the paper's NanoGPT row).
         m = study.layer_metrics(stats[layer], labels if multi_doc else None, options)
@@ -447,9 +451,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     # Theorem 1, eq. (6), on every layer's pos Gram (issue: report LHS/RHS on real layers).
     thm1 = []
     if cfg.theorem1:
-        status_line("Theorem 1, eq. (6), on every layer's pos Gram", progress)
         ks = tuple(range(1, min(20, T - 1) + 1))
-        for layer in range(n_layers):
+        for layer in _bar(range(n_layers), "Theorem 1, eq. (6)", progress):
             r = study.theorem1_on_pos(stats[layer].pos, ks=ks)
             thm1.append(r)
             m = per_layer[layer]
@@ -461,14 +464,13 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     # App. C / Figs. 24-26: token-level cvec vs raw states of a subsample of the windows.
     tok_clusters = []
     if cfg.n_cluster_windows and multi_doc:
-        status_line("token-level clusters (App. C)", progress)
         sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows]
                               for j in np.unique(labels)])
         parts = [[] for _ in range(n_layers)]
         for i in range(0, sel.size, cfg.batch_size):
             for layer, a in enumerate(fwd(params, jnp.asarray(w.ids[sel[i: i + cfg.batch_size]]))):
                 parts[layer].append(np.asarray(a[:, s0:], np.float32))
-        for layer in range(n_layers):
+        for layer in _bar(range(n_layers), "token clusters (App. C)", progress):
             r = study.token_cluster_metrics(np.concatenate(parts[layer]), labels[sel],
                                             stats[layer].mean, stats[layer].pos)
             tok_clusters.append(r)
