@@ -145,6 +145,43 @@ def read_config(directory: str | os.PathLike) -> dict:
     return cfg
 
 
+def _header_dtypes(f: Path) -> set[str]:
+    """The dtype names in a safetensors header (empty set if the header cannot be read)."""
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if not 2 <= n <= 100_000_000:
+                return set()
+            head = json.loads(fh.read(n))
+        return {v["dtype"] for k, v in head.items() if k != "__metadata__" and isinstance(v, dict)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def _load_bf16_file(f: Path) -> dict[str, np.ndarray]:
+    """Read a safetensors file holding bfloat16 tensors (which ``safetensors.numpy`` cannot) with
+    ``ml_dtypes.bfloat16`` NumPy arrays; layout per the safetensors spec (u64 header length, JSON
+    header of dtype/shape/data_offsets, then the little-endian data)."""
+    import ml_dtypes  # installed with jax
+
+    kinds = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
+             "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+    raw = np.memmap(f, dtype=np.uint8, mode="r")
+    n = int.from_bytes(bytes(raw[:8]), "little")
+    head = json.loads(bytes(raw[8:8 + n]))
+    out = {}
+    for name, v in head.items():
+        if name == "__metadata__":
+            continue
+        if v["dtype"] not in kinds:
+            raise ValueError(f"dtype {v['dtype']} of tensor {name} is not supported")
+        a, b = v["data_offsets"]
+        dt = np.dtype(kinds[v["dtype"]]).newbyteorder("<")
+        buf = np.asarray(raw[8 + n + a: 8 + n + b])
+        out[name] = np.frombuffer(buf.tobytes(), dtype=dt).reshape(v["shape"]).astype(dt.newbyteorder("="))
+    return out
+
+
 def _load_safetensors_file(f: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
@@ -152,8 +189,10 @@ def _load_safetensors_file(f: Path) -> dict[str, np.ndarray]:
     if not f.is_file():
         raise FileNotFoundError(f"weight file {f} is missing; {_SAVE_HINT}")
     try:
+        if "BF16" in _header_dtypes(f):
+            return _load_bf16_file(f)
         return load_file(str(f))
-    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError) as e:
+    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError, KeyError) as e:
         size = f.stat().st_size
         raise ValueError(
             f"cannot read {f} ({size} bytes) as safetensors: {e}. The file is corrupted or "
@@ -194,7 +233,7 @@ def load_tensors(directory: str | os.PathLike) -> dict[str, np.ndarray]:
         )
     bad = [
         k for k, v in tensors.items()
-        if np.issubdtype(v.dtype, np.floating) and not np.all(np.isfinite(v))
+        if (np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16") and not np.all(np.isfinite(v))
     ]
     if bad:
         raise ValueError(
