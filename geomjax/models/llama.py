@@ -135,7 +135,8 @@ def rms_norm(x: Float[Array, "... d"], scale: Float[Array, " d"], eps: float) ->
     """
     x32 = x.astype(jnp.float32)
     var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
-    return scale * (x32 * jax.lax.rsqrt(var + eps)).astype(x.dtype)
+    bshape = (1,) * (x.ndim - 1) + (-1,)
+    return scale.reshape(bshape) * (x32 * jax.lax.rsqrt(var + eps)).astype(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -174,7 +175,7 @@ def apply_rotary(x: Float[Array, "B T H K"], cos: Float[Array, "T K"], sin: Floa
     """
     half = x.shape[-1] // 2
     rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos[:, None, :] + rot * sin[:, None, :]
+    return x * cos[None, :, None, :] + rot * sin[None, :, None, :]
 
 
 def window_mask(T: int, window: int | None) -> Array | None:
