@@ -12,7 +12,7 @@ Forward (tokens/s, float32, every hidden state returned on both sides):
 PyTorch runs under ``torch.inference_mode()`` with ``output_hidden_states=True`` (and
 ``use_cache=False`` for GPT-2) and its default attention (``sdpa``); geomjax runs the jitted
 ``model.apply`` returning all L+1 hidden states. Both sides load the same weights (the PyTorch model
-is saved with ``save_pretrained`` and loaded by ``gj.models.load_pretrained``); the outputs of the
+is saved with ``save_pretrained`` and loaded by ``gj.convert.load_pretrained``); the outputs of the
 same inputs are compared (max |diff|) in the same run.
 
 Extraction (MiniLM, all 7 hidden states, ``drop_first=True``): tokens/s of
@@ -58,13 +58,13 @@ def _maxdiff(a, b) -> float:
 
 
 def _save_and_load(hf_model):
-    """save_pretrained -> gj.models.load_pretrained (the public loading path); temp dir removed."""
+    """save_pretrained -> gj.convert.load_pretrained (the public loading path); temp dir removed."""
     import geomjax as gj
 
     d = tempfile.mkdtemp(prefix="gj_bench_")
     try:
         hf_model.save_pretrained(d)
-        return gj.models.load_pretrained(d)
+        return gj.convert.load_pretrained(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -142,9 +142,9 @@ def bert_models(which: str, seed=0):
     import geomjax as gj
 
     if which == "minilm":
-        path = gj.models.minilm_path()
+        path = gj.convert.minilm_path()
         hf = transformers.BertModel.from_pretrained(path).eval()
-        model, params = gj.models.load_pretrained(path)
+        model, params = gj.convert.load_pretrained(path)
         return hf, model, params
     torch.manual_seed(seed)
     hf = transformers.BertModel._from_config(transformers.BertConfig()).eval()  # bert-base shape

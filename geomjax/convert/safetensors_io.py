@@ -6,24 +6,32 @@ A checkpoint is found from
   ``model.safetensors.index.json`` plus its shards), e.g. one written by ``save_pretrained``;
 * a Hugging Face cache entry ``.../models--org--name`` (the revision in ``refs/main``, or the
   only snapshot), or one of its ``snapshots/<rev>`` directories;
-* a repository id ``"org/name"`` already present in the local Hugging Face cache
-  (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``).
+* a Hugging Face repository id (``"gpt2"``, ``"org/name"``) as Hugging Face users type it: taken
+  from the local cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``) when it
+  is there, otherwise downloaded with ``huggingface_hub`` (config, safetensors and tokenizer files
+  only) unless ``HF_HUB_OFFLINE`` is set or the hub cannot be reached — then one
+  :class:`~geomjax.errors.GeomjaxError` says so and how to pass a local directory instead.
 
-Nothing is ever downloaded. Tensors are read with ``safetensors.numpy``.
+Tensors are read with ``safetensors.numpy`` (bfloat16 files with ``ml_dtypes``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
+from geomjax.errors import GeomjaxError
+
 __all__ = [
     "SAFETENSORS_INDEX",
     "SAFETENSORS_NAME",
+    "download_checkpoint",
     "hf_cache_dir",
+    "hub_offline",
     "load_tensors",
     "read_config",
     "resolve_checkpoint",
@@ -106,16 +114,45 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
     if p.exists():
         raise FileNotFoundError(f"{p} is a file; pass the directory that contains config.json")
     s = str(path)
-    if s.count("/") == 1 and not s.startswith((".", "/", "~")):
-        entry = hf_cache_dir() / ("models--" + s.replace("/", "--"))
-        if entry.is_dir():
-            return _resolve_snapshot_dir(_snapshot_of_cache_entry(entry, revision))
-        raise FileNotFoundError(
-            f"{s!r} is neither a local directory nor in the Hugging Face cache ({entry} is "
-            "missing); this machine has no network: download it elsewhere (huggingface-cli "
-            "download) and copy the directory or the cache entry here"
-        )
-    raise FileNotFoundError(f"checkpoint directory {p} does not exist")
+    if not _REPO_ID.fullmatch(s):
+        raise FileNotFoundError(f"checkpoint directory {p} does not exist")
+    entry = hf_cache_dir() / ("models--" + s.replace("/", "--"))
+    if entry.is_dir():
+        return _resolve_snapshot_dir(_snapshot_of_cache_entry(entry, revision))
+    return download_checkpoint(s, revision)
+
+
+# A Hugging Face repo id: "name" or "org/name" (letters, digits, "-", "_", "."), not a path.
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+              "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value (read at call time)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def download_checkpoint(repo_id: str, revision: str | None = None) -> Path:
+    """Download a repository's config, safetensors and tokenizer files into the Hugging Face cache.
+
+    Returns the snapshot directory. Raises :class:`GeomjaxError` (one line) when the hub is off
+    (``HF_HUB_OFFLINE``) or unreachable, or the repository is unknown / gated.
+    """
+    where = (f"{repo_id!r} is neither in the Hugging Face cache ({hf_cache_dir()}) nor reachable")
+    fix = ("download it where the hub is reachable (huggingface-cli download " + repo_id
+           + ") and copy the cache, or pass --model a local directory holding config.json, "
+           "model.safetensors and tokenizer.json")
+    if hub_offline():
+        raise GeomjaxError(f"model {where} (HF_HUB_OFFLINE is set); {fix}")
+    try:
+        from huggingface_hub import snapshot_download  # optional network path, imported when used
+
+        d = snapshot_download(repo_id, revision=revision, cache_dir=str(hf_cache_dir()),
+                              allow_patterns=_HUB_FILES)
+    except Exception as e:  # connection errors, unknown repos, gated models: all one user-facing error
+        raise GeomjaxError(f"model {where} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); {fix}") from None
+    return _resolve_snapshot_dir(Path(d))
 
 
 def _resolve_snapshot_dir(snap: Path) -> Path:

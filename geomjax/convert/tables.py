@@ -31,10 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.errors import GeomjaxError
-from geomjax.models.bert import Bert, BertConfig
-from geomjax.models.bloom import Bloom, BloomConfig
-from geomjax.models.gpt2 import GPT2, GPT2Config
-from geomjax.models.llama import ROPE_TYPES, Llama, LlamaConfig
+from geomjax.models.bert import BertConfig
+from geomjax.models.bloom import BloomConfig
+from geomjax.models.gpt2 import GPT2Config
+from geomjax.models.interface import model_from_config
+from geomjax.models.llama import ROPE_TYPES, LlamaConfig
 
 __all__ = [
     "BERT_LAYER_TABLE",
@@ -303,17 +304,6 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()):
         f"config.json has model_type={mt!r}; geomjax ports {', '.join(MODEL_TYPES)} (use the toy "
         "model family for other architectures)"
     )
-
-
-_MODULES = {GPT2Config: GPT2, BertConfig: Bert, LlamaConfig: Llama, BloomConfig: Bloom}
-
-
-def model_from_config(config):
-    """Return the Flax module for a config (GPT2, Bert, Llama or Bloom)."""
-    cls = _MODULES.get(type(config))
-    if cls is None:
-        raise TypeError(f"no geomjax model for config type {type(config).__name__}")
-    return cls(config)
 
 
 # ----------------------------------------------------------------------------------------------
