@@ -177,8 +177,9 @@ def model_conventions(model, cfg: GeometryConfig) -> dict:
     f = model_interface(model).facts
     final = cfg.final_ln if cfg.final_ln is not None else f.family in ("bloom", "llama", "mistral")
     if final and not f.final_norm:
-        raise GeomjaxError(f"--final-ln: the {f.family} model has no final norm (Hugging Face's states are "
-                           "the residual stream already); leave it out")
+        name = {"bert": "BERT", "toy": "this toy model"}.get(f.family, f.family)
+        raise GeomjaxError(f"--final-ln: {name} has no final LayerNorm (its Hugging Face states are the "
+                           "residual stream already); leave --final-ln out")
     if cfg.causal and f.family != "bert":
         raise GeomjaxError(f"--causal applies to BERT only (the {f.family} model has its own causal mask)")
     if cfg.bos and f.bos_token_id is None and f.family not in ("bloom",):
@@ -453,7 +454,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         ctx_figs.append(rel)
 
     # ---------------------------------------------------------------- report sections
-    label = "all-MiniLM-L6-v2" if cfg.model == "minilm" else path.name
+    label = "all-MiniLM-L6-v2" if cfg.model == "minilm" else (
+        path.name if Path(cfg.model).exists() else cfg.model)  # a Hugging Face name: not its snapshot hash
     if hasattr(model, "max_positions") and hasattr(model, "step"):  # a ToyRun
         label = f"toy run {path.name}, {model.config.task} task, step {model.step}"
         arch_name = "ToyTransformer"
