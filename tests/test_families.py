@@ -202,3 +202,21 @@ def test_sharded_params_on_a_mesh(tiny):
     for x, y in zip(a, b):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
     assert sharded["layers_0"]["attn"]["q"]["kernel"].sharding.mesh.shape == mesh.shape
+
+
+def test_interface_qkv_reproduces_attention(tiny):
+    """q, k, v from the interface (rotated, shared kv heads) give the model's own probabilities."""
+    (ckpts, _) = tiny
+    model, params = gj.convert.load_pretrained(ckpts["mistral"][0])
+    m = model_interface(model)
+    ids = np.arange(3, 15)[None]
+    xs, att = m.attention_inputs(params, ids)
+    q, k, _ = m.qkv(params, 1, xs[1])
+    kv = np.asarray(m.head_weights(params, 1)["kv_head"])
+    s = np.einsum("bthk,bshk->bhts", np.asarray(q), np.asarray(k)[:, :, kv]) / np.sqrt(m.facts.head_dim)
+    t = np.arange(12)
+    s = np.where((t[None, :] <= t[:, None]) & (t[None, :] > t[:, None] - 5), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    np.testing.assert_allclose(p / p.sum(-1, keepdims=True), np.asarray(att[1]), atol=2e-6)
+    f = m.facts
+    assert (f.n_heads, f.n_kv_heads, f.max_positions, f.positions) == (4, 2, None, "rotary")

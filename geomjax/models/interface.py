@@ -33,7 +33,7 @@ from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
 from geomjax.models.common import layer_norm
 from geomjax.models.gpt2 import GPT2, GPT2Config
-from geomjax.models.llama import Llama, LlamaConfig, rms_norm, rotary_tables
+from geomjax.models.llama import Llama, LlamaConfig, apply_rotary, rms_norm, rotary_tables
 from geomjax.models.toy import ToyTransformer
 from geomjax.models.toy_run import ToyRun
 from geomjax.typing import Array, Int
@@ -155,6 +155,17 @@ class ModelInterface:
         ln = blk["ln_1"]
         eps = self.config.ln_eps if f.family == "toy" else self.config.layer_norm_epsilon
         return layer_norm(h, ln["scale"], ln.get("bias", jnp.zeros_like(ln["scale"])), eps)
+
+    def qkv(self, params, layer: int, x: Array) -> tuple[Array, Array, Array]:
+        """Queries (B, T, H, K), keys and values (B, T, H_kv, K) of block ``layer`` from its attention
+        input x (B, T, d) (:meth:`attention_input`), as the model computes them: queries and keys of
+        rotary families rotated by position (their scores are q_t·k_s/√K, plus ALiBi for BLOOM)."""
+        w = self.head_weights(params, layer)
+        q, k, v = (jnp.einsum("btd,hdk->bthk", x, w[f"W_{n}"]) + w[f"b_{n}"][None, None] for n in ("q", "k", "v"))
+        rot = self.rotary(x.shape[1])
+        if rot is not None:
+            q, k = apply_rotary(q, *rot), apply_rotary(k, *rot)
+        return q, k, v
 
     def rotary(self, T: int) -> tuple[Array, Array] | None:
         """Rotary (cos, sin) tables (T, K) applied to queries and keys after projection, or None."""
