@@ -11,7 +11,8 @@ Forward (tokens/s, float32, every hidden state returned on both sides):
 * Decoders (``--sections decoders``): a small Llama shape with grouped-query attention (8 layers,
   d 512, 8 heads / 4 kv heads, F 1376, V 32000, rope_theta 10⁴) and a small BLOOM shape (8 layers,
   d 512, 8 heads, V 32000), random weights, the transformer body (``LlamaModel`` / ``BloomModel``
-  vs geomjax ``compute_logits=False``), PyTorch with ``attn_implementation="eager"`` and "sdpa".
+  vs geomjax ``compute_logits=False``), PyTorch with ``attn_implementation="eager"`` (and "sdpa"
+  for Llama; BLOOM has no sdpa path).
 
 PyTorch runs under ``torch.inference_mode()`` with ``output_hidden_states=True`` (and
 ``use_cache=False`` for GPT-2) and its default attention (``sdpa``); geomjax runs the jitted
@@ -234,7 +235,9 @@ def decoder_section(args, shapes, repeats):
             return {"hidden_states": inter.hidden_states}
 
         label = {"llama": "Llama small (GQA 8/4)", "bloom": "BLOOM small"}[fam]
-        for impl in ("sdpa", "eager"):
+        # BLOOM has only its own (eager, baddbmm + ALiBi) attention: forcing "sdpa" makes transformers
+        # build an sdpa-style mask that BloomAttention does not apply (max |diff| 2.2 on 2026-11-23).
+        for impl in (("sdpa", "eager") if fam == "llama" else ("eager",)):
             body.config._attn_implementation = impl
             for B, T in shapes:
                 r = bench_forward(f"{label} body, torch {impl}", "random (HF init)", fwd, params, body, B, T,
