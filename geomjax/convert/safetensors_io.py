@@ -88,18 +88,20 @@ def _snapshot_of_cache_entry(entry: Path, revision: str | None) -> Path:
 
 
 def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> Path:
-    """Resolve a local directory, Hugging Face cache entry or cached repo id to a snapshot directory.
+    """Resolve a local directory, Hugging Face cache entry or repo id to a snapshot directory.
 
     Args:
       path: directory with ``config.json``; a cache entry ``models--org--name``; or a repo id
-        ``"org/name"`` present in the local Hugging Face cache.
-      revision: branch/tag name under ``refs/`` or a snapshot commit (cache entries only).
+        ``"name"`` / ``"org/name"``: the local Hugging Face cache first, else a download
+        (:func:`download_checkpoint`).
+      revision: branch/tag name under ``refs/`` or a snapshot commit.
 
     Returns:
       The directory holding ``config.json`` and the weights.
 
     Raises:
-      FileNotFoundError: nothing usable found (the message says what was looked for).
+      FileNotFoundError: a local path without a usable checkpoint (the message says what was looked for).
+      GeomjaxError: a repo id neither cached nor reachable (HF_HUB_OFFLINE, no network, unknown repo).
     """
     p = Path(path).expanduser()
     if p.is_dir():
