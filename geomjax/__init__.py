@@ -7,7 +7,7 @@ Public API (see docs/DESIGN.md and README.md)::
     st = gj.decompose_stream(batches)                 # one pass, O(d^2 + T d + C d) memory
     gj.spectral.screenot_rank(Y, k)
     gj.geometry.incoherence(pos, ctx)
-    model, params = gj.models.load_pretrained(path)
+    model, params = gj.convert.load_pretrained(path)
     gj.claims.run(select=None, budget="quick")
 
 Submodules are imported lazily so that ``import geomjax`` stays cheap.

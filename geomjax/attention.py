@@ -27,8 +27,19 @@ pos_pos + pos_cvec + cvec_pos + cvec_cvec + mean + bias equals the model's pre-s
 exactly (up to rounding); ``tests/test_attention.py`` checks it against the model's own attention
 probabilities and a NumPy re-implementation.
 
-Model support: geomjax GPT-2 and BERT ports (:mod:`geomjax.models`) and the toy transformer
-(:class:`geomjax.models.toy.ToyTransformer`, or a :class:`geomjax.models.toy_run.ToyRun`).
+**Rotary models (Llama, Mistral).** Positions do not enter x: they rotate the projected queries
+and keys, q̃_t = R_t(W_qᵀx_t + b_q), k̃_s = R_s(W_kᵀx_s + b_k), so score_{ts} = q̃_t·k̃_s/√K =
+x_tᵀ W_q R_{s−t} W_kᵀ x_s + (bias terms) depends on s − t even for two identical inputs. "pos" here
+is still the positional component of the *pre-rotation* attention input x (eq. 2 applied to
+RMSNorm(h)); each part of x is projected and rotated by its own position (rotation is linear, so the
+six terms still add up to the model's scores exactly). pos_pos then measures how the positional
+part of x, *after* the model's rotation, shapes the scores; the purely rotational (relative
+position) effect on cvec_cvec is inside that term too, not in pos_pos. **ALiBi (BLOOM)** adds
+m_h·s to every score of key s; that term is part of ``bias``.
+
+Model support: every family behind :func:`geomjax.models.model_interface` — GPT-2, BERT, Llama,
+Mistral, BLOOM and the toy transformer (or a :class:`geomjax.models.toy_run.ToyRun`); grouped-query
+models' shared keys are expanded to one W_k per query head (:func:`qk_weights`).
 """
 
 from __future__ import annotations
@@ -45,6 +56,10 @@ import numpy as np
 from flax import struct
 
 from geomjax._checks import as_real_array
+from geomjax.models.bloom import alibi_slopes
+from geomjax.models.common import check_input_ids
+from geomjax.models.interface import kv_expanded, model_interface
+from geomjax.models.llama import rope_inv_freq, rotary_from_inv_freq
 from geomjax.typing import Array, Float, Int, Key
 
 __all__ = [
@@ -93,18 +108,20 @@ to neighbouring tokens (pos-pos), and to the token being copied (shifted diagona
 
 @dataclasses.dataclass(frozen=True)
 class AttentionModel:
-    """What the dissection needs to know about a model (hashable).
+    """What the dissection needs to know about a model (hashable; from the model interface's facts).
 
     Attributes:
-      kind: ``"gpt2"``, ``"bert"`` or ``"toy"``.
+      kind: the family: ``"gpt2"``, ``"bert"``, ``"llama"``, ``"mistral"``, ``"bloom"`` or ``"toy"``.
       n_layers: L blocks.
-      n_heads: H heads per block.
+      n_heads: H query heads per block.
       head_dim: K per head.
       d_model: d.
-      max_positions: longest sequence the model takes.
+      max_positions: longest sequence the model takes (None: unbounded, rotary / ALiBi).
       causal: whether the attention is causal (BERT: the ``causal`` override, as the source code
         ran BERT with ``is_decoder=True``).
-      pre_ln: the attention input is ln_1(h) (GPT-2, pre-LN toy) rather than h.
+      pre_ln: the attention input is norm_1(h) (GPT-2, Llama, BLOOM, pre-LN toy) rather than h.
+      n_kv_heads: key/value heads (< H: grouped-query attention).
+      positions: ``learned``, ``sinusoidal``, ``none``, ``rotary`` or ``alibi``.
     """
 
     kind: str
@@ -112,50 +129,30 @@ class AttentionModel:
     n_heads: int
     head_dim: int
     d_model: int
-    max_positions: int
+    max_positions: int | None
     causal: bool
     pre_ln: bool
-
-
-def _unwrap(model):
-    from geomjax.models.toy_run import ToyRun
-
-    return model.model if isinstance(model, ToyRun) else model
+    n_kv_heads: int = 0
+    positions: str = "learned"
 
 
 def describe_model(model, *, causal: bool | None = None) -> AttentionModel:
-    """Describe a GPT-2, BERT or toy model for the attention dissection (Song & Zhong §4).
+    """Describe a model for the attention dissection (Song & Zhong §4), from its model interface.
 
     Args:
-      model: a geomjax ``GPT2``, ``Bert``, ``ToyTransformer`` or ``ToyRun``.
+      model: a geomjax GPT2, Bert, Llama, Bloom, ToyTransformer, ToyRun or ModelInterface.
       causal: BERT only: None uses ``config.causal``; True gives the causal mask (the source code's
-        ``is_decoder=True``). GPT-2 and the toy use their own mask; passing a different value raises.
+        ``is_decoder=True``). Other families use their own mask; passing a different value raises.
 
     Raises:
-      ValueError: ``causal`` contradicts a GPT-2/toy model's mask. TypeError: unsupported model.
+      ValueError: ``causal`` contradicts a causal-only model. TypeError: unsupported model.
     """
-    from geomjax.models import BertConfig, GPT2Config
-    from geomjax.models.toy import ToyTransformer
-
-    model = _unwrap(model)
-    if isinstance(model, ToyTransformer):
-        c = model.cfg
-        if causal is not None and bool(causal) != c.causal:
-            raise ValueError(f"describe_model: the toy model has causal={c.causal}; causal={causal} cannot be "
-                             "overridden (leave causal=None)")
-        return AttentionModel("toy", c.n_layers, c.n_heads, c.head_dim, c.d_model, c.max_len, c.causal,
-                              c.layer_norm == "pre")
-    cfg = getattr(model, "config", None)
-    if isinstance(cfg, GPT2Config):
-        if causal is not None and not causal:
-            raise ValueError("describe_model: GPT-2 is always causal; leave causal=None")
-        return AttentionModel("gpt2", cfg.n_layer, cfg.n_head, cfg.head_dim, cfg.n_embd, cfg.n_positions, True, True)
-    if isinstance(cfg, BertConfig):
-        cz = cfg.causal if causal is None else bool(causal)
-        return AttentionModel("bert", cfg.num_hidden_layers, cfg.num_attention_heads, cfg.head_dim,
-                              cfg.hidden_size, cfg.max_position_embeddings, cz, False)
-    raise TypeError(f"describe_model: unsupported model {type(model).__name__}; expected geomjax GPT2, Bert, "
-                    "ToyTransformer or ToyRun")
+    try:
+        f = model_interface(model, causal=causal).facts
+    except ValueError as e:
+        raise ValueError(f"describe_model: {e}") from None
+    return AttentionModel(f.family, f.n_layers, f.n_heads, f.head_dim, f.d_model, f.max_positions, f.causal,
+                          f.pre_norm, f.n_kv_heads, f.positions)
 
 
 def _check_layer(spec: AttentionModel, layer: int) -> int:
@@ -173,64 +170,56 @@ def _check_head(spec: AttentionModel, head: int) -> int:
 
 
 def qk_weights(model, params: dict, layer: int) -> dict[str, Array]:
-    """Per-head query/key/value/output weights of one block, stacked by head (Song & Zhong eq. (8) inputs).
+    """Per-head query/key/value/output weights of one block, stacked by query head (eq. (8) inputs).
+
+    Grouped-query attention (H_kv < H) is made explicit: entry h of W_k, W_v, b_k is the shared key/
+    value head h // (H / H_kv) that query head h reads (``kv_head`` says which).
 
     Args:
-      model: GPT-2, BERT, toy model or ToyRun.
+      model: any model :func:`describe_model` accepts.
       params: the model's parameters.
       layer: block index in [0, L).
 
     Returns:
-      dict with ``W_q``, ``W_k``, ``W_v`` (H, d, K), ``W_o`` (H, K, d) and ``b_q``, ``b_k`` (H, K)
-      (zeros when the model has no attention biases), so that head h computes
-      ``q = x @ W_q[h] + b_q[h]`` on the attention input x.
+      dict with ``W_q``, ``W_k``, ``W_v`` (H, d, K), ``W_o`` (H, K, d), ``b_q``, ``b_k``, ``b_v`` (H, K)
+      (zeros when the model has no attention biases), ``kv_head`` (H,), and the position parameters
+      the scores use: ``rope_inv_freq`` (K/2,) for rotary models (zeros otherwise, with
+      ``rotary`` False) and ``alibi_slope`` (H,) for BLOOM (zeros otherwise). Head h computes
+      ``q = x @ W_q[h] + b_q[h]`` on the attention input x (then rotated for rotary models).
 
     Raises:
       ValueError: layer out of range.
     """
     spec = describe_model(model)
     layer = _check_layer(spec, layer)
-    model = _unwrap(model)
-    if spec.kind == "toy":
-        from geomjax.models.toy import head_weights
-
-        w = dict(head_weights(params, layer))
-    else:
-        from geomjax.models import attention_weights
-
-        w = dict(attention_weights(params, model.config, layer))
-    H, K = spec.n_heads, spec.head_dim
-    for n in ("q", "k", "v"):
-        w.setdefault(f"b_{n}", jnp.zeros((H, K), w["W_q"].dtype))
-    return {k: w[k] for k in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v")}
+    m = model_interface(model)
+    w = kv_expanded(m.head_weights(params, layer))
+    out = {k: w[k] for k in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "kv_head")}
+    K, H = spec.head_dim, spec.n_heads
+    rot = spec.positions == "rotary"
+    out["rope_inv_freq"] = jnp.asarray(rope_inv_freq(m.config) if rot else np.zeros(K // 2, np.float32))
+    out["alibi_slope"] = jnp.asarray(alibi_slopes(H) if spec.positions == "alibi" else np.zeros(H, np.float32))
+    return out
 
 
 def embed_unembed(model, params) -> tuple[Array, Array]:
     """Token embedding W_E (V, d) and unembedding W_U (d, V) for the OV copying score.
 
-    Tied models use W_U = W_Eᵀ (GPT-2; BERT, whose masked-LM decoder is tied to its word embeddings).
+    Tied models use W_U = W_Eᵀ (GPT-2, BLOOM; BERT, whose masked-LM decoder is tied to its word
+    embeddings); untied ones (Llama, untied toys) their own read-out.
     """
-    spec = describe_model(model)
-    if spec.kind == "toy":
-        E = params["embed"]["embedding"]
-        U = params["unembed"]["kernel"] if "unembed" in params else E.T
-        return E, U
-    if spec.kind == "gpt2":
-        E = params["wte"]["embedding"]
-        return E, E.T
-    E = params["word_embeddings"]["embedding"]
-    return E, E.T
+    return model_interface(model).embed_unembed(params)
 
 
 def attention_inputs(model, params, ids: Int[Array, "B T"], *, causal: bool | None = None
                      ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
     """Every block's attention input x and attention probabilities for token ids (Song & Zhong §4.1).
 
-    x is what W_q/W_k multiply: ln_1(h) for pre-LN models (LayerNorm applied exactly once, with the
-    block's own parameters), h for BERT and post-/no-LN toys.
+    x is what W_q/W_k multiply: norm_1(h) for pre-norm models (LayerNorm or RMSNorm applied exactly
+    once, with the block's own parameters), h for BERT and post-/no-LN toys.
 
     Args:
-      model: GPT-2, BERT, toy model or ToyRun.
+      model: any model :func:`describe_model` accepts.
       params: its parameters.
       ids: (B, T) token ids, T <= the model's positions.
       causal: BERT only (see :func:`describe_model`).
@@ -238,32 +227,8 @@ def attention_inputs(model, params, ids: Int[Array, "B T"], *, causal: bool | No
     Returns:
       (xs, attentions): L arrays (B, T, d) and L arrays (B, H, T, T) computed by the model itself.
     """
-    from geomjax.models.common import layer_norm
-
-    spec = describe_model(model, causal=causal)
-    m = _unwrap(model)
-    if spec.kind == "toy":
-        _, inter = m.apply({"params": params}, ids, return_attention=True)
-    elif spec.kind == "gpt2":
-        _, inter = m.apply({"params": params}, ids, return_attention=True, compute_logits=False)
-    else:
-        _, inter = m.apply({"params": params}, ids, causal=spec.causal, return_attention=True)
-    res = inter.residual
-    xs = []
-    for layer in range(spec.n_layers):
-        h = res[layer]
-        if spec.pre_ln:
-            if spec.kind == "toy":
-                ln = params[f"block_{layer}"]["ln_1"]
-                scale = ln["scale"]
-                bias = ln.get("bias", jnp.zeros_like(scale))
-                eps = m.cfg.ln_eps
-            else:
-                ln = params[f"h_{layer}"]["ln_1"]
-                scale, bias, eps = ln["scale"], ln["bias"], m.config.layer_norm_epsilon
-            h = layer_norm(h, scale, bias, eps)
-        xs.append(h)
-    return tuple(xs), tuple(inter.attentions)
+    describe_model(model, causal=causal)
+    return model_interface(model, causal=causal).attention_inputs(params, ids)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "causal"))
@@ -278,12 +243,10 @@ def attention_inputs_jit(model, params, ids: Int[Array, "B T"], *, causal: bool 
     The ids are checked eagerly (shape, length, vocabulary range) before the compiled call, so a bad id
     raises a ValueError instead of producing NaNs inside ``jit``.
     """
-    from geomjax.models.common import check_input_ids
-
     spec = describe_model(model, causal=causal)
-    m = _unwrap(model)
-    vocab = m.cfg.vocab_size if spec.kind == "toy" else m.config.vocab_size
-    ids = check_input_ids(ids, vocab, spec.max_positions, what=f"{spec.kind} model")
+    m = model_interface(model, causal=causal)
+    ids = check_input_ids(ids, m.facts.vocab_size, spec.max_positions or np.iinfo(np.int32).max,
+                          what=f"{spec.kind} model")
     return _attention_inputs_jit(m, params, ids, causal)
 
 
@@ -385,6 +348,14 @@ def causal_softmax(scores: Float[Array, "... T S"], causal: bool = True) -> Floa
     return jax.nn.softmax(scores, axis=-1)
 
 
+def _rotate(a: Float[Array, "T K"], cos: Array | None, sin: Array | None) -> Array:
+    """Rotate row t of a by position t (rotary models); identity when cos is None."""
+    if cos is None:
+        return a
+    half = a.shape[-1] // 2
+    return a * cos + jnp.concatenate([-a[..., half:], a[..., :half]], axis=-1) * sin
+
+
 @functools.partial(jax.jit, static_argnames=("remove_mean", "causal"))
 def qk_decomposition(
     x: Float[Array, "T d"],
@@ -397,22 +368,29 @@ def qk_decomposition(
     *,
     remove_mean: bool = True,
     causal: bool = True,
+    rope_inv_freq: Float[Array, " K2"] | None = None,
+    alibi_slope: Float[Array, ""] | None = None,
 ) -> QKParts:
     """Decompose one head's scores into pos/cvec cross terms (Song & Zhong eq. (7)), exactly.
 
-    With m = μ (``remove_mean``) or 0, p_t = pos_t, c_t = x_t − m − p_t and W = W_q W_kᵀ/√K:
-    pos_pos = p W pᵀ, pos_cvec = p W cᵀ, cvec_pos = c W pᵀ, cvec_cvec = c W cᵀ,
-    mean = mᵀ W x_s + (x_t − m)ᵀ W m, bias = x_t·(W_q b_k) / √K + (W_k b_q)·x_s / √K + b_q·b_k / √K,
-    total = (x W_q + b_q)(x W_k + b_k)ᵀ / √K (the model's scores); the parts sum to the total.
+    With m = μ (``remove_mean``) or 0, p_t = pos_t, c_t = x_t − m − p_t, each part is projected and
+    (rotary models) rotated by its own position: Q_p = R(p W_q), Q_c = R(c W_q), Q_m = R(m W_q),
+    Q_b = R(b_q) (R = identity without rotary), likewise K_* for keys; with 1/√K:
+    pos_pos = Q_p K_pᵀ, pos_cvec = Q_p K_cᵀ, cvec_pos = Q_c K_pᵀ, cvec_cvec = Q_c K_cᵀ,
+    mean = Q_m (K_p + K_c + K_m)ᵀ + (Q_p + Q_c) K_mᵀ (= mᵀW x_s + (x_t − m)ᵀW m without rotary),
+    bias = (Q_p + Q_c + Q_m) K_bᵀ + Q_b (K_p + K_c + K_m + K_b)ᵀ, plus BLOOM's ALiBi m_h·s;
+    total = the model's scores; the parts sum to the total.
 
     Args:
-      x: (T, d) attention input of one sequence (LayerNorm output for pre-LN models; see module doc).
+      x: (T, d) attention input of one sequence (norm output for pre-norm models; see module doc).
       mean: (d,) global mean of the attention input.
       pos: (Tp, d) positional basis estimated on Tp >= T positions (the first T are used).
-      W_q, W_k: (d, K) the head's projections.
+      W_q, W_k: (d, K) the head's projections (W_k: the shared kv head for grouped-query models).
       b_q, b_k: (K,) biases or None.
       remove_mean: True: μ is its own term (App. D.1 Fig. 27); False: μ stays inside cvec (Fig. 28).
       causal: mask keys after the query in ``attention``.
+      rope_inv_freq: (K/2,) rotary inverse frequencies (Llama / Mistral), or None.
+      alibi_slope: the head's ALiBi slope (BLOOM), or None.
 
     Returns:
       :class:`QKParts` with (T, T) arrays.
@@ -430,24 +408,30 @@ def qk_decomposition(
                          "(estimate_attention_basis) or use a shorter sequence")
     K = W_q.shape[-1]
     s = 1.0 / math.sqrt(K)
+    cos, sin = (None, None) if rope_inv_freq is None else rotary_from_inv_freq(rope_inv_freq, T, x.dtype)
     m = mean if remove_mean else jnp.zeros_like(mean)
     p = pos[:T]
     c = x - m[None] - p
-    pq, pk = p @ W_q, p @ W_k
-    cq, ck = c @ W_q, c @ W_k
-    mq, mk = m @ W_q, m @ W_k
-    xq, xk = x @ W_q, x @ W_k
     bq = jnp.zeros((K,), x.dtype) if b_q is None else b_q
     bk = jnp.zeros((K,), x.dtype) if b_k is None else b_k
+    ones = jnp.ones((T, 1), x.dtype)
+    Q = {n: _rotate(v, cos, sin) for n, v in
+         dict(p=p @ W_q, c=c @ W_q, m=ones * (m @ W_q)[None], b=ones * bq[None]).items()}
+    Kk = {n: _rotate(v, cos, sin) for n, v in
+          dict(p=p @ W_k, c=c @ W_k, m=ones * (m @ W_k)[None], b=ones * bk[None]).items()}
+    xk = Kk["p"] + Kk["c"] + Kk["m"]
+    alibi = 0.0 if alibi_slope is None else alibi_slope * jnp.arange(T, dtype=x.dtype)[None, :]
     parts = dict(
-        pos_pos=(pq @ pk.T) * s,
-        pos_cvec=(pq @ ck.T) * s,
-        cvec_pos=(cq @ pk.T) * s,
-        cvec_cvec=(cq @ ck.T) * s,
-        mean=((xk @ mq)[None, :] + ((xq - mq[None]) @ mk)[:, None]) * s,
-        bias=((xq @ bk)[:, None] + (xk @ bq)[None, :] + jnp.dot(bq, bk)) * s,
+        pos_pos=(Q["p"] @ Kk["p"].T) * s,
+        pos_cvec=(Q["p"] @ Kk["c"].T) * s,
+        cvec_pos=(Q["c"] @ Kk["p"].T) * s,
+        cvec_cvec=(Q["c"] @ Kk["c"].T) * s,
+        mean=(Q["m"] @ xk.T + (Q["p"] + Q["c"]) @ Kk["m"].T) * s,
+        bias=((Q["p"] + Q["c"] + Q["m"]) @ Kk["b"].T + Q["b"] @ (xk + Kk["b"]).T) * s + alibi,
     )
-    total = ((xq + bq[None]) @ (xk + bk[None]).T) * s
+    qx = _rotate(x @ W_q + bq[None], cos, sin)
+    kx = _rotate(x @ W_k + bk[None], cos, sin)
+    total = (qx @ kx.T) * s + alibi
     return QKParts(**parts, total=total, attention=causal_softmax(total, causal))
 
 
@@ -459,7 +443,8 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
     Args:
       x: (T, d) the layer's attention input for one sequence.
       basis: from :func:`estimate_attention_basis`.
-      weights: :func:`qk_weights` of that layer.
+      weights: :func:`qk_weights` of that layer (its rotary frequencies / ALiBi slopes are used
+        when present and non-zero).
       layer: index into ``basis``.
     """
     if not 0 <= layer < basis.mean.shape[0]:
@@ -467,9 +452,12 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
     if x.shape[0] > basis.n_positions:
         raise ValueError(f"layer_qk_decomposition: the sequence has {x.shape[0]} positions but the positional basis "
                          f"covers {basis.n_positions}; estimate it on longer windows or shorten the sequence")
-    f = lambda wq, wk, bq, bk: qk_decomposition(x, basis.mean[layer], basis.pos[layer], wq, wk, bq, bk,
-                                                remove_mean=remove_mean, causal=causal)
-    return jax.vmap(f)(weights["W_q"], weights["W_k"], weights["b_q"], weights["b_k"])
+    inv = weights.get("rope_inv_freq")
+    slopes = weights.get("alibi_slope", jnp.zeros(weights["W_q"].shape[0], x.dtype))
+    f = lambda wq, wk, bq, bk, sl: qk_decomposition(x, basis.mean[layer], basis.pos[layer], wq, wk, bq, bk,
+                                                    remove_mean=remove_mean, causal=causal,
+                                                    rope_inv_freq=inv, alibi_slope=sl)
+    return jax.vmap(f)(weights["W_q"], weights["W_k"], weights["b_q"], weights["b_k"], slopes)
 
 
 def head_qk_decomposition(model, params, basis: AttentionBasis, ids: Int[Array, " T"], layer: int, head: int, *,
@@ -505,7 +493,9 @@ def head_qk_decomposition(model, params, basis: AttentionBasis, ids: Int[Array, 
     xs, _ = attention_inputs_jit(model, params, ids[None], causal=causal)
     w = qk_weights(model, params, layer)
     return qk_decomposition(xs[layer][0], basis.mean[layer], basis.pos[layer], w["W_q"][head], w["W_k"][head],
-                            w["b_q"][head], w["b_k"][head], remove_mean=remove_mean, causal=spec.causal)
+                            w["b_q"][head], w["b_k"][head], remove_mean=remove_mean, causal=spec.causal,
+                            rope_inv_freq=w["rope_inv_freq"] if spec.positions == "rotary" else None,
+                            alibi_slope=w["alibi_slope"][head] if spec.positions == "alibi" else None)
 
 
 # ------------------------------------------------------------------------- induction-head study

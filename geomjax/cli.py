@@ -26,8 +26,10 @@ __all__ = ["main", "build_parser"]
 def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     g = p.add_argument_group("model and data")
     g.add_argument("--model", default=defaults.model,
-                   help="'minilm' (the offline MiniLM package), or a local Hugging Face model "
-                        "directory / cache entry with config.json + model.safetensors")
+                   help="'minilm' (the offline MiniLM package), a local Hugging Face model "
+                        "directory / cache entry with config.json + model.safetensors, or a Hugging "
+                        "Face name (gpt2, meta-llama/Llama-2-7b-hf, bigscience/bloom-560m: cached "
+                        "or downloaded); GPT-2, BERT, Llama, Mistral, BLOOM")
     g.add_argument("--corpus", default=defaults.corpus,
                    help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
     g.add_argument("--data-dir", default=None,
@@ -57,9 +59,14 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     c = p.add_argument_group("conventions")
     c.add_argument("--keep-first", action="store_true",
                    help="keep position 0 (default: drop it, as the Song & Zhong code)")
-    c.add_argument("--final-ln", action="store_true",
-                   help="use the last state after the final LayerNorm (Hugging Face's convention; "
-                        "the Song & Zhong GPT-2 code did not apply it)")
+    c.add_argument("--final-ln", action=argparse.BooleanOptionalAction, default=None,
+                   help="use the last state after the final norm (Hugging Face's convention) or not; "
+                        "default: the family's as the Song & Zhong code ran it (GPT-2 without, "
+                        "BLOOM / Llama / Mistral with)")
+    c.add_argument("--bos", action="store_true",
+                   help="prepend the model's BOS id to every window (dropped with the first position)")
+    c.add_argument("--param-dtype", choices=["float32", "bfloat16", "float16"], default=None,
+                   help="convert the weights to this dtype (default: keep the checkpoint's)")
     c.add_argument("--causal", action="store_true",
                    help="run BERT with a causal mask (the source code's is_decoder=True)")
     c.add_argument("--raw-relative-norm", action="store_true",
@@ -150,7 +157,8 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     return GeometryConfig(
         model=args.model, corpus=args.corpus, data_dir=args.data_dir, **sizes,
         ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
-        seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln,
+        seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
+        param_dtype=args.param_dtype,
         causal=args.causal, centered_relative_norm=not args.raw_relative_norm,
         accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,
     )
@@ -256,7 +264,8 @@ def _execute(args, run, progress: bool) -> str | None:
             metrics["claims"] = m_claims
             summary = (f"claims: {len(m_claims['results'])} checked: "
                        f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
-        run.write_config(dataclasses.asdict(cfg) | {"command": args.command})
+        run.write_config(dataclasses.asdict(cfg) | {"command": args.command,
+                                                     "model_conventions": metrics["model_conventions"]})
         run.write_json("metrics.json", metrics)
         run.write_report(f"geomjax {args.command}: {cfg.model} on {cfg.corpus}", sections,
                          meta=pipeline.meta_line(cfg, metrics.get("n_positions")))

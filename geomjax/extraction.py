@@ -27,6 +27,7 @@ from geomjax.decomposition import (
     _x64_context,
     stream_finalize,
 )
+from geomjax.models.interface import model_interface
 from geomjax.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
 from geomjax.typing import Array, Int
 
@@ -68,22 +69,19 @@ def mixed_precision(forward: ForwardFn, compute_dtype: str = "float32") -> Forwa
 
 
 def hidden_state_forward(model, which: str = "hidden_states", compute_dtype: str = "float32") -> ForwardFn:
-    """Wrap a geomjax Flax model as ``forward(params, ids) -> L+1 hidden states``.
+    """Wrap a geomjax model as ``forward(params, ids) -> L+1 hidden states`` (its model interface's
+    :meth:`~geomjax.models.ModelInterface.study_forward`).
 
     Args:
-      model: a geomjax Flax model whose ``apply`` returns ``(output, Intermediates)``.
-      which: ``"hidden_states"`` (Hugging Face convention; GPT-2's last state after ln_f) or
-        ``"residual"`` (every state before the final LayerNorm, as the Song & Zhong code).
+      model: any model :func:`geomjax.models.model_interface` accepts (GPT-2, BERT, Llama, Mistral,
+        BLOOM, toy).
+      which: ``"hidden_states"`` (Hugging Face convention; the last state after the final norm) or
+        ``"residual"`` (every state before the final norm, as the Song & Zhong code).
       compute_dtype: see :func:`mixed_precision`.
     """
-
-    def forward(params, ids):
-        _, inter = model.apply({"params": params}, ids)
-        states = getattr(inter, which, None)
-        if states is None:
-            raise ValueError(f"model intermediates have no field {which!r}")
-        return states
-
+    if which not in ("hidden_states", "residual"):
+        raise ValueError(f"which must be 'hidden_states' or 'residual', got {which!r}")
+    forward = model_interface(model).study_forward(final_norm=which == "hidden_states")
     return mixed_precision(forward, compute_dtype)
 
 

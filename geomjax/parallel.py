@@ -27,7 +27,7 @@ from geomjax.errors import GeomjaxError
 AXIS = "data"
 
 __all__ = ["AXIS", "data_mesh", "batch_sharding", "replicated", "shard_batch", "check_divisible",
-           "initialize", "local_device_count", "to_host", "replicate", "enable_compilation_cache"]
+           "initialize", "local_device_count", "to_host", "replicate", "shard_params", "enable_compilation_cache"]
 
 
 def enable_compilation_cache(path: str | None = None) -> str | None:
@@ -170,6 +170,23 @@ def replicate(tree, mesh: Mesh):
     def put(a):
         a = np.asarray(a)
         return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
+
+    return jax.tree.map(put, tree)
+
+
+def shard_params(tree, mesh: Mesh):
+    """Place model parameters on ``mesh`` with every matrix split over ``"data"`` (single process).
+
+    Each array of rank >= 2 is split along its first axis whose size the mesh divides (so a 7B
+    model's (d, H, K), (d, F) and (V, d) matrices spread over the devices); vectors and matrices
+    with no divisible axis are replicated. XLA inserts the collectives the forward needs.
+    """
+    n = mesh.shape[AXIS]
+
+    def put(a):
+        axis = next((i for i, s in enumerate(np.shape(a)) if np.ndim(a) >= 2 and s % n == 0), None)
+        spec = P() if axis is None else P(*([None] * axis + [AXIS]))
+        return jax.device_put(a, NamedSharding(mesh, spec))
 
     return jax.tree.map(put, tree)
 

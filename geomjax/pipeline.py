@@ -24,6 +24,7 @@ import numpy as np
 
 from geomjax import report
 from geomjax.errors import GeomjaxError
+from geomjax.models.bert import BertConfig
 from geomjax.report import Section
 from geomjax.study import StudyOptions
 
@@ -51,8 +52,10 @@ class GeometryConfig:
     """Configuration of a per-layer geometry study (written to config.json).
 
     Attributes:
-      model: "minilm" (the bundled all-MiniLM-L6-v2) or a local Hugging Face model directory /
-        cache entry holding config.json + model.safetensors (GPT-2 or BERT).
+      model: "minilm" (the bundled all-MiniLM-L6-v2), a local Hugging Face model directory /
+        cache entry holding config.json + model.safetensors, or a Hugging Face name ("gpt2",
+        "meta-llama/Llama-2-7b-hf", "bigscience/bloom-560m"; cached or downloaded) — GPT-2, BERT,
+        Llama / Mistral or BLOOM; or "toy:RUN_DIR".
       corpus: wikitext2 | shakespeare | stdlib | pydoc | a text file or directory | hf:<name>.
       data_dir: folder replacing the bundled tinyshakespeare/ and wikitext-2/ (None:
         $GEOMJAX_DATA, else the copies shipped in the package; DATA.md).
@@ -62,7 +65,12 @@ class GeometryConfig:
       batch_size: windows per forward pass (must divide C).
       seed: every random choice derives from it.
       drop_first: drop position 0 (the source code does).
-      final_ln: GPT-2's last state after ln_f (Hugging Face) instead of before (source code).
+      final_ln: the last state after the final norm (Hugging Face's output_hidden_states) instead
+        of before it. None: the family's convention as the Song & Zhong code ran it — GPT-2 and
+        toys without (their own GPT-2 path), BLOOM / Llama / Mistral with (Hugging Face's states).
+      bos: prepend the tokenizer's BOS id to every window (Llama / Mistral / BLOOM); with
+        ``drop_first`` the dropped position is then the BOS. The source code inserted none.
+      param_dtype: None keeps the checkpoint's dtype (bf16 / fp16 stay so); e.g. "float32".
       causal: run BERT with a causal mask (the source code's is_decoder=True).
       centered_relative_norm: ‖P‖/‖H−μ‖ (paper text) rather than ‖P‖/‖H‖ with μ (source code).
       accum_dtype: dtype of the streaming sums. float32 by default: the per-position shifts keep
@@ -90,7 +98,7 @@ class GeometryConfig:
     batch_size: int = 16
     seed: int = 0
     drop_first: bool = True
-    final_ln: bool = False
+    final_ln: bool | None = None
     causal: bool = False
     centered_relative_norm: bool = True
     accum_dtype: str = "float32"
@@ -101,6 +109,8 @@ class GeometryConfig:
     ood_corpus: str | None = "stdlib"
     n_cluster_windows: int = 8
     theorem1: bool = True
+    bos: bool = False
+    param_dtype: str | None = None
 
     @property
     def n_contexts(self) -> int:
@@ -150,9 +160,12 @@ def _model_config(name: str) -> dict | None:
     try:
         path = minilm_path() if name == "minilm" else resolve_checkpoint(Path(name).expanduser())
         return read_config(path)
+    except GeomjaxError:
+        raise  # e.g. a Hugging Face name neither cached nor reachable: its message says what to do
     except (FileNotFoundError, ValueError) as e:
-        raise GeomjaxError(f"--model {name!r}: {e}. Use 'minilm', 'toy:RUN_DIR', or a local Hugging "
-                           "Face model directory / cache entry with config.json and model.safetensors") from None
+        raise GeomjaxError(f"--model {name!r}: {e}. Use 'minilm', 'toy:RUN_DIR', a Hugging Face name "
+                           "(cached or reachable), or a local model directory / cache entry with "
+                           "config.json and model.safetensors") from None
 
 
 def validate_geometry(cfg: GeometryConfig) -> None:
@@ -232,67 +245,77 @@ def check_topic_capacity(lengths, cfg: GeometryConfig) -> None:
         f"at these sizes.{bigger}")
 
 
-def load_model_and_tokenizer(name: str):
-    """(model, params, tokenizer, path) for "minilm", a local Hugging Face checkpoint, or
-    "toy:RUN_DIR" (a run directory of ``geomjax train``; the model is then a ``ToyRun``).
+def load_model_and_tokenizer(name: str, *, param_dtype: str | None = None):
+    """(model, params, tokenizer, path) for "minilm", a Hugging Face checkpoint (directory, cache
+    entry or name such as "gpt2"), or "toy:RUN_DIR" (a run directory of ``geomjax train``; the
+    model is then a ``ToyRun``).
 
-    The tokenizer is the model's own (BERT WordPiece from its vocab.txt; GPT-2 byte-level BPE)
-    and is checked against the model's vocabulary size.
+    The tokenizer is the model's own (the checkpoint's tokenizer.json; BERT WordPiece from its
+    vocab.txt; GPT-2's byte-level BPE when a GPT-2 checkpoint ships none) and is checked against the
+    model's vocabulary size.
     """
-    from geomjax import models
+    from geomjax import convert
     from geomjax.convert import tokenizers
 
     if name.startswith("toy:"):
         # A toy transformer trained by `geomjax train` (Song & Zhong's NanoGPT row): the model,
         # its latest checkpoint and the character tokenizer it trained with.
-        from geomjax.models.toy_run import load_toy_run
+        from geomjax.train import load_toy_run
 
         run = load_toy_run(name[4:])
         return run, run.params, run.tokenizer.encode, Path(name[4:])
-    path = Path(models.minilm_path()) if name == "minilm" else Path(name)
-    model, params = models.load_pretrained(path)
-    cfg = model.config
-    if isinstance(cfg, models.BertConfig):
-        tok = tokenizers.bert_tokenizer(path)
-    else:
-        tok = tokenizers.gpt2_tokenizer()
-    tokenizers.check_tokenizer(tok, cfg)
-    return model, params, tok, path
+    path = convert.minilm_path() if name == "minilm" else convert.resolve_checkpoint(name)
+    model, params = convert.load_pretrained(path, dtype=param_dtype)
+    tok = tokenizers.model_tokenizer(path, model.config)
+    tokenizers.check_tokenizer(tok, model.config)
+    return model, params, tok, Path(path)
 
 
 def _max_positions(model) -> int | None:
-    """Context length of a loaded model (BERT, GPT-2 or ToyRun)."""
-    mp = getattr(model, "max_positions", None)  # ToyRun
-    if isinstance(mp, int):
-        return mp
-    cfg = getattr(model, "config", None)
-    return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    """Context length of a loaded model, None when its positions are unbounded (rotary, ALiBi)."""
+    from geomjax.models import model_interface
+
+    return model_interface(model).facts.max_positions
 
 
-def _forward(model, *, final_ln: bool, causal: bool):
-    """forward(params, ids) -> L+1 hidden states with the study's conventions."""
-    from geomjax import models
-    from geomjax.models.toy_run import ToyRun, toy_forward
+def model_conventions(model, cfg: GeometryConfig) -> dict:
+    """The hidden-state conventions a study of ``model`` runs with (recorded in config.json)."""
+    from geomjax.models import model_interface
 
-    if isinstance(model, ToyRun):
+    f = model_interface(model).facts
+    final = cfg.final_ln if cfg.final_ln is not None else f.family in ("bloom", "llama", "mistral")
+    if final and not f.final_norm:
+        name = {"bert": "BERT", "toy": "this toy model"}.get(f.family, f.family)
+        raise GeomjaxError(f"--final-ln: {name} has no final LayerNorm (its Hugging Face states are the "
+                           "residual stream already); leave --final-ln out")
+    if cfg.causal and f.family != "bert":
+        raise GeomjaxError(f"--causal applies to BERT only (the {f.family} model has its own causal mask)")
+    if cfg.bos and f.bos_token_id is None and f.family not in ("bloom",):
+        raise GeomjaxError(f"--bos: the {f.family} model's tokenizer has no BOS token to prepend")
+    bos = getattr(getattr(model, "config", None), "bos_token_id", None) if cfg.bos else None
+    return {"family": f.family, "positions": f.positions, "norm": f.norm, "final_norm_applied": bool(final),
+            "bos_prepended": bos, "first_position_dropped": cfg.drop_first,
+            "hidden_states": "embedding output, then each block" + (
+                ", the last after the final norm (Hugging Face output_hidden_states)" if final
+                else ", all before any final norm (residual stream)")}
+
+
+def _forward(model, *, final_ln: bool, causal: bool, bos: int | None = None):
+    """forward(params, ids) -> L+1 hidden states with the study's conventions (the model interface's
+    :meth:`~geomjax.models.ModelInterface.hidden_states`; ``bos`` prepended to every window)."""
+    from geomjax.models import ToyRun, model_interface, toy_forward
+
+    if isinstance(model, ToyRun) and bos is None:
         if causal:
-            raise ValueError("--causal applies to BERT only (the toy model has its own mask)")
+            raise GeomjaxError("--causal applies to BERT only (the toy model has its own mask)")
         return toy_forward(model, "hidden_states" if final_ln else "residual")
-    is_bert = isinstance(model.config, models.BertConfig)
-    if causal and not is_bert:
-        raise ValueError("--causal applies to BERT only (GPT-2 is always causal)")
-    if final_ln and is_bert:
-        raise ValueError("--final-ln applies to GPT-2 only (BERT has no final LayerNorm)")
-    which = "hidden_states" if final_ln else "residual"
-
-    def forward(params, ids):
-        if is_bert:
-            _, inter = model.apply({"params": params}, ids, causal=True if causal else None)
-        else:
-            _, inter = model.apply({"params": params}, ids, compute_logits=False)
-        return getattr(inter, which)
-
-    return forward
+    if causal and not isinstance(getattr(model, "config", None), BertConfig):
+        raise GeomjaxError("--causal applies to BERT only (other models have their own mask)")
+    m = model_interface(model, causal=True if causal else None)
+    if final_ln and not m.facts.final_norm:
+        raise GeomjaxError(f"--final-ln applies to models with a final norm (GPT-2, Llama, Mistral, BLOOM, "
+                           f"pre-LN toys); the {m.facts.family} model has none")
+    return m.study_forward(final_norm=bool(final_ln), bos=bos)
 
 
 @dataclasses.dataclass
@@ -397,15 +420,21 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
     validate_geometry(cfg)
     status_line(f"loading {cfg.model}", progress)
     try:
-        model, params, tok, path = load_model_and_tokenizer(cfg.model)
+        model, params, tok, path = load_model_and_tokenizer(cfg.model, param_dtype=cfg.param_dtype)
+    except GeomjaxError:
+        raise
     except (FileNotFoundError, ValueError) as e:  # missing/corrupted files, unsupported config
         raise GeomjaxError(f"--model {cfg.model!r} cannot be loaded: {e}") from None
     # Checks that need only the model come first, before the (slower) corpus sampling.
+    conv = model_conventions(model, cfg)
     max_pos = _max_positions(model)
-    if max_pos is not None and cfg.seq_len > max_pos:
-        raise GeomjaxError(f"-T {cfg.seq_len} exceeds the model's {max_pos} positions; use -T <= {max_pos}")
+    n_bos = int(conv["bos_prepended"] is not None)
+    if max_pos is not None and cfg.seq_len + n_bos > max_pos:
+        raise GeomjaxError(f"-T {cfg.seq_len}{' plus the BOS token' if n_bos else ''} exceeds the model's "
+                           f"{max_pos} positions; use -T <= {max_pos - n_bos}")
     try:
-        fwd_raw = _forward(model, final_ln=cfg.final_ln, causal=cfg.causal)
+        fwd_raw = _forward(model, final_ln=conv["final_norm_applied"], causal=cfg.causal,
+                           bos=conv["bos_prepended"])
     except ValueError as e:  # an option the model does not support (--causal, --final-ln)
         raise GeomjaxError(str(e)) from None
     forward = extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
@@ -577,7 +606,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         ctx_figs.append(rel)
 
     # ---------------------------------------------------------------- report sections
-    label = "all-MiniLM-L6-v2" if cfg.model == "minilm" else path.name
+    label = "all-MiniLM-L6-v2" if cfg.model == "minilm" else (
+        path.name if Path(cfg.model).exists() else cfg.model)  # a Hugging Face name: not its snapshot hash
     if hasattr(model, "max_positions") and hasattr(model, "step"):  # a ToyRun
         label = f"toy run {path.name}, {model.config.task} task, step {model.step}"
         arch_name = "ToyTransformer"
@@ -600,7 +630,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         f"included); whole study {t_total:.1f} s.",
         "Conventions: " + ", ".join([
             "first token dropped" if cfg.drop_first else "first token kept",
-            "final LayerNorm applied" if cfg.final_ln else "no final LayerNorm (residual stream)",
+            "final norm applied" if conv["final_norm_applied"] else "no final norm (residual stream)",
+            f"BOS id {conv['bos_prepended']} prepended" if conv["bos_prepended"] is not None else "no BOS inserted",
             "causal BERT mask" if cfg.causal else "model's own mask",
             "relative norm against centred states" if cfg.centered_relative_norm
             else "relative norm against raw states with μ (source code)"]) + ".",
@@ -656,6 +687,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         "theorem1": [{k: v for k, v in r.items()} for r in thm1],
         "ood_fraction_of_characters_dropped": ood_dropped,
         "not_available": na,
+        "model_conventions": conv,
     }
     return [s_setup, s_layers, s_sum, *extra, s_fig], metrics
 

@@ -14,6 +14,10 @@ Writes (each a few KB):
   bert_tiny/{config.json, model.safetensors}            BertModel with pooler
   bert_tiny_outputs.npz   ids, attention_mask, token_type_ids, hidden_states, last_hidden_state,
                           pooler_output, causal_hidden_states (is_decoder=True)
+  llama_tiny/, mistral_tiny/, bloom_tiny/   LlamaForCausalLM (GQA, rope_theta 5e5, untied),
+                          MistralForCausalLM (one kv head, sliding window 3 < T), BloomForCausalLM
+                          (6 heads: the non-power-of-two ALiBi rule), eager attention
+  {llama,mistral,bloom}_tiny_outputs.npz   ids, hidden_states (L+1, B, T, d), logits, attentions
 """
 
 from __future__ import annotations
@@ -27,18 +31,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import torch
+import transformers
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "goldens"
 
 
 def randomize(model: torch.nn.Module, seed: int, std: float = 0.3) -> None:
-    """Give every parameter (LayerNorm gains and biases included) a random value, seeded."""
+    """Give every parameter (LayerNorm/RMSNorm gains and biases included) a random value, seeded."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             noise = torch.randn(p.shape, generator=g, dtype=p.dtype)
-            if "ln" in name.lower() or "layernorm" in name.lower():
+            if "ln" in name.lower() or "norm" in name.lower():
                 p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * noise)
             else:
                 p.copy_(std * noise)
@@ -119,6 +124,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     gpt2()
     bert()
+    decoders()
     meta = {"transformers": __import__("transformers").__version__, "torch": torch.__version__}
     (OUT / "VERSIONS.json").write_text(json.dumps(meta, indent=1) + "\n")
     total = sum(f.stat().st_size for f in OUT.rglob("*") if f.is_file())
@@ -126,6 +132,35 @@ def main() -> None:
         if f.is_file():
             print(f"{f.relative_to(OUT)}: {f.stat().st_size} bytes")
     print(f"total {total} bytes")
+
+
+
+DECODERS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(
+        hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, rope_theta=5e5, tie_word_embeddings=False)),
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(
+        hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, sliding_window=3, tie_word_embeddings=False)),
+    "bloom": ("BloomConfig", "BloomForCausalLM", dict(hidden_size=12, n_layer=2, n_head=6)),
+}
+
+
+def decoders() -> None:
+    """Llama / Mistral / BLOOM goldens (tests/test_models_llama_bloom.py::test_goldens)."""
+    for i, (name, (cfg_cls, model_cls, kw)) in enumerate(DECODERS.items()):
+        cfg = getattr(transformers, cfg_cls)(vocab_size=24, **kw, attn_implementation="eager")
+        torch.manual_seed(0)
+        model = getattr(transformers, model_cls)(cfg).eval()
+        randomize(model, seed=3 + i)
+        shutil.rmtree(OUT / f"{name}_tiny", ignore_errors=True)
+        model.save_pretrained(OUT / f"{name}_tiny")
+        ids = np.random.default_rng(4 + i).integers(0, 24, size=(2, 6)).astype(np.int64)
+        with torch.no_grad():
+            out = model(torch.tensor(ids), output_hidden_states=True, output_attentions=True)
+        np.savez(OUT / f"{name}_tiny_outputs.npz", ids=ids.astype(np.int32),
+                 hidden_states=np.stack([h.numpy() for h in out.hidden_states]),
+                 logits=out.logits.numpy(), attentions=np.stack([a.numpy() for a in out.attentions]))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import geomjax as gj
+from geomjax.errors import GeomjaxError
 from geomjax.convert import load_pretrained, load_tensors, resolve_checkpoint
 
 GOLD = Path(__file__).parent / "goldens"
@@ -139,7 +140,8 @@ def test_hf_cache_entry_and_repo_id(tmp_path, monkeypatch, gpt2_loaded):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     _, p2 = load_pretrained("someorg/tiny-gpt2")
     jax.tree.map(np.testing.assert_array_equal, params, p2)
-    with pytest.raises(FileNotFoundError, match="no network"):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(GeomjaxError, match="neither in the Hugging Face cache.*nor reachable.*--model"):
         load_pretrained("someorg/not-cached")
     # two snapshots and no ref: ambiguous
     (entry / "refs" / "main").unlink()
@@ -373,8 +375,8 @@ def test_configs_are_hashable_and_params_match_init():
 
 
 def test_minilm_checkpoint_loads():
-    path = gj.models.minilm_path()
-    model, params = gj.models.load_pretrained(path)
+    path = gj.convert.minilm_path()
+    model, params = gj.convert.load_pretrained(path)
     c = model.config
     assert (c.num_hidden_layers, c.num_attention_heads, c.hidden_size) == (6, 12, 384)
     assert c.add_pooling_layer and c.vocab_size == 30522 and c.max_position_embeddings == 512

@@ -66,7 +66,7 @@ def test_bert_parity(shape, tmp_path):
     hf = transformers.BertModel._from_config(cfg, attn_implementation="eager").eval()
     randomize(hf, seed=sum(shape))
     hf.save_pretrained(tmp_path)
-    model, params = gj.models.load_pretrained(tmp_path)
+    model, params = gj.convert.load_pretrained(tmp_path)
     assert model.config.add_pooling_layer and model.config.type_vocab_size == n_types
 
     rng = np.random.default_rng(L)
@@ -108,8 +108,8 @@ def test_bert_parity(shape, tmp_path):
 
 @pytest.fixture(scope="module")
 def minilm():
-    path = gj.models.minilm_path()
-    model, params = gj.models.load_pretrained(path)
+    path = gj.convert.minilm_path()
+    model, params = gj.convert.load_pretrained(path)
     hf = transformers.BertModel.from_pretrained(str(path), attn_implementation="eager").eval()
     tok = transformers.BertTokenizerFast.from_pretrained(str(path))
     return model, params, hf, tok
@@ -144,7 +144,7 @@ def test_minilm_batched_padding_and_causal(minilm):
         ref = hf(**tkw, output_hidden_states=True)
     _, inter = model.apply({"params": params}, *args)
     d = max(_maxdiff(np.asarray(a)[valid], b.numpy()[valid]) for a, b in zip(inter.hidden_states, ref.hidden_states))
-    dec = transformers.BertModel.from_pretrained(str(gj.models.minilm_path()), is_decoder=True).eval()
+    dec = transformers.BertModel.from_pretrained(str(gj.convert.minilm_path()), is_decoder=True).eval()
     with torch.no_grad():
         cref = dec(**tkw, output_hidden_states=True, use_cache=False)
     _, cinter = model.apply({"params": params}, *args, causal=True)
@@ -162,8 +162,8 @@ def test_bert_prefixed_checkpoint_with_heads(tmp_path):
     hf = transformers.BertForMaskedLM(cfg).eval()
     hf.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"unused tensors: cls\."):
-        gj.models.load_pretrained(tmp_path)
-    model, params = gj.models.load_pretrained(tmp_path, ignore=("cls.",))
+        gj.convert.load_pretrained(tmp_path)
+    model, params = gj.convert.load_pretrained(tmp_path, ignore=("cls.",))
     assert not model.config.add_pooling_layer  # BertForMaskedLM has no pooler
     ids = np.arange(6)[None] % 30
     with torch.no_grad():

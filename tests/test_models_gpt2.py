@@ -71,7 +71,7 @@ def _maxdiff(a, b) -> float:
 def test_gpt2_parity(shape, tmp_path):
     hf = _hf_model(shape, seed=sum(shape[:4]))
     hf.save_pretrained(tmp_path)
-    model, params = gj.models.load_pretrained(tmp_path)
+    model, params = gj.convert.load_pretrained(tmp_path)
     assert model.config.n_layer == shape[0] and model.config.d_mlp == (shape[5] or 4 * shape[2])
 
     P, V = shape[3], shape[4]
@@ -118,8 +118,8 @@ def test_gpt2_model_without_head_prefix(tmp_path):
     hf = _hf_model(shape, seed=7)
     hf.save_pretrained(tmp_path / "lm")
     hf.transformer.save_pretrained(tmp_path / "bare")
-    _, p1 = gj.models.load_pretrained(tmp_path / "lm")
-    _, p2 = gj.models.load_pretrained(tmp_path / "bare")
+    _, p1 = gj.convert.load_pretrained(tmp_path / "lm")
+    _, p2 = gj.convert.load_pretrained(tmp_path / "bare")
     jax.tree.map(np.testing.assert_array_equal, p1, p2)
 
 
@@ -127,4 +127,4 @@ def test_gpt2_rejects_layer_scaled_attention(tmp_path):
     hf = _hf_model(SHAPES[0], seed=3, scale_attn_by_inverse_layer_idx=True)
     hf.save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx=True"):
-        gj.models.load_pretrained(tmp_path)
+        gj.convert.load_pretrained(tmp_path)

@@ -55,7 +55,7 @@ def test_gpt2_matches_transformers(gpt2_tok, tmp_path):
 
 def test_bert_matches_transformers(bert_tok):
     transformers = pytest.importorskip("transformers")
-    ref = transformers.BertTokenizerFast.from_pretrained(str(gj.models.minilm_path()))
+    ref = transformers.BertTokenizerFast.from_pretrained(str(gj.convert.minilm_path()))
     assert bert_tok.vocab_size == len(ref) == 30522
     for s in TEXTS:
         with_special = bert_tok.encode(s, add_special_tokens=True)
@@ -69,7 +69,7 @@ def test_bert_matches_transformers(bert_tok):
 
 
 def test_check_tokenizer(gpt2_tok, bert_tok):
-    minilm = gj.convert.load_config(gj.models.minilm_path())
+    minilm = gj.convert.load_config(gj.convert.minilm_path())
     T.check_tokenizer(bert_tok, minilm, exact=True)
     with pytest.raises(ValueError, match=r"50257 ids but the model's vocab_size is 30522"):
         T.check_tokenizer(gpt2_tok, minilm)

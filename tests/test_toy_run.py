@@ -10,7 +10,8 @@ from geomjax import train
 from geomjax.data import CharTokenizer, addition_tokenizer, tiny_shakespeare
 from geomjax.decomposition import decompose
 from geomjax.extraction import decompose_model_stream
-from geomjax.models import ToyRun, load_toy_run, toy_forward
+from geomjax.models import ToyRun, toy_forward
+from geomjax.train import load_toy_run
 
 # Every test here trains (module fixture) or loads a trained toy run: tens of seconds each.
 pytestmark = pytest.mark.slow

@@ -137,7 +137,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
     """Run the experiment into the report directory ``out``; returns the metrics dict."""
     from geomjax.data import sample_windows, tokenize_documents
     from geomjax.data.corpora import tiny_shakespeare, wikitext2
-    from geomjax.models.toy_run import load_toy_run
+    from geomjax.train import load_toy_run
 
     t0 = time.perf_counter()
     rd = RunDir(out, "attention_dissection")

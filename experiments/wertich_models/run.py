@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 from config import WertichModelsConfig, get_config  # noqa: E402
 
 from geomjax import gaussian as G  # noqa: E402
+from geomjax.models import kv_expanded, model_interface  # noqa: E402
 from geomjax.report import RunDir, Section  # noqa: E402
 
 FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
@@ -45,14 +46,15 @@ FEW_SHOT_TOY = "ROMEO:\nI love thee.\n\nJULIET:\nI love thee.\n\nROMEO:\nI hate 
 
 
 # ----------------------------------------------------------------------------------------------
-# Model adapters: a uniform view of BERT (MiniLM) and the toy GPT
+# Model adapters: a uniform view of MiniLM, the toy GPT and any ported Hugging Face checkpoint
+# (GPT-2, BERT, Llama / Mistral, BLOOM), all through geomjax.models.model_interface
 # ----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
 class Adapter:
-    """name, forward(params, ids) -> (final hidden or logits, hidden_states tuple, attentions tuple),
-    layer key format, number of layers, causal flag, initializer std per matrix kind, tokens."""
+    """name, the model (Flax module), its params, layer key format, number of layers, causal flag,
+    initializer std per matrix kind, and the tokenizer's encode / labels."""
 
     name: str
     model: object
@@ -64,9 +66,20 @@ class Adapter:
     encode: object
     labels: object
 
+    @property
+    def iface(self):
+        return model_interface(self.model)
+
     def forward(self, params, ids):
-        out, inter = self.model.apply({"params": params}, ids, return_attention=True)
-        return out, inter.hidden_states if getattr(inter, "hidden_states", None) is not None else inter.residual, inter.attentions
+        """(final hidden or logits, hidden_states tuple, attentions tuple)."""
+        out, inter = self.iface.forward(params, ids, return_attention=True)
+        return out, inter.hidden_states, inter.attentions
+
+    def qk_kernels(self, layer: int) -> tuple[np.ndarray, np.ndarray]:
+        """W_q, W_k (d, H, K) of one layer, float64; grouped-query models' shared keys repeated so that
+        column h of W_k is the kv head query head h reads (h // (H / H_kv))."""
+        w = kv_expanded(self.iface.head_weights(self.params, layer))
+        return tuple(np.moveaxis(np.asarray(w[n], np.float64), 0, 1) for n in ("W_q", "W_k"))
 
 
 def minilm_adapter():
@@ -88,8 +101,24 @@ def minilm_adapter():
                    {"q": std, "k": std, "v": std, "fc": std, "proj": std}, encode, labels)
 
 
+def hf_adapter(name: str):
+    """Any checkpoint geomjax ports (a directory or a Hugging Face name): GPT-2, BERT, Llama, Mistral, BLOOM."""
+    from geomjax import pipeline
+    from geomjax.convert import read_config
+
+    model, params, tok, path = pipeline.load_model_and_tokenizer(name, param_dtype="float32")
+    iface = model_interface(model)
+    f = iface.facts
+    std = float(read_config(path).get("initializer_range", 0.02))
+    encode = lambda text, T=None: np.asarray(tok.encode(text)[: T], np.int32)
+    labels = lambda ids: [tok.decode([int(i)]) for i in ids]
+    init = {n: std for n in ("q", "k", "v", "fc", "gate", "proj")}
+    return Adapter(f"{f.family} ({Path(str(name)).name})", model, params, iface.layer_key(0).replace("0", "{}"),
+                   f.n_layers, f.causal, init, encode, labels)
+
+
 def toy_adapter(run_dir):
-    from geomjax.models.toy_run import load_toy_run
+    from geomjax.train import load_toy_run
 
     run = load_toy_run(run_dir)
     c = run.config.model
@@ -103,30 +132,23 @@ def toy_adapter(run_dir):
 
 
 def matrices(ad: Adapter, layer: int) -> dict[str, np.ndarray]:
-    """W_q, W_k, W_v (d, H·K) and MLP fc (d, F), proj (F, d) of one layer (x @ W convention)."""
-    blk = ad.params[ad.layer_key.format(layer)]
+    """W_q (d, H·K), W_k, W_v (d, H_kv·K) and MLP fc (d, F) [, gate (d, F)], proj (F, d) of one layer
+    (x @ W convention; SwiGLU's up projection is 'fc', its gate 'gate')."""
+    w = ad.iface.head_weights(ad.params, layer)
     out = {}
     for n in ("q", "k", "v"):
-        k = np.asarray(blk["attn"][n]["kernel"], np.float64)
+        k = np.moveaxis(np.asarray(w[f"W_{n}"], np.float64), 0, 1)  # (d, H, K)
         out[n] = k.reshape(k.shape[0], -1)
-    for n in ("fc", "proj"):
-        if "mlp" in blk and n in blk["mlp"]:
-            out[n] = np.asarray(blk["mlp"][n]["kernel"], np.float64)
+    mlp = ad.iface.mlp_weights(ad.params, layer)
+    for n, role in (("fc", "W_in"), ("gate", "W_gate"), ("proj", "W_out")):
+        if role in mlp:
+            out[n] = np.asarray(mlp[role], np.float64)
     return out
 
 
 def scaled_params(ad: Adapter, alpha: float) -> dict:
     """Every layer's W_q, W_k kernels AND biases multiplied by α (q, k → αq, αk; logits × α²)."""
-    p = jax.tree_util.tree_map(lambda x: x, ad.params)
-    for l in range(ad.n_layers):
-        blk = dict(p[ad.layer_key.format(l)])
-        attn = dict(blk["attn"])
-        for n in ("q", "k"):
-            attn[n] = jax.tree_util.tree_map(lambda x: x * alpha, attn[n])
-        blk["attn"] = attn
-        p = dict(p)
-        p[ad.layer_key.format(l)] = blk
-    return p
+    return ad.iface.scale_qk(ad.params, alpha)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,8 +182,7 @@ def trace_qk(ad: Adapter) -> tuple[np.ndarray, np.ndarray, list]:
     (eq. 6.17 for independent zero-mean matrices with the observed entry variances)."""
     T, Z, rows = [], [], []
     for l in range(ad.n_layers):
-        blk = ad.params[ad.layer_key.format(l)]["attn"]
-        q, k = np.asarray(blk["q"]["kernel"], np.float64), np.asarray(blk["k"]["kernel"], np.float64)  # (d, H, K)
+        q, k = ad.qk_kernels(l)  # (d, H, K); GQA: the shared key head of each query head
         d, H, K = q.shape
         t = np.einsum("dhk,dhk->h", q, k)
         sd = np.sqrt(d * K) * q.std(axis=(0, 2)) * k.std(axis=(0, 2))

@@ -34,12 +34,13 @@ def _pos_grams(budget: str):
 
 def _pos_grams_uncached(budget: str, key):
     from geomjax import data, extraction, pipeline
+    from geomjax.models import model_interface
 
     n_docs, per_doc, T = _SIZES[budget]
     model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
     corpus = data.tokenize_documents(data.load_corpus("wikitext2"), tok)
     w = data.sample_topics(corpus, n_docs, per_doc, T, key)
-    forward = pipeline._forward(model, final_ln=False, causal=False)
+    forward = model_interface(model).study_forward(final_norm=False)  # BERT: no final norm either way
     batches = [w.ids[i: i + 8] for i in range(0, w.ids.shape[0], 8)]
     stats = extraction.decompose_model_stream(forward, params, batches, drop_first=True)
     return [np.asarray(st.pos, np.float64) for st in stats], (n_docs * per_doc, T - 1)

@@ -1,8 +1,8 @@
-"""Hugging Face checkpoints -> geomjax models and parameters, offline.
+"""Hugging Face checkpoints -> geomjax models and parameters (GPT-2, BERT, Llama / Mistral, BLOOM).
 
 ::
 
-    model, params = gj.convert.load_pretrained(path)      # same as gj.models.load_pretrained
+    model, params = gj.convert.load_pretrained(path)      # a directory, cache entry or "org/name"
     out, inter = model.apply({"params": params}, ids)
     gj.convert.minilm_path()                              # the bundled all-MiniLM-L6-v2
     tok = gj.convert.tokenizers.gpt2_tokenizer()          # GPT-2 byte-level BPE
@@ -21,24 +21,40 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from geomjax.convert.safetensors_io import hf_cache_dir, load_tensors, read_config, resolve_checkpoint
+from geomjax.convert.safetensors_io import (
+    download_checkpoint,
+    hf_cache_dir,
+    hub_offline,
+    load_tensors,
+    read_config,
+    resolve_checkpoint,
+)
 from geomjax.convert.tables import (
+    MODEL_TYPES,
     bert_config_from_hf,
+    bloom_config_from_hf,
     config_from_hf,
     convert_tensors,
     expected_param_shapes,
     gpt2_config_from_hf,
-    model_from_config,
+    llama_config_from_hf,
     with_pooler,
 )
+from geomjax.models.interface import model_from_config
+from geomjax.parallel import shard_params
 
 __all__ = [
+    "MODEL_TYPES",
     "bert_config_from_hf",
+    "bloom_config_from_hf",
     "config_from_hf",
+    "download_checkpoint",
     "convert_tensors",
     "expected_param_shapes",
     "gpt2_config_from_hf",
     "hf_cache_dir",
+    "hub_offline",
+    "llama_config_from_hf",
     "load_config",
     "load_pretrained",
     "load_tensors",
@@ -87,7 +103,7 @@ def minilm_path() -> Path:
 
 def load_config(path: str | os.PathLike, *, revision: str | None = None,
                 ignore_config_keys: Iterable[str] = ()):
-    """Read and validate a checkpoint's ``config.json`` into a GPT2Config or BertConfig.
+    """Read and validate a checkpoint's ``config.json`` into a GPT2Config, BertConfig, LlamaConfig or BloomConfig.
 
     BERT's ``add_pooling_layer`` is left True here; :func:`load_pretrained` sets it from the weights.
     """
@@ -101,8 +117,9 @@ def load_pretrained(
     ignore: Iterable[str] = (),
     ignore_config_keys: Iterable[str] = (),
     revision: str | None = None,
+    mesh=None,
 ):
-    """Load a Hugging Face GPT-2 or BERT checkpoint as ``(flax_module, params)``, offline.
+    """Load a Hugging Face GPT-2, BERT, Llama / Mistral or BLOOM checkpoint as ``(flax_module, params)``.
 
     Dispatches on ``config.json``'s ``model_type``. The weights go through the explicit name tables
     of :mod:`geomjax.convert.tables`; every parameter must be filled with the right shape and
@@ -110,11 +127,17 @@ def load_pretrained(
 
     Args:
       path: local directory (``save_pretrained`` output), Hugging Face cache entry
-        ``models--org--name`` or snapshot directory, or a repo id already in the local cache.
-      dtype: None keeps the checkpoint's dtype; e.g. ``"float32"`` converts explicitly.
+        ``models--org--name`` or snapshot directory, or a repo id (``"gpt2"``, ``"org/name"``):
+        from the local cache, else downloaded unless ``HF_HUB_OFFLINE`` is set or the hub is
+        unreachable (then a one-line :class:`~geomjax.errors.GeomjaxError`).
+      dtype: None keeps the checkpoint's dtype (bfloat16 / float16 checkpoints stay so: a 7B model
+        fits one 80 GB GPU); e.g. ``"float32"`` converts explicitly.
       ignore: tensor-name prefixes to drop on purpose (e.g. ``("cls.",)`` for BERT MLM heads).
       ignore_config_keys: extra config.json keys known not to affect the forward pass.
       revision: branch or commit for cache entries with several snapshots.
+      mesh: a ``jax.sharding.Mesh`` (:func:`geomjax.parallel.data_mesh`): place the parameters
+        with every matrix split over its devices (:func:`geomjax.parallel.shard_params`); None puts
+        them on the default device.
 
     Returns:
       ``(model, params)``: ``model.apply({"params": params}, input_ids)`` gives
@@ -122,7 +145,8 @@ def load_pretrained(
 
     Raises:
       FileNotFoundError: missing directory, config.json or weight files.
-      ValueError: unsupported config, corrupted weights, missing/unused tensors, wrong shapes.
+      GeomjaxError: unsupported config (named), a model neither cached nor reachable, corrupted
+        weights, missing/unused tensors, wrong shapes.
     """
     d = resolve_checkpoint(path, revision)
     cfg = read_config(d)
@@ -132,5 +156,5 @@ def load_pretrained(
         stripped = {k.removeprefix("bert."): v for k, v in tensors.items()}
         config = with_pooler(config, stripped)
     params = convert_tensors(tensors, config, dtype=dtype, ignore=ignore)
-    params = jax.tree.map(jnp.asarray, params)
+    params = jax.tree.map(jnp.asarray, params) if mesh is None else shard_params(params, mesh)
     return model_from_config(config), params

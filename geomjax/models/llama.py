@@ -1,0 +1,315 @@
+"""Llama-2 / TinyLlama / Mistral as a Flax linen module, numerically equal to Hugging Face's
+LlamaForCausalLM / MistralForCausalLM (eager attention).
+
+Pre-norm decoder with RMSNorm, rotary position embeddings, SwiGLU MLP and grouped-query attention:
+x_0 = E[ids]; x_{l+1} = x_l + attn(rms_1(x_l)), then + down(silu(gate(·)) * up(·)) of rms_2;
+logits = rms_f(x_L) @ W_U (W_U = Eᵀ when ``tie_word_embeddings``). Queries and keys are rotated
+after the projection (Su et al., RoFormer eq. (34), Hugging Face's "rotate_half" layout):
+q̃_t = q_t cos(t θ) + rotate_half(q_t) sin(t θ), θ_i = rope_theta^(−2i/K) (/ factor for linear
+scaling). Mistral's sliding window lets query t attend keys s with t − W < s ≤ t.
+
+``model.apply({"params": params}, ids)`` returns ``(logits (B, T, V), Intermediates)`` with the
+Hugging Face ``output_hidden_states`` convention (embedding output, then each block; the last entry
+after the final RMSNorm) in ``inter.hidden_states`` and the pre-norm stream in ``inter.residual``.
+
+Parameter tree::
+
+    embed_tokens/embedding (V, d)   norm/scale (d,)   [lm_head/kernel (d, V) when untied]
+    layers_<l>/input_norm/scale, layers_<l>/post_norm/scale (d,)
+    layers_<l>/attn/q/kernel (d, H, K)  k/kernel, v/kernel (d, H_kv, K)  o/kernel (H, K, d)
+        [biases q (H, K), k, v (H_kv, K), o (d,) when attention_bias]
+    layers_<l>/mlp/gate/kernel, up/kernel (d, F)  down/kernel (F, d)  [biases when mlp_bias]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax.models.common import (
+    Embed,
+    Intermediates,
+    attention_mask_4d,
+    check_input_ids,
+    check_segment_ids,
+    scaled_dot_product_attention,
+)
+from geomjax.typing import Array, ArrayLike, Float, Int
+
+__all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rope_inv_freq", "rotary_from_inv_freq",
+           "rotary_tables", "window_mask"]
+
+ROPE_TYPES = ("default", "linear")
+"""Rotary variants implemented exactly as ``transformers.modeling_rope_utils`` computes them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """Hyperparameters of a Llama-family model (hashable; Hugging Face ``LlamaConfig`` names).
+
+    Build one from a ``config.json`` with ``geomjax.convert.llama_config_from_hf``.
+
+    Attributes:
+      model_type: ``"llama"`` or ``"mistral"`` (the only difference: Mistral's sliding window).
+      vocab_size, hidden_size, intermediate_size, num_hidden_layers: V, d, F, L.
+      num_attention_heads, num_key_value_heads: H and H_kv (grouped-query attention: query head h
+        reads key/value head h // (H / H_kv)).
+      head_dim: K (may differ from d / H).
+      max_position_embeddings: the context length the model was trained for (rotary positions
+        are not bounded by it; recorded as a fact, not enforced).
+      rms_norm_eps: RMSNorm eps.
+      rope_theta: rotary base.
+      rope_type, rope_factor: ``"default"`` or ``"linear"`` (positions divided by the factor).
+      attention_bias, mlp_bias: biases on q/k/v/o and on gate/up/down.
+      tie_word_embeddings: logits use the input embedding (no ``lm_head``).
+      sliding_window: None (full causal attention) or W (Mistral).
+      bos_token_id: the id the tokenizer prepends (None: none).
+    """
+
+    model_type: str = "llama"
+    vocab_size: int = 32000
+    hidden_size: int = 4096
+    intermediate_size: int = 11008
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int = 32
+    head_dim: int = 128
+    max_position_embeddings: int = 4096
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_type: str = "default"
+    rope_factor: float = 1.0
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    tie_word_embeddings: bool = False
+    sliding_window: int | None = None
+    bos_token_id: int | None = 1
+
+    def __post_init__(self):
+        if self.model_type not in ("llama", "mistral"):
+            raise ValueError(f"LlamaConfig: model_type must be 'llama' or 'mistral', got {self.model_type!r}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(f"LlamaConfig: num_attention_heads={self.num_attention_heads} is not a multiple of "
+                             f"num_key_value_heads={self.num_key_value_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"LlamaConfig: head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.rope_type not in ROPE_TYPES:
+            raise ValueError(f"LlamaConfig: rope_type={self.rope_type!r} is not implemented (only {ROPE_TYPES})")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"LlamaConfig: sliding_window must be None or >= 1, got {self.sliding_window}")
+
+    @property
+    def d_model(self) -> int:
+        return self.hidden_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.num_hidden_layers
+
+    @property
+    def num_heads(self) -> int:
+        return self.num_attention_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.num_key_value_heads
+
+    @property
+    def d_mlp(self) -> int:
+        return self.intermediate_size
+
+    @property
+    def max_positions(self) -> None:
+        """None: rotary positions are unbounded (no learned position table)."""
+        return None
+
+
+def rms_norm(x: Float[Array, "... d"], scale: Float[Array, " d"], eps: float) -> Float[Array, "... d"]:
+    """RMSNorm (Zhang & Sennrich 2019): scale · x / sqrt(mean(x²) + eps), statistics in float32.
+
+    As Hugging Face's LlamaRMSNorm: the normalisation runs in float32, the result is cast back to
+    x's dtype and then multiplied by ``scale``. Shapes: x (..., d), scale (d,).
+    """
+    x32 = x.astype(jnp.float32)
+    var = jnp.mean(x32 * x32, axis=-1, keepdims=True)
+    bshape = (1,) * (x.ndim - 1) + (-1,)
+    return scale.reshape(bshape) * (x32 * jax.lax.rsqrt(var + eps)).astype(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with parameter ``scale`` (d,); see :func:`rms_norm`."""
+
+    eps: float = 1e-6
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        return rms_norm(x, scale, self.eps)
+
+
+def rope_inv_freq(config: LlamaConfig) -> np.ndarray:
+    """Rotary inverse frequencies (K/2,) float32: 1 / rope_theta^(2i/K), divided by ``rope_factor``
+    for linear scaling (transformers' ``_compute_default_rope_parameters`` / ``..._linear_...``)."""
+    K = config.head_dim
+    inv = 1.0 / (config.rope_theta ** (np.arange(0, K, 2, dtype=np.int64).astype(np.float32) / K))
+    if config.rope_type == "linear":
+        inv = inv / config.rope_factor
+    return inv.astype(np.float32)
+
+
+def rotary_from_inv_freq(inv_freq: Float[Array, " K2"], T: int, dtype=jnp.float32) -> tuple[Array, Array]:
+    """cos, sin tables (T, K) at positions 0..T-1: angles t · inv_freq in float32, duplicated to K
+    columns as Hugging Face's LlamaRotaryEmbedding does, cast to ``dtype``."""
+    ang = jnp.arange(T, dtype=jnp.float32)[:, None] * jnp.asarray(inv_freq, jnp.float32)[None]
+    emb = jnp.concatenate([ang, ang], axis=-1)
+    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def rotary_tables(config: LlamaConfig, T: int, dtype=jnp.float32) -> tuple[Array, Array]:
+    """cos, sin tables (T, K) of the rotary embedding at positions 0..T-1 (RoFormer eq. (34))."""
+    return rotary_from_inv_freq(rope_inv_freq(config), T, dtype)
+
+
+def apply_rotary(x: Float[Array, "B T H K"], cos: Float[Array, "T K"], sin: Float[Array, "T K"]
+                 ) -> Float[Array, "B T H K"]:
+    """Rotate queries or keys by their position: x cos + rotate_half(x) sin (Hugging Face layout).
+
+    rotate_half([x1, x2]) = [−x2, x1] over the two halves of the head dimension. Linear in x, so
+    the eq. (7) parts of the pre-rotation vectors can be rotated separately and still add up.
+    """
+    half = x.shape[-1] // 2
+    rot = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[None, :, None, :] + rot * sin[None, :, None, :]
+
+
+def window_mask(T: int, window: int | None) -> Array | None:
+    """(1, 1, T, T) boolean "key s is within the window of query t": s > t − window (None: no window)."""
+    if window is None:
+        return None
+    t = jnp.arange(T)
+    return (t[None, :] > t[:, None] - window)[None, None]
+
+
+class LlamaAttention(nn.Module):
+    """Grouped-query self-attention with rotary queries/keys (per-head parameter layout)."""
+
+    config: LlamaConfig
+
+    def setup(self):
+        c = self.config
+        init = nn.initializers.normal(0.02)
+        b = c.attention_bias
+        self.q = nn.DenseGeneral((c.num_heads, c.head_dim), use_bias=b, kernel_init=init, name="q")
+        self.k = nn.DenseGeneral((c.num_kv_heads, c.head_dim), use_bias=b, kernel_init=init, name="k")
+        self.v = nn.DenseGeneral((c.num_kv_heads, c.head_dim), use_bias=b, kernel_init=init, name="v")
+        self.o = nn.DenseGeneral(c.hidden_size, axis=(-2, -1), use_bias=b, kernel_init=init, name="o")
+
+    def __call__(self, x, mask, cos, sin):
+        c = self.config
+        rep = c.num_heads // c.num_kv_heads
+        q = apply_rotary(self.q(x), cos, sin)
+        k = apply_rotary(self.k(x), cos, sin)
+        v = self.v(x)
+        if rep > 1:  # Hugging Face repeat_kv: kv head j serves query heads j*rep .. j*rep+rep-1
+            k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
+        z, probs = scaled_dot_product_attention(q, k, v, mask, c.head_dim ** -0.5)
+        return self.o(z), probs
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) * up(x)) (Shazeer 2020, eq. (6)); kernels gate, up (d, F), down (F, d)."""
+
+    config: LlamaConfig
+
+    def setup(self):
+        c = self.config
+        init = nn.initializers.normal(0.02)
+        self.gate = nn.Dense(c.intermediate_size, use_bias=c.mlp_bias, kernel_init=init)
+        self.up = nn.Dense(c.intermediate_size, use_bias=c.mlp_bias, kernel_init=init)
+        self.down = nn.Dense(c.hidden_size, use_bias=c.mlp_bias, kernel_init=init)
+
+    def __call__(self, x):
+        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+
+
+class LlamaBlock(nn.Module):
+    """One pre-RMSNorm block: x + attn(rms_1 x), then + swiglu(rms_2 ·)."""
+
+    config: LlamaConfig
+
+    def setup(self):
+        c = self.config
+        self.input_norm = RMSNorm(c.rms_norm_eps)
+        self.attn = LlamaAttention(c)
+        self.post_norm = RMSNorm(c.rms_norm_eps)
+        self.mlp = SwiGLU(c)
+
+    def __call__(self, x, mask, cos, sin):
+        a, probs = self.attn(self.input_norm(x), mask, cos, sin)
+        x = x + a
+        return x + self.mlp(self.post_norm(x)), probs
+
+
+class Llama(nn.Module):
+    """Llama / Mistral causal language model returning ``(logits, Intermediates)``."""
+
+    config: LlamaConfig
+
+    def setup(self):
+        c = self.config
+        self.embed_tokens = Embed(c.vocab_size, c.hidden_size)
+        self.layers = [LlamaBlock(c) for _ in range(c.num_hidden_layers)]
+        self.norm = RMSNorm(c.rms_norm_eps)
+        if not c.tie_word_embeddings:
+            self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
+
+    def __call__(
+        self,
+        input_ids: Int[ArrayLike, "B T"],
+        attention_mask: Int[ArrayLike, "B T"] | None = None,
+        *,
+        return_attention: bool = False,
+        compute_logits: bool = True,
+    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
+        """Compute logits and every residual-stream state for token ids (B, T).
+
+        Args:
+          input_ids: (B, T) integer ids in [0, vocab_size) (any T: rotary positions are unbounded).
+          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys.
+          return_attention: also return the L attention-probability arrays (B, H, T, T).
+          compute_logits: if False, skip the (B, T, V) unembedding and return None.
+
+        Returns:
+          ``(logits (B, T, V) or None, Intermediates)``.
+        """
+        c = self.config
+        what = "Mistral" if c.model_type == "mistral" else "Llama"
+        ids = check_input_ids(input_ids, c.vocab_size, np.iinfo(np.int32).max, what=what)
+        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
+        T = ids.shape[1]
+        x = self.embed_tokens(ids)
+        mask = attention_mask_4d(T, am, causal=True)
+        win = window_mask(T, c.sliding_window)
+        if win is not None:
+            mask = mask & win
+        cos, sin = rotary_tables(c, T, x.dtype)
+        residual, probs = [x], []
+        for block in self.layers:
+            x, p = block(x, mask, cos, sin)
+            residual.append(x)
+            probs.append(p)
+        final = self.norm(x)
+        logits = None
+        if compute_logits:
+            logits = self.embed_tokens.attend(final) if c.tie_word_embeddings else self.lm_head(final)
+        inter = Intermediates(
+            hidden_states=tuple(residual[:-1]) + (final,),
+            residual=tuple(residual),
+            final_ln=final,
+            attentions=tuple(probs) if return_attention else None,
+        )
+        return logits, inter
