@@ -298,6 +298,7 @@ def test_lemma2_worst_ratio_is_the_closed_form(song_zhong):
     assert r.details["n_violations_certified"] == r.details["n_instances"] == sum(len(x) for x in ratios)
 
 
+@pytest.mark.slow
 def test_theorem1_printed_violation_is_real():
     """Independent NumPy check of the certified counterexample: G = ccᵀ, c_t = cos(π(t−½)/T),
     T = 64, k = 20, m = 4. Every B leaves (1/T)‖G − F B Bᵀ Fᵀ‖_op ≥ (1/T)‖(I−Π)G(I−Π)‖_op (Π the
