@@ -15,10 +15,10 @@ Loading lives in :mod:`geomjax.convert` (Hugging Face checkpoints) and :mod:`geo
 from __future__ import annotations
 
 from geomjax.models import toy, toy_run
-from geomjax.models.bert import Bert, BertConfig, bert_attention_weights
+from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig
 from geomjax.models.common import Intermediates, layer_norm
-from geomjax.models.gpt2 import GPT2, GPT2Config, gpt2_attention_weights
+from geomjax.models.gpt2 import GPT2, GPT2Config
 from geomjax.models.interface import (
     MODULES,
     ModelFacts,
@@ -57,9 +57,12 @@ __all__ = [
 
 
 def attention_weights(params: dict, config, layer: int) -> dict[str, Array]:
-    """Per-head W_q (H, d, K), W_k, W_v (H_kv, d, K), W_o (H, K, d) and biases of one layer, plus the
-    family's norm parameters (GPT-2 ln_1/ln_2, BERT attn/out LayerNorms) — a config-keyed shortcut to
-    :meth:`ModelInterface.head_weights` (see :func:`gpt2_attention_weights`, :func:`bert_attention_weights`).
+    """Per-head W_q (H, d, K), W_k, W_v (H_kv, d, K), W_o (H, K, d), biases b_q (H, K), b_k, b_v
+    (H_kv, K), b_o (d,) and the block's norm parameters of one layer, for a config (a shortcut to
+    :meth:`ModelInterface.head_weights` and :meth:`ModelInterface.norm_weights`).
+
+    Head h of a pre-norm model computes q_h = norm_1(x) @ W_q[h] + b_q[h] (GPT-2: ``ln_1_scale``,
+    ``ln_1_bias``); BERT's attention input is the previous layer's (already normalised) output.
 
     Args:
       params: the model's parameter tree (``params``, not ``{"params": params}``).
@@ -69,11 +72,8 @@ def attention_weights(params: dict, config, layer: int) -> dict[str, Array]:
     n = config.num_layers
     if not 0 <= layer < n:
         raise ValueError(f"layer must lie in [0, {n}), got {layer}")
-    if isinstance(config, GPT2Config):
-        return gpt2_attention_weights(params, config, layer)
-    if isinstance(config, BertConfig):
-        return bert_attention_weights(params, config, layer)
     if type(config) not in MODULES:
         raise TypeError(f"attention_weights: unsupported config type {type(config).__name__}")
-    w = model_interface(model_from_config(config)).head_weights(params, layer)
-    return {k: v for k, v in w.items() if k != "kv_head"}
+    m = model_interface(model_from_config(config))
+    w = {k: v for k, v in m.head_weights(params, layer).items() if k != "kv_head"}
+    return w | m.norm_weights(params, layer)

@@ -34,7 +34,6 @@ from geomjax.models.common import (
     Intermediates,
     LayerNorm,
     MultiHeadAttention,
-    attention_head_weights,
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
@@ -211,21 +210,3 @@ class Bert(nn.Module):
         )
         return x, inter
 
-
-def bert_attention_weights(params: dict, config: BertConfig, layer: int) -> dict[str, Array]:
-    """Collect per-head attention weights, biases and LayerNorm parameters of BERT layer ``layer``.
-
-    Returns a dict with W_q, W_k, W_v (H, d, K); W_o (H, K, d); b_q, b_k, b_v (H, K); b_o (d,);
-    ln_attn_scale, ln_attn_bias (the post-attention LayerNorm) and ln_out_scale, ln_out_bias
-    (the post-MLP LayerNorm), all (d,). The attention input is the previous layer's output
-    (already normalized; post-LN), so q_h = x @ W_q[h] + b_q[h].
-    """
-    blk = params[f"layer_{layer}"]
-    out = attention_head_weights(blk["attn"])
-    out.update(
-        ln_attn_scale=blk["attn_ln"]["scale"],
-        ln_attn_bias=blk["attn_ln"]["bias"],
-        ln_out_scale=blk["out_ln"]["scale"],
-        ln_out_bias=blk["out_ln"]["bias"],
-    )
-    return out

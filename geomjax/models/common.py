@@ -31,7 +31,6 @@ __all__ = [
     "LayerNorm",
     "MLP",
     "MultiHeadAttention",
-    "attention_head_weights",
     "attention_mask_4d",
     "scaled_dot_product_attention",
     "check_input_ids",
@@ -355,26 +354,3 @@ class MLP(nn.Module):
     def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
         return self.proj(ACTIVATIONS[self.activation](self.fc(x)))
 
-
-def attention_head_weights(attn_params: dict) -> dict[str, Array]:
-    """Rearrange a ``MultiHeadAttention`` parameter dict into per-head matrices.
-
-    Args:
-      attn_params: ``{"q"|"k"|"v": {"kernel" (d, H, K), "bias" (H, K)}, "o": {"kernel" (H, K, d),
-        "bias" (d,)}}``.
-
-    Returns:
-      dict with W_q, W_k, W_v (H, d, K), W_o (H, K, d), b_q, b_k, b_v (H, K), b_o (d,).
-    """
-    t = lambda w: jnp.transpose(w, (1, 0, 2))  # (d, H, K) -> (H, d, K)
-    a = attn_params
-    return {
-        "W_q": t(a["q"]["kernel"]),
-        "W_k": t(a["k"]["kernel"]),
-        "W_v": t(a["v"]["kernel"]),
-        "W_o": a["o"]["kernel"],
-        "b_q": a["q"]["bias"],
-        "b_k": a["k"]["bias"],
-        "b_v": a["v"]["bias"],
-        "b_o": a["o"]["bias"],
-    }

@@ -30,7 +30,6 @@ from geomjax.models.common import (
     Intermediates,
     LayerNorm,
     MultiHeadAttention,
-    attention_head_weights,
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
@@ -182,24 +181,4 @@ class GPT2(nn.Module):
             attentions=tuple(probs) if return_attention else None,
         )
         return logits, inter
-
-
-def gpt2_attention_weights(params: dict, config: GPT2Config, layer: int) -> dict[str, Array]:
-    """Collect per-head attention weights, biases and LayerNorm parameters of GPT-2 block ``layer``.
-
-    Returns a dict with W_q, W_k, W_v (H, d, K); W_o (H, K, d); b_q, b_k, b_v (H, K); b_o (d,);
-    ln_1_scale, ln_1_bias, ln_2_scale, ln_2_bias (d,) (ln_1 feeds the attention, ln_2 the MLP).
-    Head h computes q_h = ln_1(x) @ W_q[h] + b_q[h] (same for k, v) and the block adds
-    sum_h softmax(q_h k_hᵀ / sqrt(K)) v_h @ W_o[h] + b_o.
-    """
-    blk = params[f"h_{layer}"]
-    a = blk["attn"]
-    out = attention_head_weights(a)
-    out.update(
-        ln_1_scale=blk["ln_1"]["scale"],
-        ln_1_bias=blk["ln_1"]["bias"],
-        ln_2_scale=blk["ln_2"]["scale"],
-        ln_2_bias=blk["ln_2"]["bias"],
-    )
-    return out
 

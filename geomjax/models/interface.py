@@ -198,6 +198,17 @@ class ModelInterface:
         out["kv_head"] = jnp.arange(f.n_heads) // (f.n_heads // f.n_kv_heads)
         return out
 
+    def norm_weights(self, params, layer: int) -> dict[str, Array]:
+        """The block's norm parameters (d,), named by role: GPT-2 / BLOOM / toy ``ln_1_*`` (feeds the
+        attention) and ``ln_2_*`` (the MLP), ``*_scale`` and ``*_bias``; Llama / Mistral ``rms_1_scale``,
+        ``rms_2_scale``; BERT ``ln_attn_*`` (after the attention) and ``ln_out_*`` (after the MLP)."""
+        blk = params[self.layer_key(layer)]
+        names = {"bert": (("attn_ln", "ln_attn"), ("out_ln", "ln_out")),
+                 "llama": (("input_norm", "rms_1"), ("post_norm", "rms_2")),
+                 "mistral": (("input_norm", "rms_1"), ("post_norm", "rms_2"))}.get(
+            self.facts.family, (("ln_1", "ln_1"), ("ln_2", "ln_2")))
+        return {f"{role}_{k}": v for key, role in names if key in blk for k, v in blk[key].items()}
+
     def mlp_weights(self, params, layer: int) -> dict[str, Array]:
         """MLP matrices of block ``layer``: W_in (d, F) and W_out (F, d); SwiGLU families also W_gate (d, F)
         (out = (silu(x W_gate) ⊙ x W_in) W_out). Empty for attention-only toys."""
