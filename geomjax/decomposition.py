@@ -47,6 +47,7 @@ from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
 from geomjax._checks import check_no_silent_float64, is_concrete as _is_concrete
+from geomjax._repr import with_compact_repr
 from geomjax.parallel import AXIS, check_divisible, shard_batch
 from geomjax.typing import Array, Float
 
@@ -104,6 +105,7 @@ def _check_shape(shape, where: str, drop_first: bool, want_ndim: int = 3) -> tup
 # ----------------------------------------------------------------------------------------------
 
 
+@with_compact_repr
 @struct.dataclass
 class Decomposition:
     """The four parts of eq. (2) for one layer, all in the input dtype.
@@ -178,6 +180,7 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
 # ----------------------------------------------------------------------------------------------
 
 
+@with_compact_repr
 @struct.dataclass
 class StreamState:
     """Sufficient statistics of the one-pass decomposition (all in the accumulation dtype).
@@ -199,6 +202,7 @@ class StreamState:
     s_within: Array
 
 
+@with_compact_repr
 @struct.dataclass
 class DecompositionStats:
     """Result of the streaming decomposition (Song & Zhong eqs. (2)-(3)) for one layer.

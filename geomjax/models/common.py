@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from geomjax._repr import with_compact_repr
 from geomjax.typing import Array, ArrayLike, Bool, Float, Int
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 
+@with_compact_repr
 @struct.dataclass
 class Intermediates:
     """Everything a geomjax model exposes besides its output (a pytree; jit/vmap friendly).
