@@ -2,6 +2,9 @@
 
 Functions and types at the top level (``import geomjax as gj``)::
 
+    model = gj.load("minilm")                      # module, params, tokenizer: gj.load("gpt2"), "toy:RUN"
+    out, cache = model.run_with_cache("The cat sat.")   # named activations (geomjax.lens)
+
     dec = gj.decompose(h, drop_first=False)        # Song & Zhong eqs. (2)-(3): h (C, T, d)
     st = gj.decompose_stream(batches)              # the same statistics in one pass, O(d² + Td + Cd)
     gj.decompose_sharded(h, mesh, batch_size=64)   # sharded over devices
@@ -40,6 +43,7 @@ _SUBMODULES = (
     "gaussian",
     "geometry",
     "kernel_factorization",
+    "lens",
     "localization",
     "models",
     "montecarlo",
@@ -63,6 +67,7 @@ _REEXPORTS = {
     "DecompositionStats": "decomposition",
     "Estimate": "montecarlo",
     "GeomjaxError": "errors",
+    "load": "lens",
 }
 
 __all__ = sorted(_REEXPORTS) + list(_SUBMODULES)
