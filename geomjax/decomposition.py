@@ -155,7 +155,9 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
     Args:
       h: hidden states of one layer, shape (C, T, d) with C >= 2 contexts, T >= 2 positions.
       drop_first: drop position 0 before decomposing (the source code does: the first token
-        acts as an attention sink). T then counts the remaining positions.
+        acts as an attention sink). Default False in every library function (decompose,
+        decompose_stream, decompose_sharded, extraction.decompose_model_stream): nothing is dropped
+        unless asked. T then counts the remaining positions.
 
     Returns:
       ``Decomposition`` with mean (d,), pos (T, d), ctx (C, d), resid (C, T, d) and the derived

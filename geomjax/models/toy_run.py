@@ -13,7 +13,7 @@ tokenizer through the task's own data code, so text maps to the ids the model wa
     run = load_toy_run("runs/shakespeare")                      # latest checkpoint
     forward = toy_forward(run)                                  # (params, ids) -> L+1 (B, T, d)
     ids = run.tokenizer.encode(text)                            # windows of <= run.max_positions
-    stats = decompose_model_stream(forward, run.params, batches)
+    stats = decompose_model_stream(forward, run.params, batches, drop_first=True)
 
 Supported tasks are the language models over text: ``shakespeare`` (character LM on tiny
 Shakespeare; the vocabulary is the sorted characters of the corpus, so it needs the corpus —
