@@ -33,9 +33,10 @@ heads, K head width; every family has the same names, recorded by the identity m
     ln_final                      (B, T, d)      final norm (GPT-2 ln_f, Llama norm, BLOOM ln_f)
 
 Post-LN BERT has no ``ln1``/``ln2`` (its ``hook_resid_mid``/``hook_resid_post`` are the LayerNorm
-outputs) and no ``ln_final``. A hook ``fn(x) -> x`` replaces the activation of that name in the
-forward pass (patching, ablation); everything downstream sees the replacement. The toy models of
-``geomjax train`` load with :func:`load` but have no hook points (``run_with_cache`` raises).
+outputs) and no ``ln_final``; the toy models of ``geomjax train`` have the names of their layer-norm
+placement (pre: as GPT-2; post: as BERT; none: no norms) and no ``mlp.out`` when attention-only. A
+hook ``fn(x) -> x`` replaces the activation of that name in the forward pass (patching, ablation);
+everything downstream sees the replacement.
 """
 
 from __future__ import annotations
@@ -198,9 +199,6 @@ class Model:
         Raises:
           GeomjaxError: a requested name or hook name matches no activation of this model.
         """
-        if self.facts.family == "toy":
-            raise GeomjaxError("run_with_cache: the toy models of `geomjax train` have no hook points; use "
-                               "model.interface.forward(params, ids, return_attention=True)")
         ids = self._ids(text_or_ids)
         keep = _keep_key(names)
         hooks = dict(hooks or {})

@@ -193,3 +193,26 @@ def test_llama_to_tokens_prepends_bos(tiny, tmp_path):
     assert m.facts.bos_token_id == 1
     assert m.to_tokens("a b").tolist() == [[1, 2, 3]]
     assert m.to_tokens("a b", special_tokens=False).tolist() == [[2, 3]]
+
+
+@pytest.mark.parametrize("layer_norm", ["pre", "post"])
+def test_toy_transformer_cache_equals_its_intermediates(layer_norm):
+    """The toy models of `geomjax train` carry the same hook points (the toy: runs gj.load returns)."""
+    import jax
+
+    from geomjax.models.toy import ToyConfig, ToyTransformer
+
+    cfg = ToyConfig(vocab_size=11, d_model=16, n_layers=2, n_heads=2, d_mlp=32, max_len=8, layer_norm=layer_norm)
+    module = ToyTransformer(cfg)
+    ids = (np.arange(12).reshape(2, 6) * 7) % 11
+    params = module.init(jax.random.key(0), ids)["params"]
+    model = lens.Model(module, params, None, "toy")
+    out, cache = model.run_with_cache(ids)
+    ref_out, inter = model.interface.forward(params, ids, return_attention=True)
+    np.testing.assert_allclose(out, ref_out, atol=1e-6)
+    for a, b in zip(cache.hidden_states(), inter.hidden_states):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    np.testing.assert_allclose(cache.stack("attn.pattern"), np.stack(inter.attentions), atol=1e-7)
+    assert ("ln_final" in cache) == (layer_norm == "pre") and ("blocks.0.ln1" in cache) == (layer_norm == "pre")
+    ablated = model.run_with_hooks(ids, {"blocks.1.mlp.out": lambda m: m * 0.0})
+    assert np.abs(np.asarray(ablated) - np.asarray(out)).max() > 1e-4
