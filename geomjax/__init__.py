@@ -10,16 +10,20 @@ Functions and types at the top level (``import geomjax as gj``)::
     gj.decompose_sharded(h, mesh, batch_size=64)   # sharded over devices
     gj.Decomposition, gj.DecompositionStats, gj.Estimate, gj.GeomjaxError
 
+Inputs: JAX arrays, NumPy arrays or Python lists; float64 NumPy arrays and lists are computed in
+float64 (JAX's x64 switched on locally), float32 in float32 — the one dtype rule, ``geomjax._checks``.
+
 Submodules (each imported on first use, so ``import geomjax`` stays cheap)::
 
     gj.spectral.screenot_rank(Y, k)        gj.geometry.incoherence(pos, ctx)
     gj.study, gj.extraction, gj.attention, gj.smoothness, gj.kernel_factorization   (Song & Zhong)
     gj.gaussian, gj.montecarlo              (Wertich)      gj.localization   (Bao et al.)
     gj.fourier                              (clock algorithm)
-    gj.models, gj.convert, gj.data, gj.train, gj.claims, gj.parallel, gj.multihost,
-    gj.pipeline, gj.report, gj.plots, gj.cli
+    gj.lens (load, run_with_cache, hooks), gj.models, gj.convert, gj.data, gj.train, gj.claims,
+    gj.parallel, gj.multihost, gj.pipeline, gj.report, gj.plots, gj.cli
 
-``dir(gj)`` and ``gj.__all__`` list exactly this public API. Architecture, conventions and where
+``dir(gj)`` and ``gj.__all__`` list exactly this public API; the rendered reference:
+``python docs/build_api.py docs/api``. Architecture, conventions and where
 each equation lives: ``docs/DESIGN.md`` in the repository.
 """
 
