@@ -161,6 +161,15 @@ class Model:
         if ids.ndim != 2 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
             raise GeomjaxError(f"expected a text or token ids (T,) / (B, T) of integers, got shape {ids.shape} "
                                f"dtype {ids.dtype}")
+        f = self.facts  # checked here: inside the compiled run a bad id would only give NaN outputs
+        if ids.size == 0:
+            raise GeomjaxError("no tokens to run (the text tokenized to nothing)")
+        if ids.min() < 0 or ids.max() >= f.vocab_size:
+            raise GeomjaxError(f"token ids must lie in [0, {f.vocab_size}) (the model's vocabulary), got min "
+                               f"{ids.min()}, max {ids.max()}")
+        if f.max_positions is not None and ids.shape[1] > f.max_positions:
+            raise GeomjaxError(f"{ids.shape[1]} tokens exceed the model's {f.max_positions} positions; split "
+                               "the text into windows")
         return ids.astype(np.int32)
 
     def to_str_tokens(self, text_or_ids) -> list[str] | list[list[str]]:

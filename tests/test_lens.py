@@ -163,6 +163,10 @@ def test_names_filter_and_compile_once(tiny):
         model.run_with_cache(ids, names=["blocks.0.atn.q"])
     with pytest.raises(GeomjaxError, match="no activation named"):
         model.run_with_hooks(ids, {"blocks.9.attn.z": lambda z: z})
+    with pytest.raises(GeomjaxError, match=r"must lie in \[0, 40\)"):
+        model.run_with_cache([[0, V]])
+    with pytest.raises(GeomjaxError, match="exceed the model's 12 positions"):
+        model.run_with_cache(np.zeros((1, P + 1), np.int32))
     with pytest.raises(KeyError, match="not in this cache"):
         c["blocks.0.attn.q"]
 
