@@ -1,22 +1,36 @@
 """geomjax: geometry of transformer hidden states and statistics of attention, in JAX.
 
-Public API (see docs/DESIGN.md and README.md)::
+Functions and types at the top level (``import geomjax as gj``)::
 
-    import geomjax as gj
-    dec = gj.decompose(h, drop_first=False)           # Song & Zhong eqs. (2)-(3)
-    st = gj.decompose_stream(batches)                 # one pass, O(d^2 + T d + C d) memory
-    gj.spectral.screenot_rank(Y, k)
-    gj.geometry.incoherence(pos, ctx)
-    model, params = gj.convert.load_pretrained(path)
-    gj.claims.run(select=None, budget="quick")
+    model = gj.load("minilm")                      # module, params, tokenizer: gj.load("gpt2"), "toy:RUN"
+    out, cache = model.run_with_cache("The cat sat.")   # named activations (geomjax.lens)
 
-Submodules are imported lazily so that ``import geomjax`` stays cheap.
+    dec = gj.decompose(h, drop_first=False)        # Song & Zhong eqs. (2)-(3): h (C, T, d)
+    st = gj.decompose_stream(batches)              # the same statistics in one pass, O(d² + Td + Cd)
+    gj.decompose_sharded(h, mesh, batch_size=64)   # sharded over devices
+    gj.Decomposition, gj.DecompositionStats, gj.Estimate, gj.GeomjaxError
+
+Inputs: JAX arrays, NumPy arrays or Python lists; float64 NumPy arrays and lists are computed in
+float64 (JAX's x64 switched on locally), float32 in float32 — the one dtype rule, ``geomjax._checks``.
+
+Submodules (each imported on first use, so ``import geomjax`` stays cheap)::
+
+    gj.spectral.screenot_rank(Y, k)        gj.geometry.incoherence(pos, ctx)
+    gj.study, gj.extraction, gj.attention, gj.smoothness, gj.kernel_factorization   (Song & Zhong)
+    gj.gaussian, gj.montecarlo              (Wertich)      gj.localization   (Bao et al.)
+    gj.fourier                              (clock algorithm)
+    gj.lens (load, run_with_cache, hooks), gj.models, gj.convert, gj.data, gj.train, gj.claims,
+    gj.parallel, gj.multihost, gj.pipeline, gj.report, gj.plots, gj.cli
+
+``dir(gj)`` and ``gj.__all__`` list exactly this public API; the rendered reference:
+``python docs/build_api.py docs/api``. Architecture, conventions and where
+each equation lives: ``docs/DESIGN.md`` in the repository.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+import importlib as _importlib
+from typing import Any as _Any
 
 __version__ = "0.1.0"
 
@@ -27,21 +41,26 @@ _SUBMODULES = (
     "convert",
     "data",
     "decomposition",
+    "errors",
     "extraction",
     "fourier",
     "gaussian",
     "geometry",
     "kernel_factorization",
+    "lens",
     "localization",
     "models",
     "montecarlo",
     "multihost",
     "parallel",
+    "pipeline",
     "plots",
     "report",
     "smoothness",
     "spectral",
+    "study",
     "train",
+    "typing",
 )
 
 _REEXPORTS = {
@@ -51,16 +70,21 @@ _REEXPORTS = {
     "Decomposition": "decomposition",
     "DecompositionStats": "decomposition",
     "Estimate": "montecarlo",
+    "GeomjaxError": "errors",
+    "load": "lens",
 }
 
+__all__ = sorted(_REEXPORTS) + list(_SUBMODULES)
 
-def __getattr__(name: str) -> Any:
+
+def __getattr__(name: str) -> _Any:
     if name in _SUBMODULES:
-        return importlib.import_module(f"geomjax.{name}")
+        return _importlib.import_module(f"geomjax.{name}")
     if name in _REEXPORTS:
-        return getattr(importlib.import_module(f"geomjax.{_REEXPORTS[name]}"), name)
+        return getattr(_importlib.import_module(f"geomjax.{_REEXPORTS[name]}"), name)
     raise AttributeError(f"module 'geomjax' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(list(globals()) + list(_SUBMODULES) + list(_REEXPORTS))
+    """The public API once: ``__all__`` plus ``__version__``."""
+    return sorted(set(__all__) | {"__version__"})

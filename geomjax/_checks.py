@@ -1,10 +1,21 @@
-"""Input checks shared across geomjax: nothing is silently cast to a lower precision.
+"""Input checks shared across geomjax, and the one dtype rule of the public API.
 
-JAX with float64 disabled (its default) turns a float64 NumPy array into float32 without a word;
-every public numerical function that accepts arrays routes them through these checks instead.
+**Dtype rule.** Public numerical functions accept JAX arrays, NumPy arrays of any float dtype and
+(nested) Python lists, and compute in the input's dtype: a float64 NumPy array or a Python list of
+floats (NumPy's float64) is computed in float64, with JAX's float64 switched on locally
+(``jax.enable_x64(True)`` around the call, :func:`float64_aware`) even when it is globally off, so
+nothing is silently cast to float32 and results come back float64. Pass ``np.float32`` arrays for
+float32 speed. Streaming accumulators take their dtype explicitly (``decompose_stream(...,
+accum_dtype=)``). Inside a function that is not float64-aware, a float64 array while x64 is off raises
+(:func:`check_no_silent_float64`) rather than being downcast.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -37,3 +48,36 @@ def as_real_array(x, where: str, what: str = "array") -> jax.Array:
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
     return x
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def has_float64(a: Any, _in_list: bool = False) -> bool:
+    """True if ``a`` is a float64 array, or a (nested) list/tuple holding one or a Python float."""
+    if isinstance(a, (list, tuple)):
+        return any(has_float64(b, True) for b in a)
+    if _in_list and isinstance(a, float):
+        return True
+    dt = getattr(a, "dtype", None)
+    return dt is not None and np.dtype(dt) == np.float64
+
+
+def x64_if_float64(*arrays) -> contextlib.AbstractContextManager:
+    """``jax.enable_x64(True)`` when x64 is off and one of ``arrays`` is float64 (:func:`has_float64`),
+    else a no-op context: the module's dtype rule for functions whose inputs arrive lazily."""
+    if not jax.config.jax_enable_x64 and any(has_float64(a) for a in arrays):
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
+def float64_aware(fn: _F) -> _F:
+    """Decorator applying the dtype rule: ``fn`` runs under ``jax.enable_x64(True)`` when an argument
+    is float64 (a NumPy float64 array or a Python list of floats), so it is computed in float64."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with x64_if_float64(*args, *kwargs.values()):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

@@ -36,6 +36,7 @@ The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; ever
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -46,7 +47,8 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import check_no_silent_float64, is_concrete as _is_concrete
+from geomjax._checks import check_no_silent_float64, float64_aware, is_concrete as _is_concrete, x64_if_float64
+from geomjax._repr import with_compact_repr
 from geomjax.parallel import AXIS, check_divisible, shard_batch
 from geomjax.typing import Array, Float
 
@@ -104,6 +106,7 @@ def _check_shape(shape, where: str, drop_first: bool, want_ndim: int = 3) -> tup
 # ----------------------------------------------------------------------------------------------
 
 
+@with_compact_repr
 @struct.dataclass
 class Decomposition:
     """The four parts of eq. (2) for one layer, all in the input dtype.
@@ -145,23 +148,32 @@ def _decompose(h: Float[Array, "C T d"]) -> Decomposition:
     return Decomposition(mean=mean, pos=pos, ctx=ctx, resid=resid)
 
 
+@float64_aware
 def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decomposition:
     """Decompose hidden states h = mean + pos + ctx + resid (Song & Zhong eqs. (2)-(3)).
 
     Args:
       h: hidden states of one layer, shape (C, T, d) with C >= 2 contexts, T >= 2 positions.
       drop_first: drop position 0 before decomposing (the source code does: the first token
-        acts as an attention sink). T then counts the remaining positions.
+        acts as an attention sink). Default False in every library function (decompose,
+        decompose_stream, decompose_sharded, extraction.decompose_model_stream): nothing is dropped
+        unless asked. T then counts the remaining positions.
 
     Returns:
       ``Decomposition`` with mean (d,), pos (T, d), ctx (C, d), resid (C, T, d) and the derived
-      ``cvec`` (C, T, d), in h's dtype. The mean is removed first, with a second pass that
-      corrects its rounding, so a large mean does not cost precision.
+      ``cvec`` (C, T, d), in h's dtype (float64 for NumPy float64 or list input: the dtype rule of
+      :mod:`geomjax._checks`). The mean is removed first, with a second pass that corrects its
+      rounding, so a large mean does not cost precision.
+
+    The NaN/Inf check needs concrete values: under ``jit``/``vmap``/``grad`` it is skipped and a
+    NaN in h propagates to the outputs.
 
     Raises:
-      ValueError: wrong rank, C < 2, T < 2 (after ``drop_first``), NaN/Inf.
-      TypeError: non-float input, or float64 input while JAX float64 is disabled.
+      ValueError: wrong rank, C < 2, T < 2 (after ``drop_first``), NaN/Inf (outside ``jit``).
+      TypeError: non-float input.
     """
+    if not hasattr(h, "dtype"):
+        h = np.asarray(h)
     _check_dtype(h, "decompose")
     C, _, _ = _check_shape(np.shape(h), "decompose", drop_first)
     if C < 2:
@@ -178,6 +190,7 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
 # ----------------------------------------------------------------------------------------------
 
 
+@with_compact_repr
 @struct.dataclass
 class StreamState:
     """Sufficient statistics of the one-pass decomposition (all in the accumulation dtype).
@@ -199,6 +212,7 @@ class StreamState:
     s_within: Array
 
 
+@with_compact_repr
 @struct.dataclass
 class DecompositionStats:
     """Result of the streaming decomposition (Song & Zhong eqs. (2)-(3)) for one layer.
@@ -433,9 +447,21 @@ def decompose_stream(
     Raises:
       ValueError: empty stream, wrong rank, T or d changing between batches, C < 2, T < 2,
         NaN/Inf (the error names the first bad batch).
-      TypeError: non-float input, or float64 input while JAX float64 is disabled.
+      TypeError: non-float input, or a float64 batch after a float32 first batch while JAX float64
+        is disabled (a float64 or list first batch switches float64 on for the whole stream, the dtype
+        rule of :mod:`geomjax._checks`).
     """
     iterator = iter(batches)
+    first = next(iterator, None)
+    if first is None:
+        raise ValueError("decompose_stream: the stream of batches is empty")
+    iterator = itertools.chain([first], iterator)
+    with x64_if_float64(first):
+        return _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total)
+
+
+def _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total) -> DecompositionStats:
+    """The body of :func:`decompose_stream` (its dtype context already entered)."""
     if progress:
         from tqdm.auto import tqdm
 
@@ -448,6 +474,8 @@ def decompose_stream(
     update = None
     with _x64_context(accum_dtype):
         for i, batch in enumerate(iterator):
+            if not hasattr(batch, "dtype"):
+                batch = np.asarray(batch)
             _check_dtype(batch, f"decompose_stream (batch {i})")
             B, T_used, d = _check_shape(np.shape(batch), f"decompose_stream (batch {i})", drop_first)
             if shape_Td is None:

@@ -154,7 +154,7 @@ def decompose_model_stream(
     params,
     id_batches: Iterable[Int[Array, "B T"]],
     *,
-    drop_first: bool = True,
+    drop_first: bool = False,
     accum_dtype: str = "float32",
     mesh: Mesh | None = None,
     progress: bool | str = False,
@@ -168,7 +168,10 @@ def decompose_model_stream(
         :func:`hidden_state_forward`.
       params: model parameters (replicated on the mesh when one is given).
       id_batches: iterable of int token windows (B, T); B may vary, T may not.
-      drop_first: drop position 0 from every window (default True: the source code's choice).
+      drop_first: drop position 0 from every window. Default False, as in :func:`geomjax.decompose` and
+        :func:`geomjax.decompose_stream` (library functions drop nothing unless asked); the geometry
+        study (``GeometryConfig.drop_first``, the CLI without ``--keep-first``) passes True, the
+        source code's choice.
       accum_dtype: "float32" or "float64" accumulation of the statistics.
       mesh: optional 1-D ``"data"`` mesh; B must be divisible by its size.
       progress: tqdm progress bar (a string sets its description).

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import check_no_silent_float64, is_concrete as _is_concrete
+from geomjax._checks import check_no_silent_float64, float64_aware, is_concrete as _is_concrete
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -42,39 +42,12 @@ __all__ = [
     "pca_projections",
 ]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
 _HIGHEST = jax.lax.Precision.HIGHEST
 
 
 # ----------------------------------------------------------------------------------------------
 # Validation and dtype helpers (shared with geomjax.spectral)
 # ----------------------------------------------------------------------------------------------
-
-
-def _has_float64(a: Any) -> bool:
-    if isinstance(a, (list, tuple)):
-        return any(_has_float64(b) for b in a)
-    dt = getattr(a, "dtype", None)
-    return dt is not None and np.dtype(dt) == np.float64
-
-
-def float64_aware(fn: _F) -> _F:
-    """Runs ``fn`` under ``jax.enable_x64(True)`` when an array argument is float64.
-
-    Without it, a float64 NumPy array handed to a JAX function while float64 is globally disabled
-    would be silently cast to float32.
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if not jax.config.jax_enable_x64 and (
-            any(_has_float64(a) for a in args) or any(_has_float64(a) for a in kwargs.values())
-        ):
-            with jax.enable_x64(True):
-                return fn(*args, **kwargs)
-        return fn(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def as_float_array(

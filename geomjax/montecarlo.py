@@ -38,6 +38,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
+from geomjax._repr import with_compact_repr
 from geomjax.parallel import AXIS
 from geomjax.typing import Array, Float, Key
 
@@ -139,6 +140,7 @@ _merge_jit = jax.jit(_merge_stats)
 # ----------------------------------------------------------------------------------------------
 
 
+@with_compact_repr
 @struct.dataclass
 class Estimate:
     """Mergeable Monte Carlo estimate of the mean of a (pytree-valued) random quantity.

@@ -254,21 +254,12 @@ def load_model_and_tokenizer(name: str, *, param_dtype: str | None = None):
     vocab.txt; GPT-2's byte-level BPE when a GPT-2 checkpoint ships none) and is checked against the
     model's vocabulary size.
     """
-    from geomjax import convert
-    from geomjax.convert import tokenizers
+    # geomjax.lens loads convert, models and train: imported on use so `geomjax --help` stays fast.
+    from geomjax.lens import load
 
-    if name.startswith("toy:"):
-        # A toy transformer trained by `geomjax train` (Song & Zhong's NanoGPT row): the model,
-        # its latest checkpoint and the character tokenizer it trained with.
-        from geomjax.train import load_toy_run
-
-        run = load_toy_run(name[4:])
-        return run, run.params, run.tokenizer.encode, Path(name[4:])
-    path = convert.minilm_path() if name == "minilm" else convert.resolve_checkpoint(name)
-    model, params = convert.load_pretrained(path, dtype=param_dtype)
-    tok = tokenizers.model_tokenizer(path, model.config)
-    tokenizers.check_tokenizer(tok, model.config)
-    return model, params, tok, Path(path)
+    m = load(name, dtype=param_dtype)
+    tok = m.tokenizer.encode if name.startswith("toy:") else m.tokenizer  # a toy run's CharTokenizer
+    return m.model, m.params, tok, m.path
 
 
 def _max_positions(model) -> int | None:

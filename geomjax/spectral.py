@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import float64_aware
 from geomjax.geometry import (
     _is_concrete,
     _matrix,
@@ -46,7 +47,6 @@ from geomjax.geometry import (
     as_float_array,
     check_finite,
     check_nonzero_rows,
-    float64_aware,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
 

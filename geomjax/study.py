@@ -9,6 +9,7 @@ tensor is needed, and the incoherence the paper reports but its code never compu
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,9 @@ def layer_metrics(
       (Table 4), ``explained_ratio``, ``relative_norm`` (Table 5), ``incoherence_max`` and
       ``incoherence_mean`` (Table 1, last column), ``intra_similarity``/``inter_similarity``
       (Table 1, when labels are given), ``dct_low_freq_energy`` (Fig. 3 right), and the
-      variance shares of pos, ctx and resid in the ANOVA identity.
+      variance shares of pos, ctx and resid in the ANOVA identity. When ScreeNOT cannot run
+      (2k + 1 >= min(T, d)) its three entries are None, ``screenot_note`` says why and a
+      UserWarning is issued.
     """
     pos = jnp.asarray(np.asarray(stats.pos, np.float32))
     ctx = jnp.asarray(np.asarray(stats.ctx, np.float32))
@@ -85,10 +88,14 @@ def layer_metrics(
         out["screenot_threshold"] = float(res.threshold)
         sig = np.asarray(res.singular_values, np.float64)
         out["explained_ratio"] = float(spectral.explained_ratio(sig, int(res.rank)))
-    else:
+    else:  # recorded and warned, never a silent None
+        reason = (f"n/a: ScreeNOT with k = {k} needs 2k + 1 < min(T, d) = {min(T, d)}; use k <= "
+                  f"{max((min(T, d) - 2) // 2, 0)} (--screenot-k) or more positions")
+        warnings.warn(f"layer_metrics: screenot_rank {reason}", stacklevel=2)
         out["screenot_rank"] = None
         out["screenot_threshold"] = None
         out["explained_ratio"] = None
+        out["screenot_note"] = reason
     out["stable_rank"] = float(spectral.stable_rank(pos))
     with _x64_context(stats.accum_dtype):
         S = stats.centered_second_moment

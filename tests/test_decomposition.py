@@ -226,11 +226,17 @@ def test_nan_rejected():
         gj.decompose_stream([np.ones((2, 4, 2), np.float32), h[:2]])
 
 
-def test_float64_without_x64_is_not_silently_cast():
-    with pytest.raises(TypeError, match="float64"):
-        gj.decompose(np.zeros((3, 4, 2), np.float64))
-    with pytest.raises(TypeError, match="float64"):
-        gj.decompose_stream([np.zeros((3, 4, 2), np.float64)])
+def test_float64_without_x64_is_computed_in_float64_not_cast():
+    """The dtype rule (geomjax._checks): float64 / list input switches float64 on locally."""
+    h = np.random.default_rng(0).normal(size=(3, 4, 2)) * 1e-9 + 1.0  # float32 would lose it
+    dec = gj.decompose(h)
+    assert dec.pos.dtype == np.float64
+    np.testing.assert_allclose(dec.pos, h.mean(0) - h.mean((0, 1)), rtol=0, atol=1e-14)  # float32 would err by ~1e-7
+    assert gj.decompose(h.tolist()).pos.dtype == np.float64
+    st = gj.decompose_stream([h], accum_dtype="float64")
+    np.testing.assert_allclose(st.pos, dec.pos, rtol=0, atol=1e-14)  # float32 would err by ~1e-7
+    with pytest.raises(TypeError, match="float64"):  # a float64 batch after a float32 stream began
+        gj.decompose_stream([h.astype(np.float32), h])
 
 
 def test_integer_input_rejected():

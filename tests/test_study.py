@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from geomjax import cli, study
+from geomjax.decomposition import decompose_stream
 from tests.test_geometry import _compactness_numpy
 
 
@@ -147,3 +148,13 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
                      "-T", "65", "--no-progress"]) == 2  # a user error: one line, exit status 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "exceeds the 64 positions" in err[0] and not (tmp_path / "b").exists()
+
+
+def test_layer_metrics_records_why_screenot_cannot_run():
+    """T = 6 positions cannot carry k = 20: no silent None, a note and a warning instead."""
+    h = np.random.default_rng(0).normal(size=(5, 6, 8)).astype(np.float32)
+    st = decompose_stream([h])
+    with pytest.warns(UserWarning, match="screenot_rank n/a"):
+        m = study.layer_metrics(st, None, study.StudyOptions(screenot_k=20, n_freq=3))
+    assert m["screenot_rank"] is None and "k = 20 needs 2k + 1 < min(T, d) = 6" in m["screenot_note"]
+    assert "screenot_note" not in study.layer_metrics(st, None, study.StudyOptions(screenot_k=2, n_freq=3))

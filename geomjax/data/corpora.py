@@ -476,7 +476,7 @@ def tokenize_documents(
 ) -> TokenizedCorpus:
     """Tokenize every document with ``tokenize(text) -> ids``; ids are checked and kept as int32.
 
-    Any tokenizer plugs in (GPT-2 BPE, BERT WordPiece, :class:`CharTokenizer`); no BOS/[CLS] is
+    Any tokenizer plugs in (GPT-2 BPE, BERT WordPiece, :class:`~geomjax.data.CharTokenizer`); no BOS/[CLS] is
     inserted (the Song & Zhong code inserts none). Ids are never wrapped (the source code stored
     them as uint16, which corrupts ids above 65535).
 

@@ -37,6 +37,7 @@ from geomjax.models.common import (
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    hook_points,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
 
@@ -129,11 +130,14 @@ class BertLayer(nn.Module):
         self.attn_ln = LayerNorm(c.layer_norm_eps)
         self.mlp = MLP(c.intermediate_size, c.hidden_size, c.hidden_act)
         self.out_ln = LayerNorm(c.layer_norm_eps)
+        self.hp = hook_points("hook_resid_pre", "attn.out", "hook_resid_mid", "mlp.out", "hook_resid_post")
 
     def __call__(self, x, mask):
+        hp = self.hp
+        x = hp["hook_resid_pre"](x)
         a, probs = self.attn(x, mask)
-        y = self.attn_ln(x + a)
-        return self.out_ln(y + self.mlp(y)), probs
+        y = hp["hook_resid_mid"](self.attn_ln(x + hp["attn_out"](a)))
+        return hp["hook_resid_post"](self.out_ln(y + hp["mlp_out"](self.mlp(y)))), probs
 
 
 class Bert(nn.Module):

@@ -30,14 +30,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.models.common import (
+    BLOCK_HOOKS,
     MLP,
     Embed,
+    HookPoint,
     Intermediates,
     LayerNorm,
     MultiHeadAttention,
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    hook_points,
     scaled_dot_product_attention,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
@@ -127,9 +130,10 @@ class BloomAttention(MultiHeadAttention):
     """Multi-head attention with the ALiBi score bias (same parameters as ``MultiHeadAttention``)."""
 
     def __call__(self, x, mask, bias=None):
-        q, k, v = self.q(x), self.k(x), self.v(x)
-        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim ** -0.5, score_bias=bias)
-        return self.o(z), probs
+        hp = self.hp
+        q, k, v = hp["attn_q"](self.q(x)), hp["attn_k"](self.k(x)), hp["attn_v"](self.v(x))
+        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim ** -0.5, score_bias=bias, hooks=hp)
+        return self.o(hp["attn_z"](z)), probs
 
 
 class BloomBlock(nn.Module):
@@ -143,11 +147,14 @@ class BloomBlock(nn.Module):
         self.attn = BloomAttention(c.n_head, c.head_dim, c.hidden_size)
         self.ln_2 = LayerNorm(c.layer_norm_epsilon)
         self.mlp = MLP(c.d_mlp, c.hidden_size, "gelu_new")
+        self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask, bias):
-        a, probs = self.attn(self.ln_1(x), mask, bias)
-        x = x + a
-        return x + self.mlp(self.ln_2(x)), probs
+        hp = self.hp
+        x = hp["hook_resid_pre"](x)
+        a, probs = self.attn(hp["ln1"](self.ln_1(x)), mask, bias)
+        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
+        return hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.ln_2(x))))), probs
 
 
 class Bloom(nn.Module):
@@ -161,6 +168,7 @@ class Bloom(nn.Module):
         self.word_embeddings_ln = LayerNorm(c.layer_norm_epsilon)
         self.h = [BloomBlock(c) for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
+        self.hook_ln_final = HookPoint("ln_final")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
@@ -193,7 +201,7 @@ class Bloom(nn.Module):
             x, p = block(x, mask, bias)
             residual.append(x)
             probs.append(p)
-        final = self.ln_f(x)
+        final = self.hook_ln_final(self.ln_f(x))
         logits = None
         if compute_logits:
             logits = self.word_embeddings.attend(final) if c.tie_word_embeddings else self.lm_head(final)

@@ -22,11 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from geomjax._repr import with_compact_repr
 from geomjax.typing import Array, ArrayLike, Bool, Float, Int
 
 __all__ = [
     "ACTIVATIONS",
+    "ATTENTION_HOOKS",
+    "BLOCK_HOOKS",
     "Embed",
+    "HookPoint",
     "Intermediates",
     "LayerNorm",
     "MLP",
@@ -36,10 +40,12 @@ __all__ = [
     "check_input_ids",
     "check_segment_ids",
     "embed_lookup",
+    "hook_points",
     "layer_norm",
 ]
 
 
+@with_compact_repr
 @struct.dataclass
 class Intermediates:
     """Everything a geomjax model exposes besides its output (a pytree; jit/vmap friendly).
@@ -64,6 +70,26 @@ class Intermediates:
     final_ln: Array | None = None
     attentions: tuple[Array, ...] | None = None
     pooler_output: Array | None = None
+
+
+class HookPoint(nn.Module):
+    """Identity on an activation, named for :mod:`geomjax.lens` (``run_with_cache`` / ``run_with_hooks``).
+
+    No parameters: adding hook points changes neither the parameter tree nor the numbers. The lens
+    intercepts its ``__call__`` (``flax.linen.intercept_methods``) to record or replace ``x``;
+    ``hook_name`` is the name inside the block (``attn.q``, ``hook_resid_pre``, ...), prefixed by
+    ``blocks.{l}.`` from the enclosing block's index.
+    """
+
+    hook_name: str
+
+    def __call__(self, x: Array) -> Array:
+        return x
+
+
+def hook_points(*names: str) -> dict[str, HookPoint]:
+    """``{name with '.' -> '_': HookPoint(name)}`` for a module's ``setup`` (Flax names them ``<attr>_<key>``)."""
+    return {n.replace(".", "_"): HookPoint(n) for n in names}
 
 
 def _gelu_tanh(x: Array) -> Array:
@@ -184,6 +210,13 @@ def attention_mask_4d(
     return mask
 
 
+BLOCK_HOOKS = ("hook_resid_pre", "ln1", "attn.out", "hook_resid_mid", "ln2", "mlp.out", "hook_resid_post")
+"""Hook points of every block (post-LN BERT has no ln1/ln2: its resid_mid/post are the LayerNorm outputs)."""
+
+ATTENTION_HOOKS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z")
+"""Hook points of every attention module (:mod:`geomjax.lens` documents the shapes)."""
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention, per-head parameters (see module docstring for the layout).
 
@@ -207,15 +240,17 @@ class MultiHeadAttention(nn.Module):
         self.o = nn.DenseGeneral(
             self.d_model, axis=(-2, -1), use_bias=self.use_bias, kernel_init=init, name="o"
         )
+        self.hp = hook_points(*ATTENTION_HOOKS)
 
     def __call__(
         self, x: Float[Array, "B T d"], mask: Bool[Array, "B 1 T T"] | None
     ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
-        q = self.q(x)  # (B, T, H, K)
-        k = self.k(x)
-        v = self.v(x)
-        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5)
-        return self.o(z), probs
+        hp = self.hp
+        q = hp["attn_q"](self.q(x))  # (B, T, H, K)
+        k = hp["attn_k"](self.k(x))
+        v = hp["attn_v"](self.v(x))
+        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, hooks=hp)
+        return self.o(hp["attn_z"](z)), probs
 
 
 def scaled_dot_product_attention(
@@ -226,10 +261,13 @@ def scaled_dot_product_attention(
     scale: float,
     probs_fn=None,
     score_bias: Float[Array, "B|1 H T|1 S"] | None = None,
+    hooks: dict | None = None,
 ) -> tuple[Float[Array, "B T H K"], Float[Array, "B H T S"]]:
     """softmax(scale · q kᵀ [+ score_bias], masked) v per head (Vaswani et al. eq. 1); returns (z, probs).
 
     ``score_bias`` is added to the scaled scores before masking (BLOOM's ALiBi, Press et al. eq. (1)).
+    ``hooks``: the attention module's :func:`hook_points`; ``attn_scores`` sees the masked scaled
+    scores (B, H, T, S) the softmax reads, ``attn_pattern`` the probabilities (B, H, T, S).
 
     Masked scores are replaced by the dtype minimum before the softmax (Hugging Face eager).
     ``probs_fn`` (e.g. dropout) is applied to the probabilities used for z; the returned probs
@@ -242,7 +280,11 @@ def scaled_dot_product_attention(
         scores = scores + score_bias.astype(scores.dtype)
     if mask is not None:
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+    if hooks is not None:
+        scores = hooks["attn_scores"](scores)
     probs = jax.nn.softmax(scores, axis=-1)
+    if hooks is not None:
+        probs = hooks["attn_pattern"](probs)
     used = probs if probs_fn is None else probs_fn(probs)
     return (used @ vh).transpose(0, 2, 1, 3), probs
 

@@ -25,14 +25,17 @@ from typing import ClassVar
 import flax.linen as nn
 
 from geomjax.models.common import (
+    BLOCK_HOOKS,
     MLP,
     Embed,
+    HookPoint,
     Intermediates,
     LayerNorm,
     MultiHeadAttention,
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    hook_points,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
 
@@ -116,11 +119,14 @@ class GPT2Block(nn.Module):
         self.attn = MultiHeadAttention(c.n_head, c.head_dim, c.n_embd)
         self.ln_2 = LayerNorm(c.layer_norm_epsilon)
         self.mlp = MLP(c.d_mlp, c.n_embd, c.activation_function)
+        self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask):
-        a, probs = self.attn(self.ln_1(x), mask)
-        x = x + a
-        x = x + self.mlp(self.ln_2(x))
+        hp = self.hp
+        x = hp["hook_resid_pre"](x)
+        a, probs = self.attn(hp["ln1"](self.ln_1(x)), mask)
+        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
+        x = hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.ln_2(x)))))
         return x, probs
 
 
@@ -135,6 +141,7 @@ class GPT2(nn.Module):
         self.wpe = Embed(c.n_positions, c.n_embd, init_std=0.01)
         self.h = [GPT2Block(c) for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
+        self.hook_ln_final = HookPoint("ln_final")
 
     def __call__(
         self,
@@ -172,7 +179,7 @@ class GPT2(nn.Module):
             x, p = block(x, mask)
             residual.append(x)
             probs.append(p)
-        final = self.ln_f(x)
+        final = self.hook_ln_final(self.ln_f(x))
         logits = self.wte.attend(final) if compute_logits else None
         inter = Intermediates(
             hidden_states=tuple(residual[:-1]) + (final,),

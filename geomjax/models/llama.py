@@ -31,11 +31,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.models.common import (
+    ATTENTION_HOOKS,
+    BLOCK_HOOKS,
     Embed,
+    HookPoint,
     Intermediates,
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    hook_points,
     scaled_dot_product_attention,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
@@ -207,17 +211,18 @@ class LlamaAttention(nn.Module):
         self.k = nn.DenseGeneral((c.num_kv_heads, c.head_dim), use_bias=b, kernel_init=init, name="k")
         self.v = nn.DenseGeneral((c.num_kv_heads, c.head_dim), use_bias=b, kernel_init=init, name="v")
         self.o = nn.DenseGeneral(c.hidden_size, axis=(-2, -1), use_bias=b, kernel_init=init, name="o")
+        self.hp = hook_points(*ATTENTION_HOOKS, "attn.q_rot", "attn.k_rot")
 
     def __call__(self, x, mask, cos, sin):
-        c = self.config
+        c, hp = self.config, self.hp
         rep = c.num_heads // c.num_kv_heads
-        q = apply_rotary(self.q(x), cos, sin)
-        k = apply_rotary(self.k(x), cos, sin)
-        v = self.v(x)
+        q = hp["attn_q_rot"](apply_rotary(hp["attn_q"](self.q(x)), cos, sin))
+        k = hp["attn_k_rot"](apply_rotary(hp["attn_k"](self.k(x)), cos, sin))
+        v = hp["attn_v"](self.v(x))
         if rep > 1:  # Hugging Face repeat_kv: kv head j serves query heads j*rep .. j*rep+rep-1
             k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
-        z, probs = scaled_dot_product_attention(q, k, v, mask, c.head_dim ** -0.5)
-        return self.o(z), probs
+        z, probs = scaled_dot_product_attention(q, k, v, mask, c.head_dim ** -0.5, hooks=hp)
+        return self.o(hp["attn_z"](z)), probs
 
 
 class SwiGLU(nn.Module):
@@ -247,11 +252,14 @@ class LlamaBlock(nn.Module):
         self.attn = LlamaAttention(c)
         self.post_norm = RMSNorm(c.rms_norm_eps)
         self.mlp = SwiGLU(c)
+        self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask, cos, sin):
-        a, probs = self.attn(self.input_norm(x), mask, cos, sin)
-        x = x + a
-        return x + self.mlp(self.post_norm(x)), probs
+        hp = self.hp
+        x = hp["hook_resid_pre"](x)
+        a, probs = self.attn(hp["ln1"](self.input_norm(x)), mask, cos, sin)
+        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
+        return hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.post_norm(x))))), probs
 
 
 class Llama(nn.Module):
@@ -264,6 +272,7 @@ class Llama(nn.Module):
         self.embed_tokens = Embed(c.vocab_size, c.hidden_size)
         self.layers = [LlamaBlock(c) for _ in range(c.num_hidden_layers)]
         self.norm = RMSNorm(c.rms_norm_eps)
+        self.hook_ln_final = HookPoint("ln_final")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
@@ -302,7 +311,7 @@ class Llama(nn.Module):
             x, p = block(x, mask, cos, sin)
             residual.append(x)
             probs.append(p)
-        final = self.norm(x)
+        final = self.hook_ln_final(self.norm(x))
         logits = None
         if compute_logits:
             logits = self.embed_tokens.attend(final) if c.tie_word_embeddings else self.lm_head(final)

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from geomjax.models.common import scaled_dot_product_attention
+from geomjax.models.common import ATTENTION_HOOKS, BLOCK_HOOKS, HookPoint, scaled_dot_product_attention
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -264,6 +264,11 @@ def check_ids(ids: ArrayLike, cfg: ToyConfig) -> Int[Array, "B T"]:
     return jnp.asarray(arr, jnp.int32)
 
 
+def _hook_points(names) -> dict[str, HookPoint]:
+    """Parameter-free :class:`~geomjax.models.common.HookPoint` s for a compact module (``hook_<name>``)."""
+    return {n.replace(".", "_"): HookPoint(n, name="hook_" + n.replace(".", "_")) for n in names}
+
+
 class _LayerNorm(nn.Module):
     eps: float
     use_bias: bool
@@ -290,15 +295,17 @@ class _Attention(nn.Module):
         ini = _inits(cfg)
         H, K = cfg.n_heads, cfg.head_dim
         dense = lambda name, init: nn.DenseGeneral((H, K), use_bias=cfg.attn_bias, kernel_init=init, name=name)
-        q = dense("q", ini["qkv"])(x)  # (B, T, H, K)
-        k = dense("k", ini["qkv"])(x)
-        v = dense("v", ini["qkv"])(x)
+        hp = _hook_points(ATTENTION_HOOKS)
+        q = hp["attn_q"](dense("q", ini["qkv"])(x))  # (B, T, H, K)
+        k = hp["attn_k"](dense("k", ini["qkv"])(x))
+        v = hp["attn_v"](dense("v", ini["qkv"])(x))
         T = x.shape[1]
         mask = jnp.tril(jnp.ones((T, T), dtype=bool))[None, None] if cfg.causal else None
         drop = nn.Dropout(cfg.dropout)
         z, probs = scaled_dot_product_attention(
-            q, k, v, mask, 1.0 / math.sqrt(K), lambda p: drop(p, deterministic=deterministic))
-        out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.attn_bias, kernel_init=ini["o"], name="o")(z)
+            q, k, v, mask, 1.0 / math.sqrt(K), lambda p: drop(p, deterministic=deterministic), hooks=hp)
+        out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.attn_bias, kernel_init=ini["o"],
+                              name="o")(hp["attn_z"](z))
         return out, probs
 
 
@@ -330,24 +337,27 @@ class _Block(nn.Module):
         attn = _Attention(cfg, name="attn")
         mlp = _MLP(cfg, name="mlp") if cfg.d_mlp > 0 else None
         post = None
+        hp = _hook_points(BLOCK_HOOKS)
+        x = hp["hook_resid_pre"](x)
         if cfg.layer_norm == "pre":
-            a, probs = attn(ln("ln_1")(x), deterministic)
-            x = x + drop(a)
+            a, probs = attn(hp["ln1"](ln("ln_1")(x)), deterministic)
+            x = hp["hook_resid_mid"](x + drop(hp["attn_out"](a)))
             if mlp is not None:
-                m, post = mlp(ln("ln_2")(x))
-                x = x + drop(m)
+                m, post = mlp(hp["ln2"](ln("ln_2")(x)))
+                x = x + drop(hp["mlp_out"](m))
         elif cfg.layer_norm == "post":
             a, probs = attn(x, deterministic)
-            x = ln("ln_1")(x + drop(a))
+            x = hp["hook_resid_mid"](ln("ln_1")(x + drop(hp["attn_out"](a))))
             if mlp is not None:
                 m, post = mlp(x)
-                x = ln("ln_2")(x + drop(m))
+                x = ln("ln_2")(x + drop(hp["mlp_out"](m)))
         else:
             a, probs = attn(x, deterministic)
-            x = x + drop(a)
+            x = hp["hook_resid_mid"](x + drop(hp["attn_out"](a)))
             if mlp is not None:
                 m, post = mlp(x)
-                x = x + drop(m)
+                x = x + drop(hp["mlp_out"](m))
+        x = hp["hook_resid_post"](x)
         return x, probs, post
 
 
@@ -393,7 +403,7 @@ class ToyTransformer(nn.Module):
             posts.append(post)
         final = None
         if cfg.layer_norm == "pre":
-            final = _LayerNorm(cfg.ln_eps, cfg.ln_bias, name="ln_f")(x)
+            final = HookPoint("ln_final", name="hook_ln_final")(_LayerNorm(cfg.ln_eps, cfg.ln_bias, name="ln_f")(x))
             x = final
         if cfg.tie_embeddings:
             logits = jnp.einsum("btd,vd->btv", x, table["embedding"])

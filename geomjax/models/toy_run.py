@@ -5,7 +5,7 @@
 
 A run directory written by ``fit(cfg, run_dir=RUN)`` holds ``config.json`` (the TrainConfig as
 JSON) and ``checkpoints/ckpt_{step:08d}.npz`` (the whole TrainState; each checkpoint's ``__meta__``
-also stores the config it was written with). :func:`load_toy_run` rebuilds the config, the model and
+also stores the config it was written with). :func:`~geomjax.train.load_toy_run` rebuilds the config, the model and
 the template state exactly as ``fit`` does (:func:`geomjax.train.init_state`), restores the
 parameters bit-for-bit with :func:`geomjax.train.load_checkpoint`, and rebuilds the task's
 tokenizer through the task's own data code, so text maps to the ids the model was trained on::
@@ -13,7 +13,7 @@ tokenizer through the task's own data code, so text maps to the ids the model wa
     run = load_toy_run("runs/shakespeare")                      # latest checkpoint
     forward = toy_forward(run)                                  # (params, ids) -> L+1 (B, T, d)
     ids = run.tokenizer.encode(text)                            # windows of <= run.max_positions
-    stats = decompose_model_stream(forward, run.params, batches)
+    stats = decompose_model_stream(forward, run.params, batches, drop_first=True)
 
 Supported tasks are the language models over text: ``shakespeare`` (character LM on tiny
 Shakespeare; the vocabulary is the sorted characters of the corpus, so it needs the corpus —

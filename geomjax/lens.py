@@ -1,0 +1,346 @@
+"""Load a model by name with its tokenizer; run it with a named activation cache and with hooks.
+
+::
+
+    model = gj.load("minilm")                      # or "gpt2", "org/name", a directory, "toy:RUN_DIR"
+    ids = model.to_tokens("The cat sat.")          # (1, T) int32, special tokens as the family adds them
+    model.to_str_tokens(ids)                       # ['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']
+    out, cache = model.run_with_cache(ids, names="blocks.*.attn.pattern")
+    cache["blocks.0.attn.pattern"]                 # (B, H, T, T)
+    hs = model.run_with_cache(ids)[1].hidden_states()   # L+1 (B, T, d), Hugging Face convention
+    out = model.run_with_hooks(ids, {"blocks.1.attn.z": lambda z: z.at[:, :, 3].set(0.0)})  # ablate head 3
+
+Activation names (``l`` = block index, B batch, T tokens, d width, H query heads, H_kv key/value
+heads, K head width; every family has the same names, recorded by the identity modules
+:class:`geomjax.models.common.HookPoint` inside the ported models, so the forward pass and its
+``transformers`` parity are the ones of the model itself)::
+
+    blocks.{l}.hook_resid_pre     (B, T, d)      residual stream entering block l = Hugging Face
+                                                 hidden_states[l]
+    blocks.{l}.ln1                (B, T, d)      the attention input norm_1(h) (pre-norm families)
+    blocks.{l}.attn.q             (B, T, H, K)   x W_q + b_q (before the rotation of rotary families)
+    blocks.{l}.attn.k, .attn.v    (B, T, H_kv, K)
+    blocks.{l}.attn.q_rot, .k_rot (B, T, H|H_kv, K)  rotated queries / keys (Llama, Mistral only)
+    blocks.{l}.attn.scores        (B, H, T, T)   scaled scores (+ ALiBi bias) with masked entries set
+                                                 to the dtype minimum: what the softmax reads
+    blocks.{l}.attn.pattern       (B, H, T, T)   attention probabilities (rows sum to one)
+    blocks.{l}.attn.z             (B, T, H, K)   pattern @ v per head, before W_o
+    blocks.{l}.attn.out           (B, T, d)      sum_h z_h W_o[h] + b_o
+    blocks.{l}.hook_resid_mid     (B, T, d)      h + attn.out (BERT: its LayerNorm of that)
+    blocks.{l}.ln2                (B, T, d)      the MLP input norm_2 (pre-norm families)
+    blocks.{l}.mlp.out            (B, T, d)      MLP output
+    blocks.{l}.hook_resid_post    (B, T, d)      block output = hidden_states[l + 1] (residual)
+    ln_final                      (B, T, d)      final norm (GPT-2 ln_f, Llama norm, BLOOM ln_f)
+
+Post-LN BERT has no ``ln1``/``ln2`` (its ``hook_resid_mid``/``hook_resid_post`` are the LayerNorm
+outputs) and no ``ln_final``; the toy models of ``geomjax train`` have the names of their layer-norm
+placement (pre: as GPT-2; post: as BERT; none: no norms) and no ``mlp.out`` when attention-only. A
+hook ``fn(x) -> x`` replaces the activation of that name in the forward pass (patching, ablation);
+everything downstream sees the replacement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import functools
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax._repr import summarize
+from geomjax.convert import load_pretrained, minilm_path, resolve_checkpoint
+from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
+from geomjax.errors import GeomjaxError
+from geomjax.models.common import HookPoint
+from geomjax.models.interface import ModelInterface, model_interface
+from geomjax.train.toy_run import load_toy_run
+from geomjax.typing import Array, Float, Int
+
+__all__ = ["ActivationCache", "Model", "load"]
+
+_BLOCK = re.compile(r"^(?:h|layer|layers|block)_(\d+)$")
+
+
+def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
+    """Load a model by name with its own tokenizer (the one loader of geomjax and its CLI).
+
+    Args:
+      name: ``"minilm"`` (the bundled all-MiniLM-L6-v2), a Hugging Face checkpoint directory, cache
+        entry or repo id (``"gpt2"``, ``"org/name"``: from the local cache, else downloaded unless
+        offline), or ``"toy:RUN_DIR"`` (a run of ``geomjax train``).
+      dtype: parameter dtype (None keeps the checkpoint's; e.g. ``"float32"``).
+
+    Returns:
+      :class:`Model` holding the module (or ToyRun), parameters and tokenizer.
+
+    Raises:
+      GeomjaxError / FileNotFoundError: as :func:`geomjax.convert.load_pretrained` and
+        :func:`geomjax.train.load_toy_run` (unknown name, missing files, unsupported config);
+        ValueError: the tokenizer's ids do not fit the model's vocabulary.
+    """
+    name = os.fspath(name)
+    if name.startswith("toy:"):
+        run = load_toy_run(name[4:])
+        return Model(run, run.params, run.tokenizer, name, Path(name[4:]))
+    path = minilm_path() if name == "minilm" else resolve_checkpoint(name)
+    module, params = load_pretrained(path, dtype=dtype)
+    tok = model_tokenizer(path, module.config)
+    check_tokenizer(tok, module.config)
+    return Model(module, params, tok, name, Path(path))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Model:
+    """A loaded model: module, parameters, tokenizer (what :func:`load` returns).
+
+    Attributes:
+      model: the Flax module (GPT2, Bert, Llama, Bloom) or a ToyRun.
+      params: the parameter tree (``model.apply({"params": params}, ids)``).
+      tokenizer: the model's own tokenizer (TextTokenizer; a toy run's CharTokenizer).
+      name: what it was loaded as; path: its directory.
+    """
+
+    model: Any
+    params: Any
+    tokenizer: Any
+    name: str
+    path: Path | None = None
+
+    @functools.cached_property
+    def interface(self) -> ModelInterface:
+        """The :class:`~geomjax.models.interface.ModelInterface` (facts, forward, weights by role)."""
+        return model_interface(self.model)
+
+    @property
+    def config(self):
+        return self.interface.config
+
+    @property
+    def facts(self):
+        return self.interface.facts
+
+    def __repr__(self) -> str:
+        f = self.facts
+        n = sum(int(np.size(x)) for x in jax.tree.leaves(self.params))
+        dt = {str(x.dtype) for x in jax.tree.leaves(self.params)}
+        return (f"Model({self.name!r}: {f.family}, L={f.n_layers}, d={f.d_model}, H={f.n_heads}"
+                f"{'' if f.n_kv_heads == f.n_heads else f' (H_kv={f.n_kv_heads})'}, {n:,} params "
+                f"{'/'.join(sorted(dt))}, tokenizer {getattr(self.tokenizer, 'name', type(self.tokenizer).__name__)})")
+
+    # -- tokens ----------------------------------------------------------------------------
+    def to_tokens(self, text: str, *, special_tokens: bool = True) -> Int[Array, "1 T"]:
+        """Token ids (1, T) int32 of one text; ``special_tokens`` adds what the family's tokenizer adds by
+        default: [CLS] ... [SEP] for BERT, BOS for Llama / Mistral, nothing for GPT-2, BLOOM and toys."""
+        if not isinstance(text, str):
+            raise GeomjaxError(f"to_tokens takes one string, got {type(text).__name__}; "
+                               "for several texts call it per text")
+        fam = self.facts.family
+        if fam == "toy":
+            return np.asarray(self.tokenizer.encode(text), np.int32)[None]
+        ids = self.tokenizer.encode(text, add_special_tokens=special_tokens and fam == "bert")
+        bos = self.facts.bos_token_id
+        if special_tokens and bos is not None and (ids.size == 0 or ids[0] != bos):
+            ids = np.concatenate([np.asarray([bos], np.int32), ids])
+        return np.asarray(ids, np.int32)[None]
+
+    def _ids(self, text_or_ids) -> np.ndarray:
+        """(B, T) int32 from a string, a 1-D id list/array or a 2-D array."""
+        if isinstance(text_or_ids, str):
+            return self.to_tokens(text_or_ids)
+        ids = np.asarray(text_or_ids)
+        if ids.ndim == 1:
+            ids = ids[None]
+        if ids.ndim != 2 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+            raise GeomjaxError(f"expected a text or token ids (T,) / (B, T) of integers, got shape {ids.shape} "
+                               f"dtype {ids.dtype}")
+        f = self.facts  # checked here: inside the compiled run a bad id would only give NaN outputs
+        if ids.size == 0:
+            raise GeomjaxError("no tokens to run (the text tokenized to nothing)")
+        if ids.min() < 0 or ids.max() >= f.vocab_size:
+            raise GeomjaxError(f"token ids must lie in [0, {f.vocab_size}) (the model's vocabulary), got min "
+                               f"{ids.min()}, max {ids.max()}")
+        if f.max_positions is not None and ids.shape[1] > f.max_positions:
+            raise GeomjaxError(f"{ids.shape[1]} tokens exceed the model's {f.max_positions} positions; split "
+                               "the text into windows")
+        return ids.astype(np.int32)
+
+    def to_str_tokens(self, text_or_ids) -> list[str] | list[list[str]]:
+        """The token strings of a text or ids (T,) -> list; (B, T) -> one list per row."""
+        ids = self._ids(text_or_ids)
+        if self.facts.family == "toy":
+            rows = [[self.tokenizer.chars[i] for i in row] for row in ids.tolist()]
+        else:
+            rows = [[self.tokenizer.backend.id_to_token(int(i)) for i in row] for row in ids]
+        squeeze = isinstance(text_or_ids, str) or np.ndim(text_or_ids) == 1
+        return rows[0] if squeeze else rows
+
+    def to_string(self, ids) -> str:
+        """Decode ids (T,) back to text (special tokens kept)."""
+        ids = np.asarray(ids).reshape(-1)
+        if self.facts.family == "toy":
+            return "".join(self.tokenizer.chars[int(i)] for i in ids)
+        return self.tokenizer.decode(ids)
+
+    # -- running ---------------------------------------------------------------------------
+    def run_with_cache(self, text_or_ids, names: str | list | tuple | Callable | None = None,
+                       *, hooks: Mapping[str, Callable] | None = None):
+        """Run the model and keep the named activations (module docstring: names and shapes).
+
+        Args:
+          text_or_ids: a string (:meth:`to_tokens`), ids (T,) or (B, T).
+          names: None keeps every activation; a name or ``fnmatch`` pattern (``"blocks.*.attn.pattern"``)
+            or a list of them; or a predicate ``name -> bool``. Only what is kept leaves the
+            compiled function (XLA drops the rest).
+          hooks: ``{name: fn(x) -> x}`` replacing activations (as :meth:`run_with_hooks`).
+
+        Returns:
+          ``(out, cache)``: out is the logits (B, T, V) (BERT: the last hidden state (B, T, d)) and cache
+          an :class:`ActivationCache`. Compiled once per (model, names, hooks) and input shape.
+
+        Raises:
+          GeomjaxError: a requested name or hook name matches no activation of this model.
+        """
+        ids = self._ids(text_or_ids)
+        keep = _keep_key(names)
+        hooks = dict(hooks or {})
+        fn, seen = _compiled(self.interface, keep, tuple(sorted(hooks.items(), key=lambda kv: kv[0])))
+        out, cache = fn(self.params, jnp.asarray(ids))
+        _check_names(seen, keep, hooks)
+        return out, ActivationCache(dict(sorted(cache.items(), key=lambda kv: _order(kv[0]))), self.facts.n_layers)
+
+    def run_with_hooks(self, text_or_ids, hooks: Mapping[str, Callable]) -> Float[Array, "B T V"]:
+        """Run with activations replaced: ``hooks = {name: fn(x) -> x}`` (pure functions, traced under
+        ``jit``; e.g. ``lambda z: z.at[:, :, h].set(0)`` on ``blocks.{l}.attn.z`` zero-ablates head h).
+        Returns the output (logits; BERT: last hidden state). Reuse the same function objects to reuse the
+        compilation."""
+        return self.run_with_cache(text_or_ids, names=(), hooks=hooks)[0]
+
+
+def _keep_key(names):
+    if names is None or callable(names):
+        return names
+    if isinstance(names, str):
+        return (names,)
+    return tuple(names)
+
+
+def _wanted(keep, name: str) -> bool:
+    if keep is None:
+        return True
+    if callable(keep):
+        return bool(keep(name))
+    return any(fnmatch.fnmatchcase(name, p) for p in keep)
+
+
+def _check_names(seen: set, keep, hooks: Mapping) -> None:
+    bad = [h for h in hooks if h not in seen]
+    if isinstance(keep, tuple):
+        bad += [p for p in keep if not any(fnmatch.fnmatchcase(n, p) for n in seen)]
+    if bad:
+        some = ", ".join(sorted(seen, key=_order)[:14])
+        raise GeomjaxError(f"no activation named {bad} in this model; names look like {some}, ... "
+                           "(geomjax.lens documents them)")
+
+
+_FORWARD_ORDER = ("hook_resid_pre", "ln1", "attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.scores",
+                  "attn.pattern", "attn.z", "attn.out", "hook_resid_mid", "ln2", "mlp.out", "hook_resid_post")
+
+
+def _order(name: str):
+    """Sort key putting names in forward order (block by block, then ln_final)."""
+    m = re.match(r"blocks\.(\d+)\.(.*)$", name)
+    if not m:
+        return (1 << 30, 0, name)
+    suffix = m.group(2)
+    return (int(m.group(1)), _FORWARD_ORDER.index(suffix) if suffix in _FORWARD_ORDER else 99, name)
+
+
+def _hook_name(module: HookPoint) -> str:
+    for part in module.path:
+        m = _BLOCK.match(part)
+        if m:
+            return f"blocks.{m.group(1)}.{module.hook_name}"
+    return module.hook_name
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(iface: ModelInterface, keep, hooks: tuple):
+    """``(jit(run), seen)``: run(params, ids) -> (out, {name: activation}); ``seen`` collects every
+    hook-point name met while tracing (for the unknown-name check)."""
+    hook_fns = dict(hooks)
+    seen: set[str] = set()
+
+    def intercept(next_fun, args, kwargs, context):
+        if not isinstance(context.module, HookPoint) or context.method_name != "__call__":
+            return next_fun(*args, **kwargs)
+        name = _hook_name(context.module)
+        seen.add(name)
+        y = next_fun(*args, **kwargs)
+        if name in hook_fns:
+            y = hook_fns[name](y)
+        if _wanted(keep, name):
+            kept[name] = y
+        return y
+
+    kept: dict[str, Array] = {}
+
+    def run(params, ids):
+        kept.clear()
+        with nn.intercept_methods(intercept):
+            out, _ = iface.forward(params, ids)
+        return out, dict(kept)
+
+    return jax.jit(run), seen
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ActivationCache(Mapping):
+    """Activations of one run by name (a read-only mapping; names in the :mod:`geomjax.lens` docstring).
+
+    Attributes:
+      activations: ``{name: array}`` in forward order.
+      n_layers: L.
+    """
+
+    activations: dict[str, Array]
+    n_layers: int
+
+    def __getitem__(self, name: str) -> Array:
+        try:
+            return self.activations[name]
+        except KeyError:
+            raise KeyError(f"{name!r} is not in this cache ({len(self)} activations kept; pass it in "
+                           "run_with_cache(names=...))") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.activations)
+
+    def __len__(self) -> int:
+        return len(self.activations)
+
+    def stack(self, suffix: str) -> Array:
+        """``blocks.{l}.<suffix>`` for l = 0..L-1 stacked on a new leading axis: (L, ...)."""
+        return jnp.stack([self[f"blocks.{l}.{suffix}"] for l in range(self.n_layers)])
+
+    def hidden_states(self, final_norm: bool = True) -> tuple[Float[Array, "B T d"], ...]:
+        """L+1 states (B, T, d): Hugging Face ``output_hidden_states`` (the last after the final norm when
+        the family has one and ``final_norm``), else the residual stream before it."""
+        hs = [self[f"blocks.{l}.hook_resid_pre"] for l in range(self.n_layers)]
+        last = "ln_final" if final_norm and "ln_final" in self.activations else f"blocks.{self.n_layers - 1}.hook_resid_post"
+        return tuple(hs) + (self[last],)
+
+    def __repr__(self) -> str:
+        names = list(self.activations)
+        lines = [f"ActivationCache({len(names)} activations, {self.n_layers} layers"]
+        shown = names if len(names) <= 12 else names[:10] + ["..."] + names[-1:]
+        for n in shown:
+            lines.append("  ..." if n == "..." else f"  {n}: {summarize(self.activations[n])}")
+        return "\n".join(lines + [")"])
