@@ -86,8 +86,11 @@ def test_smoke_training_and_exact_resume(tmp_path):
     assert res.resumed_from == 50
     for u, v in zip(jax.tree_util.tree_leaves(full.state.params), jax.tree_util.tree_leaves(res.state.params)):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
-    for k in gk.METRICS:
+    for k in (*gk.METRICS, *gk.DENSE):
         np.testing.assert_array_equal(h[k], res.history[k])
+    # per-epoch train metrics: one per epoch, and the logged train loss at epoch 50 is that of the params after 50
+    assert h["dense_epoch"].tolist() == list(range(cfg.epochs))
+    np.testing.assert_allclose(h["dense_train_loss"][50], h["train_loss"][h["epoch"].tolist().index(50)], rtol=1e-5)
     snaps = gk.param_snapshots(tmp_path / "b", gk.grokking_init(cfg).params)
     assert [e for e, _ in snaps] == list(range(0, cfg.epochs + 1, cfg.chunk))
     loaded = gk.load_grokking_run(tmp_path / "a", cfg)
