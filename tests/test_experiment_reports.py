@@ -122,3 +122,28 @@ def test_smoke_preset_report_has_source_table_and_plumbing_notice(name, tmp_path
     assert f"## {HEADING}" in md and PLUMBING_NOTICE in md
     rows = parse_source_table(md)
     assert rows and {row["verdict"] for row in rows} == {"not testable at this preset"}
+
+
+def test_pick_heads_never_repeats_a_head_and_mechanism_table_flags_contradictions():
+    from experiments.attention_dissection.common import mechanism_table, pick_heads
+    from experiments.attention_dissection.source import PAPER_HEADS
+
+    def head(l, h, t, dom, **lift):
+        return {"layer": l, "head": h, "type": t, "dominant": dom,
+                **{f"{k}_lift": lift.get(k, 0.0) for k in ("self_token", "neighbours", "copying")}}
+
+    # one head is the best candidate of two types and no head has a type: it must be shown once
+    rows = [head(0, 0, "other", "pos_pos", self_token=0.1, neighbours=0.12), head(0, 1, "other", "cvec_cvec", copying=0.05)]
+    picks = pick_heads(rows)
+    assert len({(l, h) for l, h, _ in picks}) == len(picks) == 2
+    _, _, findings = mechanism_table(rows, PAPER_HEADS)
+    assert any("all 'other'" in f for f in findings)
+    # neighbour heads dominated by cvec-cvec contradict the paper (pos-pos); self-token heads agree
+    rows = [head(0, 0, "neighbours", "cvec_cvec", neighbours=0.5), head(0, 1, "neighbours", "cvec_cvec", neighbours=0.4),
+            head(1, 0, "neighbours", "pos_pos", neighbours=0.3), head(1, 1, "self_token", "cvec_cvec", self_token=0.6)]
+    hdr, tab, findings = mechanism_table(rows, PAPER_HEADS)
+    byt = {r[0]: dict(zip(hdr, r)) for r in tab}
+    assert byt["neighbours"]["agrees with the paper"].startswith("no") and byt["neighbours"]["strongest here"] == "L0H0"
+    assert byt["self_token"]["agrees with the paper"] == "yes" and byt["neighbours"]["paper's head (GPT-2)"] == "GPT-2 L2H2"
+    assert byt["copying"]["agrees with the paper"].startswith("not testable")
+    assert len(findings) == 1 and "1 of the 3 neighbours heads" in findings[0]
