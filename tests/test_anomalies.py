@@ -61,3 +61,17 @@ def test_accuracy_drop_after_convergence_and_last_stable():
     an2 = detect_anomalies({**hist, "test_acc": acc2})
     assert last_stable_epoch(snaps, an2) == 2400  # the open drop from 2,500 excludes every later checkpoint
     assert last_stable_epoch([1400, 1450], an2) is None
+
+
+def test_describe_and_json():
+    import json
+
+    from geomjax.train.anomalies import describe
+
+    e, loss = _curve()
+    loss = loss.copy()
+    loss[2000] = np.inf
+    found = detect_loss_spikes(e, loss)
+    assert found[-1].kind == "non-finite"
+    json.dumps([a.to_json() for a in found], allow_nan=False)
+    assert describe([], "x").startswith("No anomaly detected in x") and describe(found).startswith("2 anomalies")

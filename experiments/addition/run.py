@@ -30,6 +30,7 @@ from geomjax import attention as A
 from geomjax.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import addition_batch, addition_problems, decode_addition, encode_addition
 from geomjax.report import RunDir, Section
+from geomjax.train.anomalies import describe, detect_loss_spikes
 
 
 def train_config(cfg: AdditionExperimentConfig, carry: bool):
@@ -114,13 +115,15 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
     rd.write_config(dataclasses.asdict(cfg))
     key = jax.random.key(cfg.seed)
     metrics = {"preset": cfg.preset, "settings": {}}
-    acc_rows, smooth_rows, sections = [], [], []
+    acc_rows, smooth_rows, sections, anomaly_text = [], [], [], []
     for si, setting in enumerate(cfg.settings):
         t1 = time.perf_counter()
         carry = setting == "carry"
         tc = train_config(cfg, carry)
         res = fit(tc, run_dir=Path(out) / setting, progress=progress)
         train_s = time.perf_counter() - t1
+        found = detect_loss_spikes(res.history.steps, res.history.train["loss"], series=f"{setting} train loss")
+        anomaly_text.append(describe(found, f"training the {setting} model"))
         model = ToyTransformer(tc.model)
         params = res.state.params
         logits_fn = jax.jit(lambda ids: model.apply({"params": params}, ids)[0])
@@ -172,7 +175,7 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         metrics["settings"][setting] = {
             "in_distribution_accuracy": float(ok.mean()), "n_eval": len(in_dist),
             "short_accuracy": {str(k_): v for k_, v in short.items()}, "short_accuracy_mean": short_all,
-            "final_val": last, "train_seconds": train_s, "smoothness": sm,
+            "final_val": last, "train_seconds": train_s, "smoothness": sm, "anomalies": [a.to_json() for a in found],
             "smoothness_mean": {n: mean(n) for n in ("tv", "tv_shuffled", "hf_dct", "hf_dct_shuffled", "qk_tv",
                                                      "qk_hf_dct")},
         }
@@ -184,6 +187,7 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         f"loss after '='. {cfg.n_eval} fresh in-distribution problems; {cfg.n_short} problems per short length "
         "(both operands of that length). The paper's numbers are in the source-vs-run table above. "
         f"Wall time {metrics['seconds']:.0f} s."])
+    s0.paragraphs += anomaly_text
     s0.table(["setting", "in distribution"] + [f"length {ell}" for ell in cfg.short_lengths]
              + ["lengths pooled", "final val loss (after '=')"], acc_rows)
     s1 = Section("Smoothness of pos-pos ('fractured')", [

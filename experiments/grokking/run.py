@@ -184,7 +184,7 @@ def main(argv=None) -> Path:
     metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],
                    milestones_relu_free=grokking_milestones(free.history) if free else None,
                    final=dict(train_acc=res.history["train_acc"][-1], test_acc=res.history["test_acc"][-1]),
-                   checkpoint=ck, anomalies=[dataclasses.asdict(a) for a in anomalies + anomalies_free],
+                   checkpoint=ck, anomalies=[a.to_json() for a in anomalies + anomalies_free],
                    plumbing_only=plumbing, train_seconds=res.seconds, compile_seconds=res.compile_seconds)
     run.write_json("metrics.json", metrics)
     run.write_report(f"Grokking and the clock algorithm ({args.preset})", sections)

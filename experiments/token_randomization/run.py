@@ -27,6 +27,7 @@ from experiments.token_randomization.source import SOURCE
 from geomjax.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.report import RunDir, Section
+from geomjax.train.anomalies import describe, detect_loss_spikes
 
 LEVEL_NAMES = {0: "clean", 1: "second half random", 2: "fully random"}
 SHORT = {0: "clean", 1: "2nd half random", 2: "all random"}
@@ -143,7 +144,9 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     ploss = jax.jit(lambda p, i: per_position_loss(model, p, i))
     states = jax.jit(lambda p, i: model.apply({"params": p}, i)[1].residual)
     T = tc.seq_len
-    metrics = {"preset": cfg.preset, "train_seconds": {}, "loss": {}, "half_metrics": {}, "final_train_loss": {}}
+    metrics = {"preset": cfg.preset, "train_seconds": {}, "loss": {}, "half_metrics": {}, "final_train_loss": {},
+               "anomalies": []}
+    anomaly_text = []
     table, half_rows, figs = [], [], Section("Positional basis on its top-2 principal directions (Figs. 6a-c, 42-50)")
     all_profs: dict = {}
     for i in cfg.levels:
@@ -151,6 +154,9 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
         params, hist = train_level(tc, i, train_data, progress=progress)
         metrics["train_seconds"][i] = time.perf_counter() - t1
         metrics["final_train_loss"][i] = float(np.mean(hist.train["loss"][-cfg.steps_per_call:]))
+        found = detect_loss_spikes(hist.steps, hist.train["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
+        metrics["anomalies"] += [a.to_json() for a in found]
+        anomaly_text.append(describe(found, f"training the {LEVEL_NAMES[i]} model"))
         row = [f"{LEVEL_NAMES[i]} (train)"]
         for j in cfg.levels:
             ids = val_noisy[j]
@@ -187,6 +193,7 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
         f"t < {noise_start(T) - 1}, clean input and target under level-1 noise / boundary: t = {noise_start(T) - 1}, clean "
         f"input, random target / second half: t >= {noise_start(T)}, random input). "
         f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Wall time {metrics['seconds']:.0f} s."])
+    s1.paragraphs += anomaly_text
     s1.table(["model \\ inference"] + [LEVEL_NAMES[j] for j in cfg.levels], table, caption="validation loss (nats)")
     s2 = Section("Where the positional structure breaks", [
         "Per layer (residual stream, first token dropped): share of the centred variance explained by the "

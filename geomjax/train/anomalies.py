@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["Anomaly", "detect_accuracy_drops", "detect_anomalies", "detect_loss_spikes", "last_stable_epoch"]
+__all__ = ["Anomaly", "describe", "detect_accuracy_drops", "detect_anomalies", "detect_loss_spikes", "last_stable_epoch"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,11 @@ class Anomaly:
     value: float
     baseline: float
     recovered: int | None
+
+    def to_json(self) -> dict:
+        """The fields as a JSON-safe dict (non-finite numbers become None)."""
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+                for k, v in dataclasses.asdict(self).items()}
 
     def describe(self) -> str:
         """One sentence for a report."""
@@ -179,3 +184,10 @@ def last_stable_epoch(candidates: Sequence[int], anomalies: Sequence[Anomaly]) -
     ok = [int(c) for c in candidates
           if not any(a.start <= c and (a.recovered is None or c < a.recovered) for a in anomalies)]
     return max(ok) if ok else None
+
+
+def describe(anomalies: Sequence[Anomaly], what: str = "training") -> str:
+    """One report paragraph: "No anomaly detected in <what>." or the list of :meth:`Anomaly.describe`."""
+    if not anomalies:
+        return f"No anomaly detected in {what} (loss spikes, non-finite values, accuracy drops after convergence)."
+    return f"{len(anomalies)} anomalies in {what}: " + "; ".join(a.describe() for a in anomalies) + "."
