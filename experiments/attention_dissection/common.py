@@ -206,9 +206,11 @@ def plot_head_grid(mats: np.ndarray, title: str, path, *, causal: bool = True):
                 M = np.where(np.tril(np.ones((T, T), bool)), M, np.nan)
             v = np.nanmax(np.abs(M - np.nanmean(M)))
             ax = axes[l, h]
-            ax.imshow(M - np.nanmean(M), cmap="RdBu_r", vmin=-v, vmax=v, interpolation="nearest")
+            im = ax.imshow((M - np.nanmean(M)) / (v if v > 0 else 1.0), cmap="RdBu_r", vmin=-1, vmax=1,
+                           interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             ax.set_title(f"L{l}H{h}", fontsize=7)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="score − mean, / max |·| of its panel")
     fig.suptitle(title, fontsize=10)
     return save(fig, path)
 
