@@ -4,14 +4,15 @@
 What is trained (cached under ``$GEOMJAX_CACHE/grokking/<config hash>`` — default
 ``~/.cache/geomjax`` — so a second run loads it):
 
-* budget ``full``: the ``cpu`` preset of :func:`geomjax.train.grokking.grokking_config` — Nanda's
+* budget ``full``: Nanda's
   architecture at p = 113 (d 128, 4 heads of 32, d_mlp 512, ReLU, learned positions, no LayerNorm,
   untied), AdamW lr 2e-3, weight decay 1.0, β (0.9, 0.98), 10-step warm-up, full batch, 50% of
   the pairs for training, 3,000 epochs — and its ReLU-free variant;
 * budget ``quick``: the same recipe at p = 59 (vocabulary 60), 1,500 epochs, and its ReLU-free variant.
 
-Key frequencies are the blog's (W_E Fourier norms above 10× the median; §5); Nanda's neuron-based
-key frequencies are reported alongside. Thresholds that the sources leave qualitative are fixed in
+Key frequencies: the blog's rule (Fourier norms above 10× the median; §5) applied to W_E AND the
+read-out W_L, so that a key frequency is one the model uses (W_E-only ones are reported apart);
+Nanda's neuron-based key frequencies are reported alongside. Thresholds that the sources leave qualitative are fixed in
 each claim's statement before looking at results.
 """
 
