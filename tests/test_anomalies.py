@@ -75,3 +75,12 @@ def test_describe_and_json():
     assert found[-1].kind == "non-finite"
     json.dumps([a.to_json() for a in found], allow_nan=False)
     assert describe([], "x").startswith("No anomaly detected in x") and describe(found).startswith("2 anomalies")
+
+
+def test_oscillating_accuracy_drop_is_one_finding():
+    e = np.arange(100)
+    acc = np.ones(100)
+    acc[50], acc[52], acc[53] = 0.9, 0.7, 0.93  # drop, back to 1.0 at 51, drop again
+    found = detect_accuracy_drops(e, acc)
+    assert len(found) == 1 and (found[0].start, found[0].peak, found[0].value, found[0].recovered) == (50, 52, 0.7, 54)
+    assert len(detect_accuracy_drops(e, acc, merge=0)) == 2

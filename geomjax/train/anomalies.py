@@ -113,7 +113,7 @@ def detect_loss_spikes(epochs: Sequence[int], loss: Sequence[float], *, series: 
 
 
 def detect_accuracy_drops(epochs: Sequence[int], acc: Sequence[float], *, series: str = "accuracy",
-                          converged: float = 0.99, drop: float = 0.05) -> list[Anomaly]:
+                          converged: float = 0.99, drop: float = 0.05, merge: int = 20) -> list[Anomaly]:
     """Drops of accuracy below ``converged − drop`` after it first reached ``converged``.
 
     Args:
@@ -121,6 +121,8 @@ def detect_accuracy_drops(epochs: Sequence[int], acc: Sequence[float], *, series
       series: name used in the findings.
       converged: the accuracy that counts as converged.
       drop: how far below ``converged`` a value must fall to be flagged.
+      merge: a drop starting within this many epochs of the previous one's recovery extends it
+        (one oscillating episode is one finding).
 
     Returns:
       list of :class:`Anomaly` (kind ``"accuracy drop"``, baseline = ``converged``).
@@ -139,8 +141,15 @@ def detect_accuracy_drops(epochs: Sequence[int], acc: Sequence[float], *, series
         while j < len(v) and v[j] < converged:
             j += 1
         low = i + int(np.argmin(v[i:j]))
-        out.append(Anomaly("accuracy drop", series, int(e[i]), int(e[low]), float(v[low]), converged,
-                           int(e[j]) if j < len(v) else None))
+        a = Anomaly("accuracy drop", series, int(e[i]), int(e[low]), float(v[low]), converged,
+                    int(e[j]) if j < len(v) else None)
+        prev = out[-1] if out else None
+        if prev is not None and prev.recovered is not None and a.start - prev.recovered <= merge:
+            worst = prev if prev.value <= a.value else a
+            a = dataclasses.replace(prev, peak=worst.peak, value=worst.value, recovered=a.recovered)
+            out[-1] = a
+        else:
+            out.append(a)
         i = j + 1
     return out
 
