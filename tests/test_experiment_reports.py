@@ -147,3 +147,28 @@ def test_pick_heads_never_repeats_a_head_and_mechanism_table_flags_contradiction
     assert byt["self_token"]["agrees with the paper"] == "yes" and byt["neighbours"]["paper's head (GPT-2)"] == "GPT-2 L2H2"
     assert byt["copying"]["agrees with the paper"].startswith("not testable")
     assert len(findings) == 1 and "1 of the 3 neighbours heads" in findings[0]
+
+
+def test_verdict_rules_of_token_randomization_and_addition():
+    from experiments.addition.run import comparison_rows as add_rows
+    from experiments.token_randomization.run import comparison_rows as tr_rows
+
+    def hm(sf, ss, rf, rs, L=3):  # layer 0 (embeddings) is excluded from the medians: give it junk
+        junk = {"pos_share_first": 9.0, "pos_share_second": 9.0, "roughness_first": 9.0, "roughness_second": 9.0}
+        return [junk] + [{"pos_share_first": sf, "pos_share_second": ss, "roughness_first": rf,
+                          "roughness_second": rs}] * L
+
+    half = {"0->0": hm(0.5, 0.5, 0.1, 0.12), "1->1": hm(0.5, 0.1, 0.1, 0.9), "2->2": hm(0.4, 0.4, 0.8, 0.9)}
+    v = {r.key: r.verdict for r in tr_rows(half, (0, 1, 2))}
+    assert v == {"clean_smooth": "reproduced", "half_split": "reproduced", "full_destroyed": "reproduced"}
+    half["1->1"] = hm(0.5, 0.45, 0.1, 0.15)  # no break at T/2
+    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2))}["half_split"] == "not reproduced"
+
+    def setting(acc, short, tv):
+        return {"in_distribution_accuracy": acc, "short_accuracy_mean": short,
+                "smoothness_mean": {"tv": tv, "tv_shuffled": 1.0}}
+
+    rows = add_rows({"no_carry": setting(0.95, 0.04, 0.8), "carry": setting(0.20, 0.0, 0.7)})
+    v = {r.key: (r.run, r.verdict) for r in rows}
+    assert v["no_carry_acc"] == ("95.00%", "reproduced") and v["carry_acc"] == ("20.00%", "not reproduced")
+    assert v["no_carry_short"][1] == v["carry_short"][1] == "reproduced" and v["fractured"][1] == "reproduced"
