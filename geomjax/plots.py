@@ -75,8 +75,8 @@ def frequency_axis(ax, key: Sequence[int] = (), *, label: str = "frequency k", c
     ax.set_xlabel(label)
     for k in key:
         ax.axvline(k, color=color, lw=0.6, ls=":", zorder=0)
-        ax.annotate(str(k), (k, 1.0), xycoords=("data", "axes fraction"), ha="center", va="bottom",
-                    fontsize=7, color=color)
+        ax.annotate(str(k), (k, 0.98), xycoords=("data", "axes fraction"), ha="center", va="top",
+                    fontsize=7, color=color, bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none"})
 
 
 def colorbar(fig, mappable, ax, label: str):

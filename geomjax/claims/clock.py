@@ -654,9 +654,10 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
         for i, k in enumerate(key):
             d = an["petals"][k]
             o = plots.phase_order(p, k)
-            for h in range(H):
-                ax[i, 0].plot(d["o_heads"][h][o, 0], d["o_heads"][h][o, 1], lw=0.7, label=f"head {h}")
+            for h in range(H):  # per-head petals as points (their phase mixes two frequencies), the sum as a curve
+                ax[i, 0].scatter(d["o_heads"][h][:, 0], d["o_heads"][h][:, 1], s=4, label=f"head {h}")
             ax[i, 0].plot(d["o_total"][o, 0], d["o_total"][o, 1], "r-", lw=1.5, label="sum")
+            ax[i, 0].set_aspect("equal", "datalim")
             ax[i, 0].set_title(f"o vectors, k={k} plane (a={an['a0']})", fontsize=8); ax[i, 0].legend(fontsize=6)
             sp = d["spectrum_total"]
             fr = np.fft.fftfreq(p, 1.0 / p).astype(int)
@@ -664,8 +665,8 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
             plots.frequency_axis(ax[i, 1], [k, -k], label="signed frequency"); ax[i, 1].set_ylabel("|DFT|")
             rows.append([k, f"{d['total_freq_fraction']:.3f}", d["total_peak_freq"],
                          ", ".join(f"{v:.2f}" for v in d["head_freq_fraction"])])
-        s.figure(_save(run, fig, f"clock_{tag}_petals_sum.png"), "Per-head o petals sum to a circle (curves join b in "
-                 "the order of the phase k·b mod p); spectrum of the sum")
+        s.figure(_save(run, fig, f"clock_{tag}_petals_sum.png"), "Per-head o petals (points) sum to a circle (the "
+                 "curve joins b in the order of the phase k·b mod p); spectrum of the sum")
         s.table(["k", "summed: single-frequency fraction", "summed: peak frequency", "per head: single-frequency fraction"], rows)
         S.append(s)
 
