@@ -642,13 +642,11 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
         for i, k in enumerate(key):
             for h in range(H):
                 z = an["petals"][k]["z"][h]
-                o = plots.phase_order(p, an["attention"][h]["dominant"] or k)
-                ax[i, h].plot(z[o, 0], z[o, 1], "-", lw=0.5, color="0.6")
                 sc = ax[i, h].scatter(z[:, 0], z[:, 1], c=(k * np.arange(p)) % p, cmap="twilight", s=6)
                 ax[i, h].set_title(f"head {h} (att k={an['attention'][h]['dominant']}) on k={k} plane", fontsize=7)
         plots.colorbar(fig, sc, ax[:, -1], "phase k·b mod p")
         s.figure(_save(run, fig, f"clock_{tag}_petals_actual.png"), "Actual per-head z on the W_E circle planes (through "
-                 "pinv(W_V)); the grey curve joins b in the order of the head's attention phase")
+                 "pinv(W_V)), one point per b coloured by its phase k·b mod p")
         fig, ax = plt.subplots(len(key), 2, figsize=(8, 3 * len(key)), squeeze=False)
         rows = []
         for i, k in enumerate(key):
