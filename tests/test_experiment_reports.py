@@ -171,4 +171,5 @@ def test_verdict_rules_of_token_randomization_and_addition():
     rows = add_rows({"no_carry": setting(0.95, 0.04, 0.8), "carry": setting(0.20, 0.0, 0.7)})
     v = {r.key: (r.run, r.verdict) for r in rows}
     assert v["no_carry_acc"] == ("95.00%", "reproduced") and v["carry_acc"] == ("20.00%", "not reproduced")
-    assert v["no_carry_short"][1] == v["carry_short"][1] == "reproduced" and v["fractured"][1] == "reproduced"
+    assert v["no_carry_short"][1] == "reproduced" and v["fractured"][1] == "reproduced"
+    assert v["carry_short"][1] == "not testable at this preset"  # precondition (in-distribution accuracy) not met

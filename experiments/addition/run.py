@@ -223,8 +223,11 @@ def comparison_rows(settings: dict) -> list[Row]:
         acc, short = m["in_distribution_accuracy"], m["short_accuracy_mean"]
         rows.append(Row(f"{name}_acc", f"{100 * acc:.2f}%", verdict(abs(acc - PAPER_ACC[name]) <= ACC_TOL),
                         f"reproduced = within {100 * ACC_TOL:.0f} points"))
-        rows.append(Row(f"{name}_short", f"{100 * short:.2f}%", verdict(short < SHORT_FAIL),
-                        f"reproduced = below {100 * SHORT_FAIL:.0f}% (no length generalization)"))
+        learned = acc >= PAPER_ACC[name] - ACC_TOL  # precondition: the model adds in distribution as in the paper
+        rows.append(Row(f"{name}_short", f"{100 * short:.2f}%", verdict(short < SHORT_FAIL if learned else None),
+                        f"reproduced = below {100 * SHORT_FAIL:.0f}% (no length generalization)" if learned else
+                        "not testable: the model did not learn in-distribution addition, so failing short lengths "
+                        "says nothing about length generalization"))
     tv = [settings[n]["smoothness_mean"] for n in settings]
     if tv:
         mean_tv = float(np.mean([t["tv"] for t in tv]))
