@@ -1,6 +1,12 @@
-"""Matplotlib figures (no JAX compute here): inputs are NumPy-convertible arrays.
+"""Matplotlib figures (no JAX compute here): inputs are NumPy-convertible arrays, and the one plotting
+style of every geomjax figure and experiment.
 
 Every function returns a ``matplotlib.figure.Figure``; :func:`save` writes it as PNG and closes it.
+Importing this module applies :data:`STYLE` (no offset notation on axes — "1e-7+1.91699" hides
+invisible differences behind a large-looking scale —, constrained layout so titles never sit over
+tick labels, small titles). Helpers shared by the experiments: :func:`phase_order` (points of a
+frequency-k circle in the order of their phase), :func:`frequency_axis` (key frequencies marked),
+:func:`colorbar`.
 """
 
 from __future__ import annotations
@@ -16,6 +22,25 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+STYLE = {
+    "axes.formatter.useoffset": False,
+    "figure.constrained_layout.use": True,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "figure.titlesize": 10,
+}
+
+
+def apply_style() -> None:
+    """Set :data:`STYLE` in matplotlib's rcParams (done on import; call again after a reset)."""
+    matplotlib.rcParams.update(STYLE)
+
+
+apply_style()
+
 __all__ = [
     "save",
     "pca_grid",
@@ -24,7 +49,42 @@ __all__ = [
     "singular_values",
     "metrics_by_layer",
     "grouped_scatter",
+    "STYLE",
+    "apply_style",
+    "colorbar",
+    "frequency_axis",
+    "phase_order",
 ]
+
+
+def phase_order(p: int, k: int) -> np.ndarray:
+    """Tokens 0..p−1 sorted by their phase on the frequency-k circle, i.e. by k·b mod p.
+
+    A curve through a circle's points drawn in token order b jumps by k/p of a turn at every step
+    (unreadable for k > 1); drawn in this order consecutive points are neighbours on the circle.
+
+    Returns:
+      (p,) int permutation ``order`` with ``(k * order) % p`` non-decreasing.
+    """
+    if p < 1:
+        raise ValueError(f"phase_order: p must be positive, got {p}")
+    return np.argsort((int(k) * np.arange(p)) % p, kind="stable")
+
+
+def frequency_axis(ax, key: Sequence[int] = (), *, label: str = "frequency k", color: str = "tab:red") -> None:
+    """Label ``ax``'s x axis as a frequency axis and mark the ``key`` frequencies (dotted line + number)."""
+    ax.set_xlabel(label)
+    for k in key:
+        ax.axvline(k, color=color, lw=0.6, ls=":", zorder=0)
+        ax.annotate(str(k), (k, 0.98), xycoords=("data", "axes fraction"), ha="center", va="top",
+                    fontsize=7, color=color, bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none"})
+
+
+def colorbar(fig, mappable, ax, label: str):
+    """A labelled colour bar next to ``ax``."""
+    cb = fig.colorbar(mappable, ax=ax, shrink=0.85)
+    cb.set_label(label)
+    return cb
 
 
 def save(fig, path: str | Path, dpi: int = 110) -> Path:
@@ -87,11 +147,10 @@ def pca_grid(
                Line2D([], [], ls="", marker="o", ms=4, color="tab:red", alpha=0.6, label=f"cvec ({n_seq} sequences)")]
     if suptitle:
         fig.suptitle(suptitle)
-    fig.tight_layout(rect=(0, 0.06, 0.92, 1))
-    fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    # constrained layout (geomjax.plots.STYLE) places the legend and the shared colour bar
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     if sc is not None:
-        cax = fig.add_axes((0.93, 0.15, 0.015, 0.7))
-        cb = fig.colorbar(sc, cax=cax)
+        cb = fig.colorbar(sc, ax=fig.axes, shrink=0.8)
         cb.set_label("position index t", fontsize=8)
     return fig
 
@@ -131,10 +190,8 @@ def dct_heatmaps(F: Sequence[np.ndarray], titles: Sequence[str], n_freq: int = 1
         ax.tick_params(labelsize=6)
     if suptitle:
         fig.suptitle(suptitle)
-    fig.tight_layout(rect=(0, 0, 0.92, 1))
     if im is not None:
-        cax = fig.add_axes((0.93, 0.15, 0.015, 0.7))
-        fig.colorbar(im, cax=cax).set_label("|DCT coefficient| (shared scale)", fontsize=8)
+        fig.colorbar(im, ax=fig.axes, shrink=0.8).set_label("|DCT coefficient| (shared scale)", fontsize=8)
     return fig
 
 
@@ -183,7 +240,6 @@ def metrics_by_layer(series: Mapping[str, Sequence[float]], title: str = "", nco
         ax.tick_params(labelsize=7)
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 

@@ -25,6 +25,12 @@ def test_presets_match_reference():
         assert not m.attn_bias and m.mlp_bias and m.init == "nanda"
         assert (o.lr, o.weight_decay, o.b1, o.b2, o.warmup_steps, o.schedule, o.decay) == (1e-3, 1.0, 0.9, 0.98, 10, "constant", "all")
     assert gk.grokking_config("cpu", relu=False).train.model.activation == "none"
+    cpu = gk.grokking_config("cpu")  # the blog's 30% split, lr 2e-3; the clock claims keep their 50% recipe
+    assert (cpu.train.train_frac, cpu.epochs, cpu.train.optim.lr, cpu.log_every) == (0.3, gk.CPU_EPOCHS, 2e-3, 10)
+    from geomjax.claims.clock import claim_config
+
+    full = claim_config("full")
+    assert (full.train.train_frac, full.epochs, full.log_every, full.train.p) == (0.5, 3000, 25, 113)
     assert modular_config("blog").total_steps == 20_000
     with pytest.raises(ValueError, match="preset"):
         gk.grokking_config("huge")
@@ -88,8 +94,11 @@ def test_smoke_training_and_exact_resume(tmp_path):
     assert res.resumed_from == 50
     for u, v in zip(jax.tree_util.tree_leaves(full.state.params), jax.tree_util.tree_leaves(res.state.params)):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
-    for k in gk.METRICS:
+    for k in (*gk.METRICS, *gk.DENSE):
         np.testing.assert_array_equal(h[k], res.history[k])
+    # per-epoch train metrics: one per epoch, and the logged train loss at epoch 50 is that of the params after 50
+    assert h["dense_epoch"].tolist() == list(range(cfg.epochs))
+    np.testing.assert_allclose(h["dense_train_loss"][50], h["train_loss"][h["epoch"].tolist().index(50)], rtol=1e-5)
     snaps = gk.param_snapshots(tmp_path / "b", gk.grokking_init(cfg).params)
     assert [e for e, _ in snaps] == list(range(0, cfg.epochs + 1, cfg.chunk))
     loaded = gk.load_grokking_run(tmp_path / "a", cfg)

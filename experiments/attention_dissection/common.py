@@ -87,18 +87,60 @@ def dissect(model, params, basis: A.AttentionBasis, probes: np.ndarray, *, causa
 def pick_heads(rows: Sequence[dict], per_type: int = 1) -> list[tuple[int, int, str]]:
     """The heads with the largest lift of each type among those classified as that type.
 
-    When no head has a type, the head with the largest lift of that type is shown anyway, labelled
-    ``"<type> (best candidate, below threshold)"``, so every type has a heatmap.
+    When no head has a type, the head with the largest lift of that type among the heads not shown yet
+    is shown anyway, labelled ``"<type> (best candidate, below threshold)"``, so every type has a
+    heatmap and no head is shown twice.
     """
-    out = []
+    out, used = [], set()
     for t in A.HEAD_TYPES:
         cand = sorted((r for r in rows if r["type"] == t), key=lambda r: -r[f"{t}_lift"])
         if cand:
             out += [(r["layer"], r["head"], t) for r in cand[:per_type]]
-        elif rows:
-            r = max(rows, key=lambda r: r[f"{t}_lift"])
+            used |= {(r["layer"], r["head"]) for r in cand[:per_type]}
+    for t in A.HEAD_TYPES:
+        if any(o[2] == t for o in out):
+            continue
+        free = [r for r in rows if (r["layer"], r["head"]) not in used]
+        if free:
+            r = max(free, key=lambda r: r[f"{t}_lift"])
             out.append((r["layer"], r["head"], f"{t} (best candidate, below threshold)"))
+            used.add((r["layer"], r["head"]))
     return out
+
+
+def mechanism_table(rows: Sequence[dict], paper_heads: dict) -> tuple[list[str], list[list], list[str]]:
+    """Per head type: the paper's head and dominant part beside this model's heads of that type.
+
+    Returns:
+      (header, rows, findings): ``findings`` are sentences for the report — a warning when no head has any
+      type, and one per type whose heads' majority dominant part contradicts the paper's mechanism.
+    """
+    header = ["type", "paper's head (GPT-2)", "paper's dominant part", "heads of this type here", "strongest here",
+              "dominant parts here", "agrees with the paper"]
+    out, findings = [], []
+    if rows and all(r["type"] == "other" for r in rows):
+        findings.append(f"Warning: none of the {len(rows)} heads reaches the lift threshold of any type (all 'other'); "
+                        "the type-specific figures show below-threshold candidates only.")
+    for t in A.HEAD_TYPES:
+        head, part = paper_heads[t]
+        mine = [r for r in rows if r["type"] == t]
+        dom = {c: sum(r["dominant"] == c for r in mine) for c in A.COMPONENTS if any(r["dominant"] == c for r in mine)}
+        best = max(mine, key=lambda r: r[f"{t}_lift"]) if mine else None
+        if not mine:
+            agree = "not testable (no head of this type)"
+        elif part not in A.COMPONENTS:
+            agree = "yes (heads of this type exist)"
+        else:
+            top = max(dom, key=dom.get)
+            agree = "yes" if top == part else f"no: {COMPONENT_TITLES[top]} dominates"
+            if top != part:
+                findings.append(f"Contrary to the paper's mechanism: {dom.get(part, 0)} of the {len(mine)} {t} heads "
+                                f"are {COMPONENT_TITLES[part]} dominated (paper: {head}); most are "
+                                f"{COMPONENT_TITLES[top]} dominated ({dom[top]}).")
+        out.append([t, head, COMPONENT_TITLES.get(part, part), len(mine),
+                    f"L{best['layer']}H{best['head']}" if best else "—",
+                    ", ".join(f"{COMPONENT_TITLES[c]} {n}" for c, n in dom.items()) or "—", agree])
+    return header, out, findings
 
 
 def head_table(rows: Sequence[dict]) -> tuple[list[str], list[list]]:
@@ -164,15 +206,18 @@ def plot_head_grid(mats: np.ndarray, title: str, path, *, causal: bool = True):
                 M = np.where(np.tril(np.ones((T, T), bool)), M, np.nan)
             v = np.nanmax(np.abs(M - np.nanmean(M)))
             ax = axes[l, h]
-            ax.imshow(M - np.nanmean(M), cmap="RdBu_r", vmin=-v, vmax=v, interpolation="nearest")
+            im = ax.imshow((M - np.nanmean(M)) / (v if v > 0 else 1.0), cmap="RdBu_r", vmin=-1, vmax=1,
+                           interpolation="nearest")
             ax.set_xticks([]), ax.set_yticks([])
             ax.set_title(f"L{l}H{h}", fontsize=7)
+    fig.colorbar(im, ax=axes, shrink=0.8, label="score − mean, / max |·| of its panel")
     fig.suptitle(title, fontsize=10)
     return save(fig, path)
 
 
-def plot_w_structure(results: Sequence[dict], title: str, path, *, n_show: int = 60):
-    """Song & Zhong Fig. 5: per head, |thresholded rotated off-diagonal| (top-left n_show block) with |diag W|."""
+def plot_w_structure(results: Sequence[dict], title: str, path, *, n_show: int = 60, K: int | None = None):
+    """Song & Zhong Fig. 5: per head, |thresholded rotated off-diagonal| (top-left n_show block) with |diag W|;
+    panel titles give the top-left K×K energy fraction (K: one of the results' ``Ks``; default the middle one)."""
     import matplotlib.pyplot as plt
 
     H = len(results)
@@ -184,8 +229,9 @@ def plot_w_structure(results: Sequence[dict], title: str, path, *, n_show: int =
         i, j = 2 * (h // cols), h % cols
         R = np.abs(np.asarray(r["R_thr"]))[:n_show, :n_show]
         axes[i, j].imshow(R, cmap="Blues", interpolation="nearest")
-        axes[i, j].set_title(f"head {h}: top-20 frac {r['frac'][r['Ks'].index(20)] if 20 in r['Ks'] else np.nan:.2f}",
-                             fontsize=7)
+        Ks = list(r["Ks"])
+        k_ = K if K in Ks else Ks[len(Ks) // 2]
+        axes[i, j].set_title(f"head {h}: top-{k_}×{k_} energy {r['frac'][Ks.index(k_)]:.2f}", fontsize=7)
         axes[i, j].set_xticks([]), axes[i, j].set_yticks([])
         axes[i + 1, j].plot(np.abs(np.asarray(r["diag"])), color="red", lw=0.6)
         axes[i + 1, j].set_xticks([]), axes[i + 1, j].tick_params(labelsize=5)

@@ -7,12 +7,16 @@ loops, then writes a geomjax run directory with every analysis and figure::
     .venv/bin/python experiments/grokking/run.py --preset blog --out runs/grokking-blog   # GPU: minutes
 
 Training goes to ``<out>/train`` and ``<out>/train-norelu`` (checkpoints every chunk, parameter
-snapshots for the progress measures); re-running resumes or reuses them.
+snapshots for the progress measures); re-running resumes or reuses them. Training anomalies (loss
+spikes, non-finite values, accuracy drops after convergence: :mod:`geomjax.train.anomalies`) are
+detected, drawn and reported, and the analyses use a stated checkpoint (``--checkpoint``: by default
+the last stable snapshot).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -21,10 +25,115 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from config import get_config  # noqa: E402
+from source import SOURCE  # noqa: E402
 
 from geomjax.claims.clock import analysis_sections, analyze  # noqa: E402
+from geomjax.comparison import Row, source_section, verdict  # noqa: E402
+from geomjax.errors import GeomjaxError  # noqa: E402
 from geomjax.report import RunDir, Section, to_jsonable  # noqa: E402
-from geomjax.train.grokking import grokking_milestones, train_grokking  # noqa: E402
+from geomjax.train.anomalies import detect_anomalies, last_stable_epoch  # noqa: E402
+from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking  # noqa: E402
+
+SPIKE_FACTOR = 100.0  # a loss more than this × the median of the previous 50 logged values is a spike
+PLATEAU_RATIO = 3.0  # "a real plateau": test 99% no earlier than this × the epoch of train 100%
+
+
+def choose_checkpoint(res, anomalies, which: str):
+    """(epoch, run result whose state holds that snapshot's parameters, reason) for ``which`` ∈
+    {"last-stable", "final", "<epoch>"}: the analysed checkpoint."""
+    final = int(res.history["epoch"][-1])
+    snaps = param_snapshots(res.run_dir, res.state.params) if res.run_dir is not None else []
+    epochs = [e for e, _ in snaps] or [final]
+    if which == "final":
+        ep, why = final, "the final epoch (--checkpoint final)"
+    elif which == "last-stable":
+        ep = last_stable_epoch(epochs, anomalies)
+        if ep is None:
+            ep, why = final, "the final epoch: no snapshot lies outside the detected anomalies"
+        else:
+            why = ("the final epoch, outside every detected anomaly" if ep == final else
+                   "the last snapshot outside every detected anomaly (the final one is inside one)")
+    else:
+        try:
+            ep = int(which)
+        except ValueError:
+            raise GeomjaxError(f"--checkpoint must be 'last-stable', 'final' or an epoch, got {which!r}") from None
+        if ep not in epochs:
+            raise GeomjaxError(f"--checkpoint {ep}: no snapshot at that epoch; snapshots: {epochs[0]}..{epochs[-1]} "
+                               f"every {epochs[1] - epochs[0] if len(epochs) > 1 else 0}")
+        why = "the epoch asked for (--checkpoint)"
+    if ep == final:
+        return ep, res, why
+    params = dict(snaps)[ep]
+    return ep, dataclasses.replace(res, state=res.state.replace(params=params)), why
+
+
+def _plateau(ms) -> tuple[int | None, float | None]:
+    if ms["train_100"] is None or ms["test_99"] is None:
+        return None, None
+    return ms["test_99"] - ms["train_100"], ms["test_99"] / max(ms["train_100"], 1)
+
+
+def comparison_rows(an, an_free) -> list[Row]:
+    """This run's number and verdict for each of the sources' numbers (:data:`source.SOURCE`)."""
+    ms = an["milestones"]
+    length, ratio = _plateau(ms)
+    rows = [Row("grok_epoch", f"train 100% at {ms['train_100']}, test ≥ 99% at {ms['test_99']}"
+                + (f"; plateau {length} epochs ({ratio:.1f}× the memorisation time)" if length is not None else
+                   "; did not grok"),
+                verdict(ratio is not None and ratio >= PLATEAU_RATIO) if ms["train_100"] is not None else verdict(False),
+                f"reproduced = test ≥ 99% at ≥ {PLATEAU_RATIO:g}× the epoch of train 100%")]
+    key = an["key"]
+    rows.append(Row("key_freqs", f"{key} hold {an['key_fraction_W_E']:.2f} of W_E's energy (random W_E: "
+                    f"{an['random_W_E_fraction']:.2f})", verdict(0 < len(key) <= 8 and an["key_fraction_W_E"] > 0.5),
+                    "reproduced = 1–8 key frequencies holding > 50%"))
+    rows.append(Row("W_L_same", f"W_E: {an['key_W_E']}, W_L: {an['key_W_L']}",
+                    verdict(bool(an["key_W_L"]) and set(an["key_W_L"]) <= set(an["key_W_E"])),
+                    f"W_E-only {an['key_W_E_only']}: no W_L circle" if an["key_W_E_only"] else ""))
+    r2 = [an["circles"][("W_E", k)]["r2"] for k in key]
+    r2r = [an["circles"][("W_E", k)]["r2"] for k in an["random_freqs"]]
+    rows.append(Row("circles", f"R² {min(r2):.2f}–{max(r2):.2f} on key, {max(r2r):.2f} at most on random" if r2 else "—",
+                    verdict(bool(r2) and min(r2) >= 0.9)))
+    dom = [h["dominant"] for h in an["attention"]]
+    rows.append(Row("attention", f"dominant frequencies per head {dom}", verdict(all(d in an["key_W_E"] for d in dom))))
+    pr = an.get("progress")
+    if pr and ms["test_99"] is not None:
+        test0 = pr[0]["test"]
+        first = lambda name: next((q["epoch"] for q in pr if q[name] < 0.5 * test0), None)  # noqa: E731
+        er, et = first("restricted"), first("test")
+        rows.append(Row("restricted_first", f"restricted loss halves at epoch {er}, test loss at {et}",
+                        verdict(er is not None and et is not None and er <= et)))
+    else:
+        rows.append(Row("restricted_first", "no snapshots or no grokking", verdict(None)))
+    if an_free is not None:
+        mf = an_free["milestones"]
+        rows.append(Row("relu_free", f"ReLU-free: test ≥ 99% at {mf['test_99']}; ReLU removed from the trained ReLU "
+                        f"model: accuracy {an.get('acc_relu_removed', float('nan')):.2f}", verdict(mf["test_99"] is not None)))
+    else:
+        rows.append(Row("relu_free", "ReLU-free variant not trained (--no-relu-free)", verdict(None)))
+    pairs, emb = an["sufficiency"]["pairs"], an["sufficiency_embed"]
+    if pairs:
+        best = max(pairs, key=pairs.get)
+        rows.append(Row("two_coprime", f"best pair {{{best}}}: {pairs[best]:.2f} (logit-restricted), "
+                        f"{emb.get(best, float('nan')):.2f} (embedding-restricted)", verdict(pairs[best] >= 0.99)))
+    else:
+        rows.append(Row("two_coprime", "fewer than two key frequencies", verdict(None)))
+    return rows
+
+
+def anomaly_section(anomalies, checkpoint: int, why: str, final: int) -> Section:
+    """What went wrong in training, and which checkpoint the analyses use."""
+    s = Section("Training anomalies and the analysed checkpoint")
+    s.paragraphs.append(f"Detected on the per-epoch train loss/accuracy and the test metrics: loss spikes (a value more than "
+                        f"{SPIKE_FACTOR:g}× the median of the previous 50 logged values and above 1e-4), non-finite values, "
+                        "and accuracy drops below 0.94 after first reaching 0.99.")
+    if anomalies:
+        s.paragraphs.append(f"{len(anomalies)} anomalies: " + "; ".join(a.describe() for a in anomalies) + ".")
+    else:
+        s.paragraphs.append("No anomaly detected.")
+    s.paragraphs.append(f"Analysed checkpoint: epoch {checkpoint} of {final} — {why}. Every analysis below (spectra, "
+                        "circles, attention, petals, MLP, sufficiency) uses its parameters.")
+    return s
 
 
 def main(argv=None) -> Path:
@@ -33,8 +142,11 @@ def main(argv=None) -> Path:
     ap.add_argument("--out", default=None, help="run directory (default runs/grokking-<preset>)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-relu-free", action="store_true", help="skip the ReLU-free variant")
+    ap.add_argument("--checkpoint", default="last-stable", help="'last-stable' (default), 'final' or a snapshot epoch")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    if args.checkpoint not in ("last-stable", "final") and not args.checkpoint.isdigit():
+        raise GeomjaxError(f"--checkpoint must be 'last-stable', 'final' or an epoch, got {args.checkpoint!r}")
     out = Path(args.out or f"runs/grokking-{args.preset}")
     run = RunDir(out, command="grokking")
     cfg = get_config(args.preset, seed=args.seed)
@@ -45,23 +157,56 @@ def main(argv=None) -> Path:
         cfg_free = get_config(args.preset, relu=False, seed=args.seed)
         free = train_grokking(cfg_free, out / "train-norelu", progress=not args.no_progress, log_file=out / "train-norelu.log")
     run.write_config({"preset": args.preset, "seed": args.seed, "relu": to_jsonable(cfg),
-                      "relu_free": to_jsonable(free.config) if free else None})
-    an = analyze(res, seed=args.seed)
-    an_free = analyze(free, seed=args.seed, with_snapshots=False) if free else None
+                      "relu_free": to_jsonable(free.config) if free else None, "checkpoint": args.checkpoint})
+    anomalies = detect_anomalies(res.history, factor=SPIKE_FACTOR)
+    anomalies_free = detect_anomalies(free.history, prefix="ReLU-free ", factor=SPIKE_FACTOR) if free else []
+    final = int(res.history["epoch"][-1])
+    ck, res_an, why = choose_checkpoint(res, anomalies, args.checkpoint)
+    an = analyze(res_an, seed=args.seed)
+    an.update(anomalies=anomalies, checkpoint=ck)
+    an_free = None
+    if free:
+        ck_free, free_an, _ = choose_checkpoint(free, anomalies_free, args.checkpoint)
+        an_free = analyze(free_an, seed=args.seed, with_snapshots=False)
     sections, metrics = analysis_sections(run, an, an_free, title=args.preset)
+    plumbing = args.preset == "smoke"
+    cmp = source_section(SOURCE, args.preset, f"{cfg.epochs} epochs, {cfg.train.train_frac:.0%} of the p² pairs (p = "
+                         f"{cfg.train.p}) for training, lr {cfg.train.optim.lr:g}; ReLU-free variant "
+                         f"{'too' if free else 'skipped'}; analysed checkpoint epoch {ck}.",
+                         _departures(cfg), comparison_rows(an, an_free))
+    anom = anomaly_section(anomalies + anomalies_free, ck, why, final)
     timing = Section("Timing")
     timing.paragraphs.append(
         f"This invocation: training (this call; 0 if loaded) {res.seconds:.1f} s (compile {res.compile_seconds:.1f} s)"
         + (f", ReLU-free {free.seconds:.1f} s" if free else "") + f"; total with analyses {time.perf_counter() - t0:.1f} s.")
-    sections.insert(0, timing)
-    metrics.update(preset=args.preset, milestones=grokking_milestones(res.history),
+    sections = [cmp, anom, timing] + sections
+    ms = grokking_milestones(res.history)
+    metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],
                    milestones_relu_free=grokking_milestones(free.history) if free else None,
                    final=dict(train_acc=res.history["train_acc"][-1], test_acc=res.history["test_acc"][-1]),
-                   train_seconds=res.seconds, compile_seconds=res.compile_seconds)
+                   checkpoint=ck, anomalies=[a.to_json() for a in anomalies + anomalies_free],
+                   plumbing_only=plumbing, train_seconds=res.seconds, compile_seconds=res.compile_seconds)
     run.write_json("metrics.json", metrics)
     run.write_report(f"Grokking and the clock algorithm ({args.preset})", sections)
     print(f"report: {out / 'report.md'}")
     return out
+
+
+def _departures(cfg) -> list[str]:
+    t, d = cfg.train, []
+    if t.p != 113:
+        d.append(f"p = {t.p} (source 113)")
+    if t.model.d_model != 128:
+        d.append(f"d_model {t.model.d_model}, {t.model.n_heads} heads, d_mlp {t.model.d_mlp} (source 128, 4, 512)")
+    if abs(t.train_frac - 0.3) > 1e-9:
+        d.append(f"{t.train_frac:.0%} of the pairs for training (source 30%)")
+    if t.optim.lr != 1e-3:
+        d.append(f"lr {t.optim.lr:g} (source 1e-3: AdamW's decay per step is lr × weight decay, so the plateau is "
+                 f"about {t.optim.lr / 1e-3:g}× shorter)")
+    if cfg.epochs < 10_000:
+        d.append(f"{cfg.epochs} epochs (blog 10,000–20,000: less time for weight decay to clean up the spectrum)")
+    d.append("learned positional embeddings (Nanda's code; the blog's text says none)")
+    return d
 
 
 if __name__ == "__main__":

@@ -23,10 +23,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments.token_randomization.config import PRESETS, RandomizationConfig, get_config
+from experiments.token_randomization.source import SOURCE
+from geomjax.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.report import RunDir, Section
+from geomjax.train.anomalies import describe, detect_loss_spikes
 
 LEVEL_NAMES = {0: "clean", 1: "second half random", 2: "fully random"}
+SHORT = {0: "clean", 1: "2nd half random", 2: "all random"}
 
 
 def train_config(cfg: RandomizationConfig, vocab_size: int = 65):
@@ -86,34 +90,40 @@ def positional_profile(h: np.ndarray) -> dict[str, np.ndarray]:
             "step": np.linalg.norm(np.diff(pos, axis=0), axis=-1)}
 
 
-def half_metrics(prof: dict[str, np.ndarray]) -> dict[str, float]:
-    """Share of variance explained by position and roughness of pos in the first and second half."""
+def noise_start(T: int) -> int:
+    """First position of a (T+1)-token window that level-1 noise replaces (``randomize_tokens`` replaces
+    window positions >= (T+1)//2), i.e. the first model input t that is random."""
+    return (T + 1) // 2
+
+
+def split_positions(T: int) -> dict[str, np.ndarray]:
+    """The T input positions of a level-1 window, split where the noise starts (every position in exactly one part).
+
+    With m = :func:`noise_start` (T): ``first`` = t < m − 1 (clean input, clean target), ``boundary`` =
+    t = m − 1 (clean input, first random target), ``second`` = t >= m (random input).
+    """
+    m = noise_start(T)
+    return {"first": np.arange(0, m - 1), "boundary": np.arange(m - 1, m), "second": np.arange(m, T)}
+
+
+def half_metrics(prof: dict[str, np.ndarray], start: int | None = None) -> dict[str, float]:
+    """Share of variance explained by position and roughness of pos in the first and second half.
+
+    Args:
+      prof: :func:`positional_profile` of T positions.
+      start: first position of the second half (default T // 2). Roughness uses the steps inside each
+        half (the step across the boundary belongs to neither).
+    """
     T = prof["pos_sq"].shape[0]
-    m = T // 2
+    m = T // 2 if start is None else start
+    if not 1 < m < T - 1:
+        raise ValueError(f"half_metrics: the split {m} must leave at least 2 positions in each half of {T}")
     rms = float(np.sqrt(prof["pos_sq"].mean()))
     out = {}
     for name, sl, st in (("first", slice(0, m), slice(0, m - 1)), ("second", slice(m, T), slice(m, T - 1))):
         out[f"pos_share_{name}"] = float(prof["pos_sq"][sl].sum() / prof["var"][sl].sum())
         out[f"roughness_{name}"] = float(prof["step"][st].mean() / rms) if rms > 0 else float("nan")
     return out
-
-
-def _pca_figure(profiles: list[dict], title: str, path):
-    import matplotlib.pyplot as plt
-
-    from geomjax.plots import save
-
-    n = len(profiles)
-    fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 2.6), squeeze=False)
-    for l, (ax, prof) in enumerate(zip(axes[0], profiles)):
-        P = prof["pos"]
-        _, _, Vh = np.linalg.svd(P, full_matrices=False)
-        Z = P @ Vh[:2].T
-        ax.scatter(Z[:, 0], Z[:, 1], c=np.arange(len(Z)), cmap="Blues", s=8, vmin=-len(Z) // 3)
-        ax.set_title(f"layer {l}", fontsize=8)
-        ax.set_xticks([]), ax.set_yticks([])
-    fig.suptitle(title, fontsize=9)
-    return save(fig, path)
 
 
 def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) -> dict:
@@ -134,45 +144,56 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     ploss = jax.jit(lambda p, i: per_position_loss(model, p, i))
     states = jax.jit(lambda p, i: model.apply({"params": p}, i)[1].residual)
     T = tc.seq_len
-    metrics = {"preset": cfg.preset, "train_seconds": {}, "loss": {}, "half_metrics": {}, "final_train_loss": {}}
+    metrics = {"preset": cfg.preset, "train_seconds": {}, "loss": {}, "half_metrics": {}, "final_train_loss": {},
+               "anomalies": []}
+    anomaly_text = []
     table, half_rows, figs = [], [], Section("Positional basis on its top-2 principal directions (Figs. 6a-c, 42-50)")
+    all_profs: dict = {}
     for i in cfg.levels:
         t1 = time.perf_counter()
         params, hist = train_level(tc, i, train_data, progress=progress)
         metrics["train_seconds"][i] = time.perf_counter() - t1
         metrics["final_train_loss"][i] = float(np.mean(hist.train["loss"][-cfg.steps_per_call:]))
+        found = detect_loss_spikes(hist.steps, hist.train["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
+        metrics["anomalies"] += [a.to_json() for a in found]
+        anomaly_text.append(describe(found, f"training the {LEVEL_NAMES[i]} model"))
         row = [f"{LEVEL_NAMES[i]} (train)"]
         for j in cfg.levels:
             ids = val_noisy[j]
             pl = np.mean([np.asarray(ploss(params, jnp.asarray(ids[k : k + tc.batch_size])))
                           for k in range(0, len(ids), tc.batch_size)], axis=0)
-            # level-1 noise starts at window position (T+1)//2, so inputs t < T//2 - 1 have clean targets and
-            # inputs t >= T//2 (T even) are random themselves
-            loss = {"all": float(pl.mean()), "first_half": float(pl[: T // 2 - 1].mean()),
-                    "second_half": float(pl[T // 2 :].mean())}
+            sp = split_positions(T)
+            loss = {"all": float(pl.mean()), "first_half": float(pl[sp["first"]].mean()),
+                    "boundary": float(pl[sp["boundary"]].mean()), "second_half": float(pl[sp["second"]].mean())}
             metrics["loss"][f"{i}->{j}"] = loss
-            row.append(f"{loss['all']:.3f} ({loss['first_half']:.3f} | {loss['second_half']:.3f})")
+            row.append(f"{loss['all']:.3f} ({loss['first_half']:.3f} / {loss['boundary']:.3f} / {loss['second_half']:.3f})")
             chunks = [jax.device_get(states(params, jnp.asarray(ids[k : k + tc.batch_size, :T])))
                       for k in range(0, len(ids), tc.batch_size)]
             hs = [np.concatenate(per_layer) for per_layer in zip(*chunks)]  # L+1 arrays (C, T, d)
             profs = [positional_profile(h[:, 1:]) for h in hs]  # first token dropped (source convention)
-            hm = [half_metrics(p) for p in profs]
+            hm = [half_metrics(p, noise_start(T) - 1) for p in profs]  # profile index i = input position i + 1
+            all_profs[(i, j)] = profs
             metrics["half_metrics"][f"{i}->{j}"] = hm
             for l, m in enumerate(hm):
                 half_rows.append([LEVEL_NAMES[i], LEVEL_NAMES[j], l, round(m["pos_share_first"], 3),
                                   round(m["pos_share_second"], 3), round(m["roughness_first"], 3),
                                   round(m["roughness_second"], 3)])
-            p, rel = rd.figure_path(f"pos_pca_train{i}_eval{j}.png")
-            _pca_figure(profs, f"train: {LEVEL_NAMES[i]}; inference: {LEVEL_NAMES[j]}", p)
-            figs.figure(rel, f"Training: {LEVEL_NAMES[i]}; inference: {LEVEL_NAMES[j]} (darker = later position)")
         table.append(row)
+    for layer in sorted({1, cfg.n_layers}):
+        p, rel = rd.figure_path(f"pos_pca_grid_layer{layer}.png")
+        _grid_figure(all_profs, cfg.levels, layer, noise_start(T) - 1, p)
+        figs.figure(rel, f"Layer {layer}: positional basis of every (training, inference) pair on its top-2 principal "
+                         f"directions (Fig. 6a–c as one grid); colour = position t, ringed point = t = T/2 (first random "
+                         "input under level-1 noise)")
     metrics["seconds"] = time.perf_counter() - t0
     s1 = Section("3 × 3 evaluation", [
         f"Tiny Shakespeare characters (vocabulary {V}); model {cfg.n_layers} layers, {cfg.n_heads} heads, d "
         f"{cfg.d_model}, T {T}; {cfg.total_steps} steps of batch {cfg.batch_size} per model; "
         f"{len(val)} validation windows. Cell: mean next-token loss over all positions (first half: inputs "
-        "t < T/2 − 1, whose targets are clean under level-1 noise | second half: t >= T/2). "
+        f"t < {noise_start(T) - 1}, clean input and target under level-1 noise / boundary: t = {noise_start(T) - 1}, clean "
+        f"input, random target / second half: t >= {noise_start(T)}, random input). "
         f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Wall time {metrics['seconds']:.0f} s."])
+    s1.paragraphs += anomaly_text
     s1.table(["model \\ inference"] + [LEVEL_NAMES[j] for j in cfg.levels], table, caption="validation loss (nats)")
     s2 = Section("Where the positional structure breaks", [
         "Per layer (residual stream, first token dropped): share of the centred variance explained by the "
@@ -180,9 +201,80 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
         "each in the first and the second half of the positions."])
     s2.table(["train", "inference", "layer", "pos share 1st half", "pos share 2nd half", "roughness 1st half",
               "roughness 2nd half"], half_rows)
+    cmp = source_section(SOURCE, cfg.preset, f"{cfg.n_layers} layers, {cfg.n_heads} heads, d {cfg.d_model}, T {T}, "
+                         f"{cfg.total_steps} steps of batch {cfg.batch_size} per model, tiny Shakespeare characters.",
+                         _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels))
+    metrics["plumbing_only"] = cfg.preset == "smoke"
     rd.write_json("metrics.json", metrics)
-    rd.write_report("Token randomization (Song & Zhong §5.1)", [s1, s2, figs])
+    rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, s1, s2, figs])
     return metrics
+
+
+ROUGH_RATIO = 2.0  # "structure breaks": roughness of the second half >= 2x the first, or position share <= 1/2
+
+
+def _median_layers(hm: list[dict], name: str) -> float:
+    return float(np.median([m[name] for m in hm[1:]]))  # layers 1..L (layer 0 = embeddings)
+
+
+def comparison_rows(half: dict, levels) -> list[Row]:
+    """Verdicts from the per-layer half metrics (medians over layers 1..L) of the 0→0, 1→1 and 2→2 pairs."""
+    rows = []
+
+    def desc(hm):
+        return (f"median over layers: pos share {_median_layers(hm, 'pos_share_first'):.2f} / "
+                f"{_median_layers(hm, 'pos_share_second'):.2f}, roughness {_median_layers(hm, 'roughness_first'):.2f} / "
+                f"{_median_layers(hm, 'roughness_second'):.2f} (1st / 2nd half)")
+
+    def broken(hm):
+        return (_median_layers(hm, "roughness_second") >= ROUGH_RATIO * _median_layers(hm, "roughness_first")
+                or _median_layers(hm, "pos_share_second") <= _median_layers(hm, "pos_share_first") / ROUGH_RATIO)
+
+    if "0->0" in half:
+        rows.append(Row("clean_smooth", desc(half["0->0"]), verdict(not broken(half["0->0"])),
+                        f"reproduced = neither half {ROUGH_RATIO:g}× rougher nor {ROUGH_RATIO:g}× less positional"))
+    if "1->1" in half:
+        rows.append(Row("half_split", desc(half["1->1"]), verdict(broken(half["1->1"])),
+                        f"reproduced = 2nd half ≥ {ROUGH_RATIO:g}× rougher or ≤ 1/{ROUGH_RATIO:g} the position share"))
+    if "2->2" in half and "0->0" in half:
+        c = max(_median_layers(half["0->0"], "roughness_first"), _median_layers(half["0->0"], "roughness_second"))
+        f = min(_median_layers(half["2->2"], "roughness_first"), _median_layers(half["2->2"], "roughness_second"))
+        rows.append(Row("full_destroyed", f"roughness {f:.2f} at least (clean model: {c:.2f} at most)",
+                        verdict(f >= ROUGH_RATIO * c), f"reproduced = both halves ≥ {ROUGH_RATIO:g}× rougher than the "
+                        "clean model's"))
+    return rows
+
+
+def _departures(cfg: RandomizationConfig) -> list[str]:
+    return [f"{cfg.n_layers} layers, {cfg.n_heads} heads, d {cfg.d_model} (source 8, 8, 512)",
+            f"T {cfg.seq_len} (source 256 / 512)", "tiny Shakespeare characters, vocabulary 65 (source OpenWebText, GPT-2 "
+            "tokens, 50,257)", f"{cfg.total_steps} steps of batch {cfg.batch_size} (source 100K of 64)",
+            f"lr {cfg.lr:g} (source 5e-5)"]
+
+
+def _grid_figure(all_profs: dict, levels, layer: int, start: int, path):
+    """Fig. 6a–c as one grid: rows = training level, columns = inference level; one layer's positional basis."""
+    from geomjax import plots
+
+    n = len(levels)
+    fig, axes = plots.plt.subplots(n, n, figsize=(3.0 * n, 2.9 * n), squeeze=False)
+    sc = None
+    for r, i in enumerate(levels):
+        for c, j in enumerate(levels):
+            ax = axes[r, c]
+            P = all_profs[(i, j)][layer]["pos"]
+            _, sv, Vh = np.linalg.svd(P - P.mean(0), full_matrices=False)
+            Z = P @ Vh[:2].T
+            ev = sv**2 / max(float(np.sum(sv**2)), 1e-30)
+            ax.plot(Z[:, 0], Z[:, 1], lw=0.4, color="0.75", zorder=0)
+            sc = ax.scatter(Z[:, 0], Z[:, 1], c=np.arange(1, len(Z) + 1), cmap="viridis", s=10)
+            ax.scatter(Z[start, 0], Z[start, 1], s=60, facecolors="none", edgecolors="red", linewidths=1.2)
+            ax.set_xlabel(f"PC1 ({ev[0]:.0%} of pos variance)")
+            ax.set_ylabel(f"PC2 ({ev[1]:.0%})")
+            ax.set_title(f"train: {SHORT[i]} → inference: {SHORT[j]}", fontsize=8)
+    plots.colorbar(fig, sc, axes, "position t")
+    fig.suptitle(f"Positional basis, layer {layer}")
+    return plots.save(fig, path)
 
 
 def main(argv=None) -> int:

@@ -882,7 +882,6 @@ def report_sections(run, *, budget: str, seed: int):
         axes[0, 0].set_ylabel("ρ(θ)")
         axes[1, 0].set_ylabel("ρ(θ)")
         axes[0, -1].legend(fontsize=6)
-    fig.tight_layout()
     p, rel = run.figure_path("bao_fig2_rho_grid.png")
     plots.save(fig, p)
     s2 = Section("Bao Fig. 2: ρ(θ) for a grid of ξ and η")
@@ -980,7 +979,6 @@ def report_sections(run, *, budget: str, seed: int):
                  caption=("anisotropic" if aniso else "isotropic") + " Σ")
         metrics["fig5_" + ("aniso" if aniso else "iso")] = {"pairs": res["pairs"], "entropy": res["entropy"].mean(1),
                                                              "xi": res["xi"].mean(1), "eta": res["eta"].mean(1)}
-    fig.tight_layout()
     p, rel = run.figure_path("bao_fig5_simulation.png")
     plots.save(fig, p)
     s5.figure(rel, "Fig. 5: ρ_i (left) and attention entropy (right), isotropic (top) and anisotropic (bottom) Σ")
