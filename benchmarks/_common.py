@@ -6,6 +6,12 @@
   rotated every repetition), so background load from other processes hits every side alike; the
   reported ratio is the median of the per-repetition ratios.
 * ``machine_info`` / ``markdown_table`` / ``write_section``: the Markdown report.
+* Full-speed BLAS: on some processors of the development machines ``OPENBLAS_CORETYPE`` and
+  ``OPENBLAS_L2_SIZE`` are set (older OpenBLAS builds misbehave there), which makes a current NumPy
+  run a slower kernel. Importing this module re-executes the benchmark once with both unset — for
+  that benchmark command alone, never in tests or CI — and ``machine_info`` records the BLAS
+  library, kernel (``architecture``) and thread count actually loaded (``threadpoolctl``), so every
+  NumPy ratio says what it was measured against.
 """
 
 from __future__ import annotations
@@ -17,7 +23,27 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
+BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+_UNSET_MARK = "GEOMJAX_BENCH_BLAS_UNSET"
+
+
+def full_speed_blas() -> None:
+    """Re-execute this process with ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` removed, if set.
+
+    Must run before NumPy loads its BLAS (this module calls it at import, before importing NumPy).
+    What was removed is kept in ``$GEOMJAX_BENCH_BLAS_UNSET`` for :func:`machine_info`.
+    """
+    removed = {k: os.environ[k] for k in BLAS_ENV if k in os.environ}
+    if not removed:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in BLAS_ENV}
+    env[_UNSET_MARK] = ", ".join(f"{k}={v}" for k, v in removed.items())
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
+full_speed_blas()
+
+import numpy as np  # noqa: E402  (after the BLAS environment is settled)
 
 
 def n_cpus() -> int:
@@ -79,9 +105,22 @@ def load_warning() -> str:
             "geomjax; rerun on a quiet machine.")
 
 
+def blas_info() -> str:
+    """BLAS libraries this process loaded: API, version, kernel (architecture), threads, file."""
+    try:
+        from threadpoolctl import threadpool_info  # optional: the ``bench`` extra
+    except ImportError:
+        return "unknown (install the bench extra: threadpoolctl)"
+    rows = [f"{d.get('internal_api')} {d.get('version')} kernel {d.get('architecture')} "
+            f"threads {d.get('num_threads')} ({os.path.basename(d.get('filepath', ''))})"
+            for d in threadpool_info() if d.get("user_api") == "blas"]
+    return "; ".join(rows) or "none loaded"
+
+
 def machine_info() -> dict[str, str]:
     import torch
 
+    unset = os.environ.get(_UNSET_MARK)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "cpu": cpu_model(),
@@ -89,6 +128,8 @@ def machine_info() -> dict[str, str]:
         "threads": f"XLA CPU pool = {n_cpus()}; torch.set_num_threads({torch.get_num_threads()}), "
                    f"interop {torch.get_num_interop_threads()}",
         "versions": ", ".join(f"{k} {v}" for k, v in versions().items()),
+        "blas": blas_info() + (f"; run with {unset} unset" if unset else
+                                 "; OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were not set"),
         "load_avg_start": load_avg(),
         "command": " ".join([os.path.basename(sys.executable), _repo_relative(sys.argv[0])] + sys.argv[1:]),
     }

