@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
     p_ver.add_argument("--seed", type=int, default=0)
     p_ver.add_argument("--out", default=None)
+    p_ver.add_argument("--erratum", nargs="?", const="", default=None, metavar="PATH",
+                       help="also write the erratum (statements that do not hold, with both witnesses) to PATH "
+                            "(default: ERRATA.md in the run directory); with --budget full the recorded full "
+                            "verdicts (geomjax/claims/full_verdicts.json) are updated too")
     p_tr = sub.add_parser("train", help="train a toy transformer preset (resumes from checkpoints)")
     p_tr.add_argument("task", choices=["shakespeare", "addition", "modular"])
     p_tr.add_argument("--preset", choices=["smoke", "cpu", "blog", "paper"], default="cpu",
@@ -111,6 +115,22 @@ def build_parser() -> argparse.ArgumentParser:
     p_rep = sub.add_parser("report", help="re-render report.md / report.html of a run directory")
     p_rep.add_argument("run_dir")
     return parser
+
+
+def _erratum(args, run, metrics) -> None:
+    """``verify --erratum``: write the erratum; at ``--budget full`` also record the full verdicts."""
+    from pathlib import Path
+
+    from geomjax.claims import registry
+
+    results = [registry.ClaimResult.from_dict(d) for d in metrics["results"]]
+    if args.budget == "full":
+        print(f"full verdicts recorded in {registry.record_full_verdicts(results)}")
+    if args.erratum is not None:
+        path = Path(args.erratum) if args.erratum else run.path / "ERRATA.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(registry.to_erratum(results, budget=args.budget))
+        print(f"erratum: {path}")
 
 
 def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
@@ -195,9 +215,11 @@ def main(argv: list[str] | None = None) -> int:
                           "seed": args.seed})
         run.write_json("metrics.json", metrics)
         run.write_report("geomjax verify", sections)
-        failed = [c for c in metrics["results"] if c["verdict"] != "holds"]
-        print(f"{len(metrics['results'])} claims checked, {len(failed)} do not hold "
-              f"(see {run.path / 'claims.md'})")
+        if args.erratum is not None or args.budget == "full":
+            _erratum(args, run, metrics)
+        counts = {v: sum(c["verdict"] == v for c in metrics["results"]) for v in ("holds", "does not hold", "inconclusive")}
+        print(f"{len(metrics['results'])} claims checked: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+              + f" (see {run.path / 'claims.md'})")
     if primary:
         print(f"run directory: {run.path}\nreport: {run.path / 'report.html'}")
     return 0

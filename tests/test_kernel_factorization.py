@@ -374,7 +374,9 @@ EXPECTED = {
     "song_zhong.theorem2.error_vs_incoherence": "holds",
     "song_zhong.theorem2.failure_probability": "holds",
     "song_zhong.theorem2.failure_decay": "holds",
-    "song_zhong.theorem2.union_bound.printed": "does not hold",
+    # the Monte Carlo refutes the printed count (P ≈ 0.44 > 0.34) but no second, independent computation
+    # is registered: a refutation with one witness is reported inconclusive
+    "song_zhong.theorem2.union_bound.printed": "inconclusive",
     "song_zhong.theorem2.union_bound.corrected": "holds",
 }
 
@@ -386,7 +388,9 @@ def test_theorem2_claims_quick_verdicts():
     for r in res.values():
         assert r.source.startswith("Song & Zhong"), r.source
     rate = res["song_zhong.theorem2.rate_in_d"].details
-    assert abs(rate["fitted_exponent"] + 0.5) <= 5 * rate["fitted_exponent_sem"] and rate["fitted_exponent_sem"] > 0
+    assert abs(rate["fitted_exponent"] + 0.5) + 5 * rate["fitted_exponent_sem"] <= 0.1 and rate["fitted_exponent_sem"] > 0
+    u = res["song_zhong.theorem2.union_bound.printed"]
+    assert "no second witness" in u.reason and u.witnesses[0]["verdict"] == "does not hold"
     # the printed count is violated at incoh²·d = 7 (n1 = 1, n2 = 31): P ≈ 1 − exp(−3072·erfc(√7)) > 12·31·e^{-7}
     printed = res["song_zhong.theorem2.union_bound.printed"].details
     p7 = printed["points"][0]
