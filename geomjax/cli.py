@@ -118,18 +118,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _erratum(args, run, metrics) -> None:
-    """``verify --erratum``: write the erratum; at ``--budget full`` also record the full verdicts."""
+    """``verify --erratum``: write the erratum; at ``--budget full`` also record the full verdicts (and the
+    erratum then covers every recorded full result, so per-source full runs accumulate)."""
     from pathlib import Path
 
     from geomjax.claims import registry
 
     results = [registry.ClaimResult.from_dict(d) for d in metrics["results"]]
-    if args.budget == "full":
+    records = registry.results_as_records(results)
+    if args.budget == "full":  # per-source full runs accumulate; the erratum covers every recorded claim
         print(f"full verdicts recorded in {registry.record_full_verdicts(results)}")
+        records = registry.load_full_verdicts()
     if args.erratum is not None:
         path = Path(args.erratum) if args.erratum else run.path / "ERRATA.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(registry.to_erratum(results, budget=args.budget))
+        path.write_text(registry.to_erratum(records, budget=args.budget))
         print(f"erratum: {path}")
 
 

@@ -373,7 +373,8 @@ EXPECTED = {
     "song_zhong.theorem2.rate_in_d": "holds",
     "song_zhong.theorem2.error_vs_incoherence": "holds",
     "song_zhong.theorem2.failure_probability": "holds",
-    "song_zhong.theorem2.failure_decay": "holds",
+    # the fitted decay rate's 5·sem (≈ 0.5 at quick) exceeds the margin 0.1 in the exponent: undecided at quick
+    "song_zhong.theorem2.failure_decay": "inconclusive",
     # the Monte Carlo refutes the printed count (P ≈ 0.44 > 0.34) but no second, independent computation
     # is registered: a refutation with one witness is reported inconclusive
     "song_zhong.theorem2.union_bound.printed": "inconclusive",
