@@ -55,6 +55,9 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
                    help="run BERT with a causal mask (the source code's is_decoder=True)")
     c.add_argument("--raw-relative-norm", action="store_true",
                    help="relative norm against raw states with the mean included (source code)")
+    c.add_argument("--cluster-mu", choices=["topics", "general"], default=defaults.cluster_mu,
+                   help="centre ctx on μ of the topic windows (default) or, as the Song & Zhong topics "
+                        "script, on μ of a separate general-corpus draw (Table 1 intra/inter similarity)")
     c.add_argument("--accum-dtype", choices=["float32", "float64"], default=defaults.accum_dtype)
     c.add_argument("--compute-dtype", choices=["float32", "bfloat16", "float16"],
                    default=defaults.compute_dtype,
@@ -148,7 +151,7 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
         model=args.model, corpus=args.corpus, data_dir=args.data_dir, **sizes,
         ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
         seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln,
-        causal=args.causal, centered_relative_norm=not args.raw_relative_norm,
+        causal=args.causal, centered_relative_norm=not args.raw_relative_norm, cluster_mu=args.cluster_mu,
         accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,
     )
 

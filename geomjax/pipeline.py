@@ -69,6 +69,10 @@ class GeometryConfig:
       n_cluster_windows: windows per document whose token-level cvec and raw states go into the
         App. C compactness (Figs. 24-26); 0: skip.
       theorem1: evaluate eq. (6) of Theorem 1 on every layer's pos Gram.
+      cluster_mu: centring of ctx for Table 1's intra/inter cluster similarity: "topics" (default: μ of
+        the topic windows themselves) or "general" (μ of the separate uniform draw of ``n_cvec`` corpus
+        windows, as the Song & Zhong topics script centres the topic windows on μ from its general-corpus
+        run).
     """
 
     model: str = "minilm"
@@ -91,6 +95,7 @@ class GeometryConfig:
     ood_corpus: str | None = "stdlib"
     n_cluster_windows: int = 8
     theorem1: bool = True
+    cluster_mu: str = "topics"
 
     @property
     def n_contexts(self) -> int:
@@ -270,6 +275,8 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
                                  centered_relative_norm=cfg.centered_relative_norm)
     labels = np.asarray(w.doc_labels)
     multi_doc = np.unique(labels).size >= 2
+    if cfg.cluster_mu not in ("topics", "general"):
+        raise ValueError(f"cluster_mu must be 'topics' or 'general', got {cfg.cluster_mu!r}")
     per_layer = []
     it = range(n_layers)
     if progress:
@@ -281,6 +288,11 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
         # has none: reported as "—", like the paper's NanoGPT row).
         m = study.layer_metrics(stats[layer], labels if multi_doc else None, options)
         ctx = jnp.asarray(np.asarray(stats[layer].ctx, np.float32))
+        if multi_doc and cfg.cluster_mu == "general":  # ctx_c + μ_topics − μ_general (the authors' topics script)
+            mu_gen = np.asarray(states[layer][:, s0:], np.float64).mean((0, 1))
+            ctx_gen = np.asarray(stats[layer].ctx, np.float64) + np.asarray(stats[layer].mean, np.float64) - mu_gen
+            intra, inter = geometry.cluster_similarity(jnp.asarray(ctx_gen, jnp.float32), jnp.asarray(labels))
+            m["intra_similarity"], m["inter_similarity"] = float(intra), float(inter)
         m["cluster_compactness"] = (float(geometry.cluster_compactness(ctx, jnp.asarray(labels)))
                                     if multi_doc else None)
         per_layer.append(m)

@@ -182,6 +182,49 @@ def _lemma1_variance_witness(budget, key):
                       n=int(est["n"]), method=f"Monte Carlo variance at T = {T}, θ = ¼, ½, 1 (random walks)")
 
 
+register(
+    Claim(
+        id="bao.lemma1.mean",
+        source=f"{_PAPER} Lemma 1",
+        statement=("μ^i = (i/T − ½)tr(W)/λ + o(1): sup_i |exact mean − (i/T − ½)tr(W)/λ|/(|tr W|/λ + 1) → 0 as T → ∞ "
+                   "(fitted limit along T = 2⁴…2¹⁴)"),
+        predicted=0.0,
+        evaluate=_lemma1_eval("mean"),
+        rule=Tolerance(rtol=0.0, atol=0.01, origin=_L1_MARGIN),
+        notes="The remainder is exactly (1 − tr(W)/(2λ))/T (T·remainder is constant in the details): the fitted rate is 1.",
+    )
+)
+
+register(
+    Claim(
+        id="bao.lemma1.variance",
+        source=f"{_PAPER} Lemma 1",
+        statement=("v^i = (2i²/T² + 7/12)tr(W²)/λ² + o(1): sup_i |exact variance − printed|/(tr(W²)/λ²) → 0 as T → ∞ "
+                   "(fitted limit along T = 2⁴…2¹⁴)"),
+        predicted=0.0,
+        evaluate=_lemma1_eval("variance"),
+        rule=Tolerance(rtol=0.0, atol=0.01, origin=_L1_MARGIN),
+        witness=_lemma1_variance_witness,
+        corrected_by="bao.lemma1.variance.corrected",
+        notes=("Does not hold: the remainder tends to 2θ·tr(W²)/λ² (2·tr(W²)/λ² at θ = 1). The exact limit is "
+               "(θ − ½)² + θ³/3 + (1 − θ)³/3 = 2θ² − 2θ + 7/12 (times tr(W²)/λ²); the proof's (B2)/(B3) terms "
+               "lose −2θ. Checked in bao.lemma1.variance.corrected; eq. (6) inherits the error (bao.eq6.*)."),
+    )
+)
+
+register(
+    Claim(
+        id="bao.lemma1.variance.corrected",
+        source=f"{_PAPER} Lemma 1 (corrected)",
+        statement=("v^i = (2θ² − 2θ + 7/12)tr(W²)/λ² + o(1), θ = i/T: sup_i |exact − corrected|/(tr(W²)/λ²) → 0 as "
+                   "T → ∞ (fitted limit along T = 2⁴…2¹⁴)"),
+        predicted=0.0,
+        evaluate=_lemma1_eval("variance.corrected"),
+        rule=Tolerance(rtol=0.0, atol=0.01, origin=_L1_MARGIN),
+        notes="Corrected form of bao.lemma1.variance (symmetric W_QK; for asymmetric W_QK replace tr(W²) by tr(W_QKΣW_QKᵀΣ) in the θ³/3 + (1−θ)³/3 part).",
+    )
+)
+
 # ----------------------------------------------------------------------------------------------
 # Gaussian approximation and eq. (6) against the empirical frequency
 # ----------------------------------------------------------------------------------------------
