@@ -633,14 +633,17 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         d = r.to_dict()
         rows.append([d["id"], d["source"], d.get("verdict"), _short(d.get("predicted")),
                      _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score"))])
-    n_bad = sum(r.verdict != "holds" for r in results)
-    s = Section(f"Claims checked ({len(results)}; {n_bad} do not hold)")
+    n_bad = sum(r.verdict == "does not hold" for r in results)
+    n_inc = sum(r.verdict == "inconclusive" for r in results)
+    s = Section(f"Claims checked ({len(results)}; {n_bad} do not hold, {n_inc} inconclusive)")
     s.paragraphs.append(
-        "Each claim is checked against an independent computation: Monte Carlo claims hold when "
-        "|estimate − prediction| ≤ 5·sem; deterministic ones within the stated tolerance. "
-        "Statements that are wrong as printed are reported as not holding; claims.md gives the "
-        "details and the corrected forms. For inequality claims (lhs ≤ rhs on every instance) the "
-        "'predicted' column is the right side and 'estimate' the left side, at the worst instance.")
+        "Each claim declares a margin (the error that would make it wrong) and is checked against an "
+        "independent computation: it holds when |estimate − prediction| + 5·sem ≤ margin, does not hold "
+        "when |estimate − prediction| − 5·sem > margin on two independent computations (the witnesses), "
+        "and is inconclusive otherwise (the reason is given). claims.md gives the margins and their "
+        "origin, the detectable error, the witnesses and the corrected forms. For inequality claims "
+        "(lhs ≤ rhs on every instance) the 'predicted' column is the right side and 'estimate' the left "
+        "side, at the worst instance.")
     s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z"], rows)
     sections = [s]
     extra = {}
