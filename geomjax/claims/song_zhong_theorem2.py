@@ -519,6 +519,45 @@ def _union_evaluate(count: str):
     return evaluate
 
 
+def _union_printed_witness(budget: str, key) -> Evaluation:
+    """A second Monte Carlo estimator sharing no code path with geomjax.kernel_factorization (NumPy).
+
+    Bases as the U group plants them: c (n1 = 1) and t_j = √(1−ρ²)ĝ_j + ρc (n2 = 31) in R^d, d = 4096, ĝ_j
+    unit and ⟂ c, so incoh = ρ = √(x/d). For unit p, q and Z with i.i.d. N(0, 1) entries the cross terms
+    pᵀZq are jointly Gaussian with Cov(p_iᵀZq_j, p_kᵀZq_l) = (p_i·p_k)(q_j·q_l), i.e. distributed as
+    (L E Lᵀ)_ij with L Lᵀ = the Gram of the 32 vectors and E an i.i.d. N(0, 1) 32×32 matrix, one E per Z_αβ.
+    The event: some term outside block (α, β) of Z_αβ exceeds √2·incoh·√d in absolute value. Each of 64
+    basis draws (per x) carries 64 noise draws (quick; 128 × 128 at full).
+    """
+    n1, n2, d = 1, 31, _D_UNBALANCED
+    xs = np.asarray(_X_UNBALANCED[budget])
+    n_bases, per = (64, 64) if budget == "quick" else (128, 128)
+    rng = np.random.default_rng(20230)
+    side = np.r_[np.zeros(n1, int), np.ones(n2, int)]
+    cross = np.stack([~((side[:, None] == a) & (side[None, :] == b)) for a in (0, 1) for b in (0, 1)])  # (4, n, n)
+    p_hat, sem = [], []
+    for x in xs:
+        rho = math.sqrt(x / d)
+        hits = []
+        for _ in range(n_bases):
+            c = rng.normal(size=d)
+            c /= np.linalg.norm(c)
+            g = rng.normal(size=(n2, d))
+            g -= np.outer(g @ c, c)
+            g /= np.linalg.norm(g, axis=1, keepdims=True)
+            Y = np.vstack([c, math.sqrt(1 - rho**2) * g + rho * c])
+            L = np.linalg.cholesky(Y @ Y.T)
+            E = rng.normal(size=(per, 4, n1 + n2, n1 + n2))
+            terms = np.abs(L @ E @ L.T) / math.sqrt(d)  # (per, 4, n, n)
+            hits.append(np.any((terms > math.sqrt(2) * rho) & cross, axis=(1, 2, 3)))
+        h = np.concatenate(hits).astype(float)
+        p_hat.append(h.mean())
+        sem.append(h.std(ddof=1) / math.sqrt(h.size))
+    bound = np.minimum(1.0, 12 * n1 * n2 * np.exp(-xs))
+    return Evaluation(lhs=np.asarray(p_hat), rhs=bound, sem=np.asarray(sem), n=n_bases * per,
+                      method="NumPy Monte Carlo of the Gaussian cross terms (Cholesky of the basis Gram)")
+
+
 register(
     Claim(
         id="song_zhong.theorem2.union_bound.printed",
@@ -532,6 +571,8 @@ register(
         predicted="min(1, 12·n1·n2·exp(−incoh²·d))",
         evaluate=_union_evaluate("printed"),
         rule=Inequality(),
+        witness=_union_printed_witness,
+        corrected_by="song_zhong.theorem2.union_bound.corrected",
         notes=(
             "The noise cross terms also include cᵀZ_αβc' (αβ ≠ 11) and tᵀZ_αβt' (αβ ≠ 22) for pairs within one basis, "
             "3(n1+n2)² terms in all, which the printed count |B_1⁰|·|B_2⁰| omits; for n1 = 1, n2 = 31 there are "
