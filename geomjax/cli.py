@@ -71,6 +71,9 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
                    help="run BERT with a causal mask (the source code's is_decoder=True)")
     c.add_argument("--raw-relative-norm", action="store_true",
                    help="relative norm against raw states with the mean included (source code)")
+    c.add_argument("--cluster-mu", choices=["topics", "general"], default=defaults.cluster_mu,
+                   help="centre ctx on μ of the topic windows (default) or, as the Song & Zhong topics "
+                        "script, on μ of a separate general-corpus draw (Table 1 intra/inter similarity)")
     c.add_argument("--accum-dtype", choices=["float32", "float64"], default=defaults.accum_dtype)
     c.add_argument("--compute-dtype", choices=["float32", "bfloat16", "float16"],
                    default=defaults.compute_dtype,
@@ -125,6 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--out", default=None)
     p_ver.add_argument("--overwrite", action="store_true", help="replace whatever --out holds")
     p_ver.add_argument("--no-progress", action="store_true")
+    p_ver.add_argument("--erratum", nargs="?", const="", default=None, metavar="PATH",
+                       help="also write the erratum (statements that do not hold, with both witnesses) to PATH "
+                            "(default: ERRATA.md in the run directory); with --budget full the recorded full "
+                            "verdicts (geomjax/claims/full_verdicts.json) are updated too")
     p_tr = sub.add_parser(
         "train", parents=[common], help="train a toy transformer preset (resumes from checkpoints)")
     p_tr.add_argument("task", choices=["shakespeare", "addition", "modular"])
@@ -146,6 +153,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _erratum(args, run, metrics) -> None:
+    """``verify --erratum``: write the erratum; at ``--budget full`` also record the full verdicts (and the
+    erratum then covers every recorded full result, so per-source full runs accumulate)."""
+    from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
+
+    results = [registry.ClaimResult.from_dict(d) for d in metrics["results"]]
+    records = registry.results_as_records(results)
+    if args.budget == "full":  # per-source full runs accumulate; the erratum covers every recorded claim
+        print(f"full verdicts recorded in {registry.record_full_verdicts(results)}")
+        records = registry.load_full_verdicts()
+    if args.erratum is not None:
+        path = Path(args.erratum) if args.erratum else run.path / "ERRATA.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(registry.to_erratum(records, budget=args.budget))
+        print(f"erratum: {path if args.erratum else 'ERRATA.md in the run directory'}")
+
+
 def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     from geomjax.pipeline import PRESETS, GeometryConfig
 
@@ -159,7 +183,7 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
         ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
         seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
         param_dtype=args.param_dtype,
-        causal=args.causal, centered_relative_norm=not args.raw_relative_norm,
+        causal=args.causal, centered_relative_norm=not args.raw_relative_norm, cluster_mu=args.cluster_mu,
         accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,
     )
 
@@ -283,6 +307,8 @@ def _execute(args, run, progress: bool) -> str | None:
                       "seed": args.seed})
     run.write_json("metrics.json", metrics)
     run.write_report("geomjax verify", sections)
+    if args.erratum is not None or args.budget == "full":
+        _erratum(args, run, metrics)
     return (f"claims: {len(metrics['results'])} checked: {pipeline.claims_summary(metrics['counts'])} "
             "(see claims.md)")
 

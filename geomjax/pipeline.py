@@ -87,6 +87,10 @@ class GeometryConfig:
       n_cluster_windows: windows per document whose token-level cvec and raw states go into the
         App. C compactness (Figs. 24-26); 0: skip.
       theorem1: evaluate eq. (6) of Theorem 1 on every layer's pos Gram.
+      cluster_mu: centring of ctx for Table 1's intra/inter cluster similarity: "topics" (default: μ of
+        the topic windows themselves) or "general" (μ of the separate uniform draw of ``n_cvec`` corpus
+        windows, as the Song & Zhong topics script centres the topic windows on μ from its general-corpus
+        run).
     """
 
     model: str = "minilm"
@@ -111,6 +115,7 @@ class GeometryConfig:
     theorem1: bool = True
     bos: bool = False
     param_dtype: str | None = None
+    cluster_mu: str = "topics"
 
     @property
     def n_contexts(self) -> int:
@@ -457,12 +462,19 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
                                  centered_relative_norm=cfg.centered_relative_norm)
     labels = np.asarray(w.doc_labels)
     multi_doc = np.unique(labels).size >= 2
+    if cfg.cluster_mu not in ("topics", "general"):
+        raise GeomjaxError(f"--cluster-mu must be 'topics' or 'general', got {cfg.cluster_mu!r}")
     per_layer = []
     for layer in _bar(range(n_layers), "metrics", progress):
         # Cluster metrics need two documents (a one-document corpus such as tiny Shakespeare
         # has none: reported as "—", like the paper's NanoGPT row).
         m = study.layer_metrics(stats[layer], labels if multi_doc else None, options)
         ctx = jnp.asarray(np.asarray(stats[layer].ctx, np.float32))
+        if multi_doc and cfg.cluster_mu == "general":  # ctx_c + μ_topics − μ_general (the authors' topics script)
+            mu_gen = np.asarray(states[layer][:, s0:], np.float64).mean((0, 1))
+            ctx_gen = np.asarray(stats[layer].ctx, np.float64) + np.asarray(stats[layer].mean, np.float64) - mu_gen
+            intra, inter = geometry.cluster_similarity(jnp.asarray(ctx_gen, jnp.float32), jnp.asarray(labels))
+            m["intra_similarity"], m["inter_similarity"] = float(intra), float(inter)
         m["cluster_compactness"] = (float(geometry.cluster_compactness(ctx, jnp.asarray(labels)))
                                     if multi_doc else None)
         per_layer.append(m)
@@ -924,11 +936,13 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     counts = {v: sum(r.verdict == v for r in results) for v in ("holds", "does not hold", "inconclusive")}
     s = Section(f"Claims checked ({len(results)}: {claims_summary(counts)})")
     s.paragraphs.append(
-        "Each claim is checked against an independent computation: Monte Carlo claims hold when "
-        "|estimate − prediction| ≤ 5·sem; deterministic ones within the stated tolerance. "
-        "Statements that are wrong as printed are reported as not holding; claims.md gives the "
-        "details and the corrected forms. For inequality claims (lhs ≤ rhs on every instance) the "
-        "'predicted' column is the right side and 'estimate' the left side, at the worst instance.")
+        "Each claim declares a margin (the error that would make it wrong) and is checked against an "
+        "independent computation: it holds when |estimate − prediction| + 5·sem ≤ margin, does not hold "
+        "when |estimate − prediction| − 5·sem > margin on two independent computations (the witnesses), "
+        "and is inconclusive otherwise (the reason is given). claims.md gives the margins and their "
+        "origin, the detectable error, the witnesses and the corrected forms. For inequality claims "
+        "(lhs ≤ rhs on every instance) the 'predicted' column is the right side and 'estimate' the left "
+        "side, at the worst instance.")
     s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z"], rows)
     sections = [s]
     extra = {}

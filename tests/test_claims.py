@@ -6,6 +6,7 @@ verdicts are checked against independent NumPy/SciPy computations of the decisiv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import zlib
@@ -17,7 +18,8 @@ import pytest
 import scipy.stats
 
 import geomjax.claims as claims
-from geomjax.claims import Claim, Evaluation, Inequality, Tolerance
+from geomjax.claims import Claim, Evaluation, Inequality, Margin, MonteCarloRule, Tolerance
+from geomjax.claims import registry as R
 from geomjax.parallel import data_mesh
 from tests.test_kernel_factorization import EXPECTED as THEOREM2_EXPECTED
 
@@ -33,15 +35,22 @@ def _uniform_vec(key):
     return jax.random.uniform(key, (3,), jnp.float64)
 
 
-def planted(id_: str, predicted, sampler=_uniform, source="Test doc eq. (1)") -> Claim:
+PLANT_MARGIN = Margin(abs=0.05, origin="test: 10% of E[U] = 1/2")
+
+
+def planted(id_: str, predicted, sampler=_uniform, source="Test doc eq. (1)", witness=True) -> Claim:
+    """E[U] = 1/2 planted with a prediction; the witness is the exact closed form 1/2 (per element)."""
+    size = np.size(predicted)
     return Claim(
         id=id_,
         source=source,
         statement="E[U] = 1/2",
         predicted=predicted,
         sampler=sampler,
+        rule=MonteCarloRule(margin=PLANT_MARGIN),
         n_samples={"quick": N_PLANT, "full": 2 * N_PLANT},
         chunk=1024,
+        witness=R.exact_witness(lambda b: np.full(size, 0.5).reshape(np.shape(predicted)), "closed form") if witness else None,
     )
 
 
@@ -73,7 +82,8 @@ def test_register_select_unregister(registered):
     assert ids("testplant.alpha.*") == ["testplant.alpha.one", "testplant.alpha.two"]
     assert ids("testplant.alpha") == ["testplant.alpha.one", "testplant.alpha.two"]  # id prefix
     assert ids("testplant") == ["testplant.alpha.one", "testplant.alpha.two", "testplant.beta"]  # group
-    assert ids("planted paper lemma 7") == ["testplant.alpha.one"]  # printed source, any case
+    assert ids("planted paper lemma 7") == []  # selection is by id, never by printed source / statement text
+    assert ids("testplant.alpha.one") == ["testplant.alpha.one"]  # exact id
     assert ids(["testplant.beta", "testplant.alpha.two"]) == ["testplant.alpha.two", "testplant.beta"]
     assert ids("testplant.nothing") == []
     all_ids = [c.id for c in claims.all_claims()]
@@ -119,9 +129,14 @@ def test_planted_true_claim_holds():
 
 
 def test_planted_false_claim_does_not_hold_with_z():
-    """Predicted value off by 20 closed-form sems: not holding, |z| ≈ 20 reported."""
+    """Predicted value off by 20 closed-form sems (0.09 > margin 0.05 + 5 sem): not holding, |z| ≈ 20
+    reported, both witnesses (Monte Carlo and the closed form) recorded."""
     r = claims.run_claim(planted("testplant.false", 0.5 + 20 * SEM_U))
     assert r.verdict == "does not hold"
+    assert [w["method"] for w in r.witnesses] == ["Monte Carlo", "closed form"]
+    assert r.witnesses[1]["estimate"] == 0.5 and r.witnesses[1]["verdict"] == "does not hold"
+    assert r.margin == pytest.approx(0.05) and r.n == N_PLANT
+    assert r.detectable_error == pytest.approx(5 * r.sem)
     z = r.details["z"]
     assert z == pytest.approx((r.estimate - r.predicted) / r.sem)
     assert 15 < -z < 25  # estimate ≈ 1/2 lies ≈ 20 sem below the prediction
@@ -170,19 +185,104 @@ def _ineq(lhs, rhs, lower=None):
 def test_deterministic_rules():
     tol = lambda v: Claim(
         id="testplant.tol", source="s", statement="v = 1", predicted=1.0,
-        evaluate=lambda budget, key: Evaluation(value=np.array(v)), rule=Tolerance(rtol=0.0, atol=1e-3),
+        evaluate=lambda budget, key: Evaluation(value=np.array(v)),
+        rule=Tolerance(rtol=0.0, atol=1e-3, origin="test"),
     )
     assert claims.run_claim(tol([1.0, 1.0005])).verdict == "holds"
-    r = claims.run_claim(tol([1.0, 1.01]))
-    assert r.verdict == "does not hold" and r.details["worst_abs_error"] == pytest.approx(0.01)
+    r = claims.run_claim(tol([1.0, 1.01]))  # no second witness: a refutation is only "inconclusive"
+    assert r.verdict == "inconclusive" and r.details["worst_abs_error"] == pytest.approx(0.01)
+    assert "no second witness" in r.reason and len(r.witnesses) == 1
+    assert claims.run_claim(dataclasses.replace(tol([1.0, 1.01]), witness=lambda b, k: Evaluation(
+        value=np.array([1.0, 1.0101]), method="second")) ).verdict == "does not hold"
+    # a witness that does not reject keeps it inconclusive
+    r = claims.run_claim(dataclasses.replace(tol([1.0, 1.01]), witness=lambda b, k: Evaluation(value=np.array([1.0, 1.0]))))
+    assert r.verdict == "inconclusive" and "does not confirm" in r.reason
     assert claims.run_claim(tol([1.0, np.nan])).verdict == "inconclusive"
     assert claims.run_claim(_ineq([1.0, 2.0], [1.5, 2.5])).verdict == "holds"
-    r = claims.run_claim(_ineq([1.0, 3.0], [1.5, 2.0]))
+    r = claims.run_claim(dataclasses.replace(_ineq([1.0, 3.0], [1.5, 2.0]), witness=lambda b, k: Evaluation(
+        lhs=np.array([1.0, 3.0]), rhs=np.array([1.5, 2.0]), method="recount")))
     assert r.verdict == "does not hold"
     assert r.details["worst_ratio_lower_over_rhs"] == pytest.approx(1.5) and r.details["n_violations_certified"] == 1
     assert (r.estimate, r.predicted) == (3.0, 2.0)
     # lhs above rhs but its certified lower bound below: cannot decide
     assert claims.run_claim(_ineq([1.0, 3.0], [1.5, 2.0], lower=np.array([1.0, 1.9]))).verdict == "inconclusive"
+
+
+def test_decide_equivalence_on_synthetic_estimates():
+    """holds = both one-sided tests reject |error| >= margin at 5σ; does not hold = |error| − 5σ > margin."""
+    assert R.decide(0.01, 1e-4, 0.1).verdict == "holds"  # inside the margin, tiny sem
+    d = R.decide(0.01, 0.5, 0.1)  # inside, but a huge sem: nothing can be said at this margin
+    assert d.verdict == "inconclusive" and "not enough samples" in d.reason and d.detectable_error == 2.5
+    assert R.decide(0.5, 0.01, 0.1).verdict == "does not hold"  # 0.5 − 0.05 > 0.1
+    assert R.decide(0.12, 0.01, 0.1).verdict == "inconclusive"  # outside, but not at 5σ
+    assert R.decide(-0.5, 0.01, 0.1).verdict == "does not hold"  # two-sided
+    assert R.decide(0.0, 0.0, 0.0).verdict == "holds"  # exact evaluation, exact agreement
+    assert R.decide(1e-12, 0.0, 0.0).verdict == "does not hold"
+    v = R.decide(np.array([0.0, 0.0, 0.5]), np.array([1e-3, 1e-3, 1e-3]), 0.1)
+    assert v.verdict == "does not hold" and v.worst == 2  # one element suffices
+    assert R.decide(np.array([0.0, np.nan]), 1e-3, 0.1).verdict == "inconclusive"
+    # the boundary: |e| + 5 s == margin holds, |e| − 5 s == margin does not refute
+    assert R.decide(0.05, 0.01, 0.1).verdict == "holds"
+    assert R.decide(0.15, 0.01, 0.1).verdict == "inconclusive"
+
+
+def test_fit_limit_recovers_known_rate_and_limit():
+    """v(n) = 4 − 7 n^(−2/3) (+ noise of known sem): L = 4, r = 2/3; a wrong printed limit is refuted."""
+    n = np.array([8.0, 32.0, 128.0, 512.0, 2048.0])
+    v = 4 - 7 * n ** (-2 / 3)
+    fit = R.fit_limit(n, v)
+    assert fit["limit"] == pytest.approx(4.0, abs=1e-8) and fit["rate"] == pytest.approx(2 / 3, abs=1e-6)
+    sem = np.full(n.size, 1e-3)
+    noisy = v + np.random.default_rng(0).normal(size=n.size) * sem
+    ev = R.limit_evaluation(n, noisy, sem, label="v")
+    assert abs(ev.value - 4.0) < 5 * ev.sem and ev.sem < 0.01
+    assert ev.observations["finite_n"][0]["v"] == pytest.approx(noisy[0])
+    c = lambda printed: Claim(id="testplant.limit", source="s", statement="v → printed", predicted=printed,
+                              evaluate=lambda b, k: ev, rule=Tolerance(atol=0.05, origin="test"),
+                              witness=lambda b, k: R.limit_evaluation(n, v, label="v"))
+    assert claims.run_claim(c(4.0)).verdict == "holds"
+    assert claims.run_claim(c(3.0)).verdict == "does not hold"
+    # a flat sequence resolves no decay: a limit statement cannot be judged from it
+    flat = R.limit_evaluation(n, np.full(n.size, 3.0) + 1e-9 * np.arange(n.size))
+    assert flat.precondition is not None
+
+
+def test_precondition_not_met_is_inconclusive():
+    c = Claim(id="testplant.pre", source="s", statement="x", predicted=1.0, rule=Tolerance(atol=0.1, origin="test"),
+              evaluate=lambda b, k: Evaluation(value=5.0, precondition="the model did not grok; budget full suffices"))
+    r = claims.run_claim(c)
+    assert r.verdict == "inconclusive" and "did not grok" in r.reason
+
+
+def test_monte_carlo_inside_a_deterministic_claim_uses_its_sem():
+    c = lambda sem: Claim(id="testplant.mcin", source="s", statement="x", predicted=1.0,
+                          rule=Tolerance(rtol=0.01, origin="test"),
+                          evaluate=lambda b, k: Evaluation(value=1.005, sem=sem, n=100))
+    assert claims.run_claim(c(1e-4)).verdict == "holds"
+    r = claims.run_claim(c(1e-2))
+    assert r.verdict == "inconclusive" and r.detectable_error == pytest.approx(0.05) and r.n == 100
+
+
+def test_claims_module_import_error_fails_loudly(tmp_path, monkeypatch):
+    """A broken geomjax.claims.<source> module is an error of discovery (hence of verify), not a warning."""
+    import geomjax.claims as pkg
+
+    (tmp_path / "zz_broken_fake.py").write_text("raise RuntimeError('planted import failure')\n")
+    monkeypatch.setattr(pkg, "__path__", list(pkg.__path__) + [str(tmp_path)])
+    with pytest.raises(ImportError, match="zz_broken_fake"):
+        claims.all_claims()
+    with pytest.raises(ImportError, match="planted import failure"):
+        claims.run(select="song_zhong.lemma2")
+    from geomjax import cli
+
+    with pytest.raises(ImportError, match="zz_broken_fake"):
+        cli.main(["verify", "--source", "song_zhong.lemma2", "--out", str(tmp_path / "v")])
+
+
+def test_contradiction_rule():
+    assert R.contradicts("holds", "does not hold") and R.contradicts("does not hold", "holds")
+    assert not R.contradicts("inconclusive", "holds") and not R.contradicts("holds", "inconclusive")
+    assert not R.contradicts("holds", "holds")
 
 
 def test_run_writes_json_and_markdown(tmp_path, registered):
@@ -193,6 +293,10 @@ def test_run_writes_json_and_markdown(tmp_path, registered):
     payload = json.loads((tmp_path / "claims.json").read_text())
     assert payload["budget"] == "quick" and payload["seed"] == 0
     assert payload["counts"] == {"holds": 1, "does not hold": 1, "inconclusive": 0}
+    for d in payload["results"]:
+        for k in ("margin", "margin_origin", "detectable_error", "n"):
+            assert d[k] is not None and d[k] != "", (d["id"], k)
+    assert len(next(d for d in payload["results"] if d["id"] == "testplant.off")["witnesses"]) == 2
     by_id = {d["id"]: d for d in payload["results"]}
     for r in results:
         d = by_id[r.id]
@@ -201,7 +305,8 @@ def test_run_writes_json_and_markdown(tmp_path, registered):
         assert d["predicted"] == pytest.approx(r.predicted)
         assert d["details"]["n_samples"] == N_PLANT
     md = (tmp_path / "claims.md").read_text()
-    assert "| id | source | statement | predicted | estimate | sem | check | verdict |" in md
+    assert "| id | source | statement | predicted | estimate | sem | check | margin | detectable | n | verdict |" in md
+    assert "Witnesses" in md and "closed form" in md
     assert "holds: 1, does not hold: 1" in md
     off_row = next(line for line in md.splitlines() if line.startswith("| testplant.off"))
     assert "**does not hold**" in off_row and f"{abs(by_id['testplant.off']['z_score']):.3g}" in off_row
@@ -242,8 +347,10 @@ EXPECTED = {
     "song_zhong.lemma3": "does not hold",
     "song_zhong.eq5.derivative_approx": "does not hold",
     "song_zhong.eq5.derivative_approx_interior": "holds",
-    "song_zhong.incoherence_baseline.cos2": "holds",
-    "song_zhong.incoherence_baseline.abs_cos": "holds",
+    # exact identities checked by Monte Carlo: at the quick budget the detectable error (5·sem) exceeds the
+    # margin (1% of the value), so nothing can be said either way; at full they hold
+    "song_zhong.incoherence_baseline.cos2": "inconclusive",
+    "song_zhong.incoherence_baseline.abs_cos": "inconclusive",
     # eq. (6) on the real MiniLM pos Grams: holds by a wide margin (the RHS is huge on noisy Grams)
     "song_zhong.theorem1.real_minilm.printed": "holds",
     "song_zhong.theorem1.real_minilm.corrected": "holds",
@@ -284,6 +391,10 @@ def test_song_zhong_monte_carlo_predictions_are_the_closed_forms(song_zhong):
                 "song_zhong.incoherence_baseline.abs_cos"):
         r = res[cid]
         assert abs(r.estimate - r.predicted) <= 5 * r.sem and r.sem > 0
+        assert r.margin == pytest.approx(0.01 * r.predicted) and r.detectable_error == pytest.approx(5 * r.sem)
+    for cid in ("song_zhong.theorem1.printed", "song_zhong.lemma2", "song_zhong.lemma3", "song_zhong.eq5.derivative_approx"):
+        w = res[cid].witnesses
+        assert len(w) == 2 and all(x["verdict"] == "does not hold" for x in w), cid
 
 
 @pytest.mark.slow

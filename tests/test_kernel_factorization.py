@@ -373,7 +373,9 @@ EXPECTED = {
     "song_zhong.theorem2.rate_in_d": "holds",
     "song_zhong.theorem2.error_vs_incoherence": "holds",
     "song_zhong.theorem2.failure_probability": "holds",
-    "song_zhong.theorem2.failure_decay": "holds",
+    # the fitted decay rate's 5·sem (≈ 0.5 at quick) exceeds the margin 0.1 in the exponent: undecided at quick
+    "song_zhong.theorem2.failure_decay": "inconclusive",
+    # refuted by the Monte Carlo and by a NumPy estimator of the Gaussian cross terms (P ≈ 0.44 > 0.34)
     "song_zhong.theorem2.union_bound.printed": "does not hold",
     "song_zhong.theorem2.union_bound.corrected": "holds",
 }
@@ -386,7 +388,10 @@ def test_theorem2_claims_quick_verdicts():
     for r in res.values():
         assert r.source.startswith("Song & Zhong"), r.source
     rate = res["song_zhong.theorem2.rate_in_d"].details
-    assert abs(rate["fitted_exponent"] + 0.5) <= 5 * rate["fitted_exponent_sem"] and rate["fitted_exponent_sem"] > 0
+    assert abs(rate["fitted_exponent"] + 0.5) + 5 * rate["fitted_exponent_sem"] <= 0.1 and rate["fitted_exponent_sem"] > 0
+    u = res["song_zhong.theorem2.union_bound.printed"]
+    assert [w["verdict"] for w in u.witnesses] == ["does not hold", "does not hold"]
+    assert "NumPy" in u.witnesses[1]["method"]
     # the printed count is violated at incoh²·d = 7 (n1 = 1, n2 = 31): P ≈ 1 − exp(−3072·erfc(√7)) > 12·31·e^{-7}
     printed = res["song_zhong.theorem2.union_bound.printed"].details
     p7 = printed["points"][0]

@@ -50,22 +50,50 @@ def test_every_issue_statement_is_registered(wertich):
             assert c.notes, f"{c.id}: a printed-form claim must explain the correction"
 
 
-@pytest.mark.parametrize("cid,verdict", [
-    ("wertich.s5_1_2.lognormal_mean_printed", "does not hold"),
-    ("wertich.s5_1_2.lognormal_mean_corrected", "holds"),
-    ("wertich.s6_2_1.eq6_2_printed", "does not hold"),
-    ("wertich.s6_2_1.eq6_2_corrected", "holds"),
-    ("wertich.s4_3_2.approx_printed", "does not hold"),
-    ("wertich.s4_3_2.approx_corrected", "holds"),
-    ("wertich.s5_2_4.eq5_5_printed", "does not hold"),
-    ("wertich.s5_2_4.conjecture_kl_exact", "does not hold"),
-    ("wertich.s6_3_3.eq6_49_printed", "does not hold"),
-    ("wertich.s5_3_2.taylor_shift_printed", "does not hold"),
-    ("wertich.s5_3_2.taylor_shift_corrected", "holds"),
+HOLDS_OR_UNDECIDED = ("holds", "inconclusive")
+
+
+@pytest.mark.parametrize("cid,verdicts", [
+    ("wertich.s5_1_2.lognormal_mean_printed", ("does not hold",)),
+    # an exact identity at 2048 samples: 5·sem exceeds the 1% margin, so it cannot be shown to hold here
+    ("wertich.s5_1_2.lognormal_mean_corrected", HOLDS_OR_UNDECIDED),
+    ("wertich.s6_2_1.eq6_2_printed", ("does not hold",)),
+    ("wertich.s6_2_1.eq6_2_corrected", HOLDS_OR_UNDECIDED),
+    ("wertich.s4_3_2.approx_printed", ("does not hold",)),
+    ("wertich.s4_3_2.approx_corrected", ("holds",)),
+    ("wertich.s5_2_4.eq5_5_printed", ("does not hold",)),
+    ("wertich.s5_2_4.conjecture_kl_exact", ("does not hold",)),
+    ("wertich.s6_3_3.eq6_49_printed", ("does not hold",)),
+    ("wertich.s5_3_2.taylor_shift_printed", ("does not hold",)),
+    ("wertich.s5_3_2.taylor_shift_corrected", ("holds",)),
 ])
-def test_verdicts_small_budget(wertich, cid, verdict):
+def test_verdicts_small_budget(wertich, cid, verdicts):
     r = R.run_claim(_small(_claim(cid)), budget="quick", seed=0)
-    assert r.verdict == verdict, (cid, r.estimate, r.predicted, r.details.get("z"))
+    assert r.verdict in verdicts, (cid, r.verdict, r.reason, r.estimate, r.predicted)
+    if r.verdict == "does not hold":  # two independent computations, both rejecting
+        assert len(r.witnesses) == 2 and all(w["verdict"] == "does not hold" for w in r.witnesses), r.witnesses
+        assert r.witnesses[0]["method"] != r.witnesses[1]["method"]
+
+
+def test_eq6_12_holds_as_a_limit_with_the_finite_n_deviation_observed(wertich):
+    """E σ_1²/(nσ²) → 4: the fitted limit along n = 8, 32, 128 is 4 within the margin; the finite-n
+    values (≈ 3.1, 3.6, 3.9) are reported as an observation, not a refutation."""
+    r = R.run_claim(_claim("wertich.s6_2_2.eq6_12_printed"), budget="quick", seed=0)
+    assert r.verdict == "holds", (r.estimate, r.sem, r.reason)
+    rows = r.observations["finite_n"]
+    vals = [row["E_sigma1_sq_over_n_sigma2"] for row in rows]
+    assert [row["n"] for row in rows] == [8, 32, 128]
+    # an independent NumPy Monte Carlo (issue 16) measured 3.08, 3.64, 3.87 at n = 8, 32, 128
+    for n, v, ref in zip((8, 32, 128), vals, (3.08, 3.64, 3.87)):
+        assert abs(v - ref) < 0.05, (n, v)
+    assert "finite_n_deviation" in r.observations and r.detectable_error < r.margin
+
+
+def test_every_wertich_claim_declares_its_margin_origin(wertich):
+    for c in R.select_claims("wertich"):
+        assert c.margin_origin.strip(), c.id
+        if "_printed" in c.id or c.id.endswith(".printed"):
+            assert c.witness is not None or c.id == "wertich.s6_2_2.eq6_12_printed", f"{c.id}: no second witness"
 
 
 def test_printed_and_corrected_lognormal_differ_by_the_right_amount(wertich):

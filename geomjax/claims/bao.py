@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import localization as loc
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, register
 
 _PAPER = "Bao"
 
@@ -141,25 +141,57 @@ def _lemma1_remainders(which: str):
 def _lemma1_eval(which):
     def evaluate(budget, key):
         rem, rows, scale = _lemma1_remainders(which)
-        # instances: the remainder decreases with T (k -> k+1) and is below 1e-3 of the leading scale at T = 2^14
-        lhs = np.concatenate([rem[1:], rem[-1:]])
-        rhs = np.concatenate([rem[:-1], [1e-3 * scale]])
-        return Evaluation(lhs=lhs, rhs=rhs, slack=1e-12, details={"remainders": rows, "leading_scale": scale,
-                                                                    "threshold_at_T_max": 1e-3 * scale})
+        # a limit statement: the o(1) remainder, relative to the leading term, must tend to 0 — fitted along
+        # T = 2⁴ … 2¹⁴ as L + c·T^(−r) (registry.limit_evaluation); the finite-T remainders are observations
+        ev = limit_evaluation(np.asarray(_L1_TGRID, float), rem / scale, label="sup_i_remainder_over_scale",
+                              method="exact finite-T moments (quadratic-form formula), float64")
+        ev.details.update({"remainders": rows, "leading_scale": scale})
+        return ev
 
     return evaluate
+
+
+_L1_MARGIN = ("an o(1) term: the remainder's limit must be 0; 1% of the leading term (|tr W|/λ + 1 for the mean, "
+              "tr(W²)/λ² for the variance) is the resolution — the printed variance misses 2θ·tr(W²)/λ², 200% at θ = 1")
+
+
+def _lemma1_variance_witness(budget, key):
+    """Monte Carlo (random walks, no exact-moment code): Var s_i − printed v^i at T = 128, θ = ¼, ½, 1, over
+    tr(W²)/λ² — the remainder at finite T, which the printed limit says is o(1)."""
+    from geomjax import montecarlo  # the witness's own estimator (the module imports the mesh helpers)
+
+    W, Sig, F, lam = _lemma1_instance()
+    T = 128
+    idx = np.asarray(_lemma1_indices(T)) - 1
+    with jax.enable_x64(True):
+        m_exact, _ = loc.exact_moments(jnp.asarray(W), jnp.asarray(Sig), T, lam)
+        centre = jnp.asarray(np.asarray(m_exact)[idx])
+        Wj, Fj = jnp.asarray(W), jnp.asarray(F)
+
+        def sample(k):
+            X = loc.random_walk(k, T, Fj)
+            s_ = loc.linear_scores(loc.softmax_input(X, Wj, lam))
+            return (s_[idx] - centre) ** 2
+
+        n = {"quick": 2**13, "full": 2**17}[budget]
+        est = montecarlo.estimate(sample, key, n, chunk=2048, dtype="float64").as_numpy()
+        t = loc.w_traces(jnp.asarray(W), jnp.asarray(Sig))
+        _, vp = loc.lemma1_moments(T, t["trW"], t["trW2"], lam, "printed", positions=idx + 1)
+        scale = float(t["trW2"] / lam**2)
+    return Evaluation(value=(np.asarray(est["mean"]) - np.asarray(vp)) / scale, sem=np.asarray(est["sem"]) / scale,
+                      n=int(est["n"]), method=f"Monte Carlo variance at T = {T}, θ = ¼, ½, 1 (random walks)")
 
 
 register(
     Claim(
         id="bao.lemma1.mean",
         source=f"{_PAPER} Lemma 1",
-        statement=("μ^i = (i/T − ½)tr(W)/λ + o(1): sup_i |exact mean − (i/T − ½)tr(W)/λ| decreases in T = 2⁴…2¹⁴ "
-                   "and is < 1e-3·(|tr W|/λ + 1) at T = 2¹⁴"),
-        predicted="remainder(T_{k+1}) ≤ remainder(T_k); remainder(2¹⁴) ≤ 1e-3·scale",
+        statement=("μ^i = (i/T − ½)tr(W)/λ + o(1): sup_i |exact mean − (i/T − ½)tr(W)/λ|/(|tr W|/λ + 1) → 0 as T → ∞ "
+                   "(fitted limit along T = 2⁴…2¹⁴)"),
+        predicted=0.0,
         evaluate=_lemma1_eval("mean"),
-        rule=Inequality(),
-        notes="The remainder is exactly (1 − tr(W)/(2λ))/T (T·remainder is constant in the details).",
+        rule=Tolerance(rtol=0.0, atol=0.01, origin=_L1_MARGIN),
+        notes="The remainder is exactly (1 − tr(W)/(2λ))/T (T·remainder is constant in the details): the fitted rate is 1.",
     )
 )
 
@@ -167,11 +199,13 @@ register(
     Claim(
         id="bao.lemma1.variance",
         source=f"{_PAPER} Lemma 1",
-        statement=("v^i = (2i²/T² + 7/12)tr(W²)/λ² + o(1): sup_i |exact variance − printed| decreases in T and is "
-                   "< 1e-3·tr(W²)/λ² at T = 2¹⁴"),
-        predicted="remainder(T_{k+1}) ≤ remainder(T_k); remainder(2¹⁴) ≤ 1e-3·tr(W²)/λ²",
+        statement=("v^i = (2i²/T² + 7/12)tr(W²)/λ² + o(1): sup_i |exact variance − printed|/(tr(W²)/λ²) → 0 as T → ∞ "
+                   "(fitted limit along T = 2⁴…2¹⁴)"),
+        predicted=0.0,
         evaluate=_lemma1_eval("variance"),
-        rule=Inequality(),
+        rule=Tolerance(rtol=0.0, atol=0.01, origin=_L1_MARGIN),
+        witness=_lemma1_variance_witness,
+        corrected_by="bao.lemma1.variance.corrected",
         notes=("Does not hold: the remainder tends to 2θ·tr(W²)/λ² (2·tr(W²)/λ² at θ = 1). The exact limit is "
                "(θ − ½)² + θ³/3 + (1 − θ)³/3 = 2θ² − 2θ + 7/12 (times tr(W²)/λ²); the proof's (B2)/(B3) terms "
                "lose −2θ. Checked in bao.lemma1.variance.corrected; eq. (6) inherits the error (bao.eq6.*)."),
@@ -182,11 +216,11 @@ register(
     Claim(
         id="bao.lemma1.variance.corrected",
         source=f"{_PAPER} Lemma 1 (corrected)",
-        statement=("v^i = (2θ² − 2θ + 7/12)tr(W²)/λ² + o(1), θ = i/T: the remainder decreases in T and is "
-                   "< 1e-3·tr(W²)/λ² at T = 2¹⁴"),
-        predicted="remainder(T_{k+1}) ≤ remainder(T_k); remainder(2¹⁴) ≤ 1e-3·tr(W²)/λ²",
+        statement=("v^i = (2θ² − 2θ + 7/12)tr(W²)/λ² + o(1), θ = i/T: sup_i |exact − corrected|/(tr(W²)/λ²) → 0 as "
+                   "T → ∞ (fitted limit along T = 2⁴…2¹⁴)"),
+        predicted=0.0,
         evaluate=_lemma1_eval("variance.corrected"),
-        rule=Inequality(),
+        rule=Tolerance(rtol=0.0, atol=0.01, origin=_L1_MARGIN),
         notes="Corrected form of bao.lemma1.variance (symmetric W_QK; for asymmetric W_QK replace tr(W²) by tr(W_QKΣW_QKᵀΣ) in the θ³/3 + (1−θ)³/3 part).",
     )
 )
@@ -237,18 +271,21 @@ def _rho_eval(which, cov="iso"):
                 continue
             err = np.abs(r["emp"] - r[which])
             i = int(np.argmax(err))
-            lhs.append(err[i] + 5 * r["sem"][i])
-            lower.append(max(err[i] - 5 * r["sem"][i], 0.0))
+            lhs.append(err[i])
+            lower.append(r["sem"][i])  # the registry widens lhs by ±5·sem
             det.append({"case": r["case"], "xi": r["xi"], "eta": r["eta"], "max_abs_error": float(err[i]),
                         "at_theta": (i + 1) / _RHO_T, "empirical": float(r["emp"][i]), "predicted": float(r[which][i]),
                         "sem": float(r["sem"][i]), "mean_abs_error": float(err.mean())})
-        return Evaluation(lhs=np.asarray(lhs), lhs_lower=np.asarray(lower), rhs=np.full(len(lhs), _RHO_TOL),
-                          details={"instances": det, "T": _RHO_T, "d": _RHO_D, "n_seq": n_seq, "tolerance": _RHO_TOL})
+        return Evaluation(lhs=np.asarray(lhs), sem=np.asarray(lower), rhs=np.full(len(lhs), _RHO_TOL), n=n_seq,
+                          method="empirical frequency over random walks (Monte Carlo)", details={"instances": det, "T": _RHO_T, "d": _RHO_D, "n_seq": n_seq, "tolerance": _RHO_TOL})
 
     return evaluate
 
 
 _RHO_RULE_TEXT = (f"max_i |ρ̂_i − prediction| ± 5·sem ≤ {_RHO_TOL} (absolute), T = {_RHO_T}, d = {_RHO_D}")
+_RHO_ORIGIN = (f"'≈' with no printed precision; ρ_i is a probability in [0, 1] and {_RHO_TOL} is a tenth of its range — "
+               "the resolution at which Figs. 2-3 read propagation sites (ρ ≈ 0 vs ≈ 1); fixed before checking. The "
+               "measured errors (≤ 0.03 isotropic; 0.15 anisotropic; 0.26-0.34 printed eq. (6)) are far from it")
 
 register(
     Claim(
@@ -258,7 +295,7 @@ register(
                    "⟨γ^i, ω⟩ + γ_0^i matches the empirical propagation frequency, isotropic Σ (3 instances): " + _RHO_RULE_TEXT),
         predicted=f"≤ {_RHO_TOL}",
         evaluate=_rho_eval("gauss", "iso"),
-        rule=Inequality(),
+        rule=Inequality(origin=_RHO_ORIGIN),
         notes=("The tolerance 0.1 is the meaning given here to the paper's '≈'; the score is a Gaussian quadratic "
                "form (not Gaussian), and the measured worst error is in the details."),
     )
@@ -271,7 +308,7 @@ register(
         statement=("The same Gaussian approximation for anisotropic Σ = RᵀR/d, R ~ Unif(−2.5, 2.5) (2 instances): " + _RHO_RULE_TEXT),
         predicted=f"≤ {_RHO_TOL}",
         evaluate=_rho_eval("gauss", "aniso"),
-        rule=Inequality(),
+        rule=Inequality(origin=_RHO_ORIGIN),
         notes=("Can fail: with anisotropic Σ a few eigen-directions of M = Σ^½W_QKΣ^½ dominate the quadratic form, which is "
                "then far from Gaussian (ρ errors ≈ 0.14 for eigenvalue mean 0). The approximation (and eq. (6)) needs many "
                "comparable terms; bao.rho.gaussian_approx checks the isotropic case."),
@@ -285,7 +322,8 @@ register(
         statement="ρ(θ) of eq. (6) (variance profile 2θ² + 7/12) at θ = i/T matches the empirical ρ_i, isotropic Σ: " + _RHO_RULE_TEXT,
         predicted=f"≤ {_RHO_TOL}",
         evaluate=_rho_eval("printed", "iso"),
-        rule=Inequality(),
+        rule=Inequality(origin=_RHO_ORIGIN),
+        corrected_by="bao.eq6.corrected",
         notes="Does not hold because of Lemma 1's variance (bao.lemma1.variance); bao.eq6.corrected uses 2θ² − 2θ + 7/12.",
     )
 )
@@ -298,7 +336,7 @@ register(
                    + _RHO_RULE_TEXT),
         predicted=f"≤ {_RHO_TOL}",
         evaluate=_rho_eval("corrected", "iso"),
-        rule=Inequality(),
+        rule=Inequality(origin=_RHO_ORIGIN),
         notes="For anisotropic Σ eq. (6) inherits the error of the Gaussian approximation (bao.rho.gaussian_approx.anisotropic).",
     )
 )
@@ -316,6 +354,12 @@ def _away(theta, points, eps=0.02):
     for p in points:
         m &= np.abs(theta - p) > eps
     return m
+
+
+_LIMIT_PATH_ORIGIN = (
+    "a limit evaluated far along its path (ξ = ±1e6 or η = 1e6; ξ = 1e-9): ρ is a probability and the "
+    "remaining distance to the limit there is O(1/ξ, 1/η) ≤ 1e-6; 1e-3 of ρ's range separates 'reached' from "
+    "'does not converge' (the uniformity claim fails by 0.58)")
 
 
 def _lemma2_site_eval(sign):
@@ -348,7 +392,7 @@ register(
                    "sup over θ (away from the jumps) of |ρ − limit| at ξ = 1e6, η = r/ξ, r = 1, 1.5, 5"),
         predicted=0.0,
         evaluate=_lemma2_site_eval(+1),
-        rule=Tolerance(rtol=0.0, atol=1e-3),
+        rule=Tolerance(rtol=0.0, atol=1e-3, origin=_LIMIT_PATH_ORIGIN),
         notes="At the jump θ = ½ (and θ = ½ + 1/r) the limit is ½, not the indicator's 1 (rho_at_theta_half in the details).",
     )
 )
@@ -361,7 +405,7 @@ register(
                    "checked at ξ = −1e6, r = −1, −1.5, −5"),
         predicted=0.0,
         evaluate=_lemma2_site_eval(-1),
-        rule=Tolerance(rtol=0.0, atol=1e-3),
+        rule=Tolerance(rtol=0.0, atol=1e-3, origin=_LIMIT_PATH_ORIGIN),
         notes="At θ = ½ (and θ = ½ + 1/r) the limit is ½.",
     )
 )
@@ -400,6 +444,24 @@ def _uniformity_eval(corrected: bool):
     return evaluate
 
 
+def _uniformity_witness(budget, key):
+    """SciPy erf and central finite differences (step 1e-5) of ρ(θ) = ½{erf(a/√(2s)) − erf((a − 1/η)/√(2s))},
+    a = (θ − ½)ξ, s(θ) = 2θ² + 7/12 or 2θ² − 2θ + 7/12, at ξ = 1e-9: max_θ |ρ'(θ)| per (η, profile)."""
+    from scipy.special import erf  # SciPy: an implementation independent of jax.scipy
+
+    th = np.linspace(0.01, 0.99, 99)
+    h, xi, out = 1e-5, 1e-9, []
+    for eta in _ETAS:
+        for form in ("printed", "corrected"):
+            def rho(t):
+                s_ = 2 * t**2 + 7 / 12 if form == "printed" else 2 * t**2 - 2 * t + 7 / 12
+                a = (t - 0.5) * xi
+                return 0.5 * (erf(a / np.sqrt(2 * s_)) - erf((a - 1 / eta) / np.sqrt(2 * s_)))
+
+            out.append(np.max(np.abs((rho(th + h) - rho(th - h)) / (2 * h))))
+    return Evaluation(value=np.asarray(out), method="SciPy erf + central finite differences (h = 1e-5)")
+
+
 register(
     Claim(
         id="bao.lemma2.uniformity",
@@ -407,7 +469,9 @@ register(
         statement="Fixed η: as |ξ| → 0, |ρ'(θ)| → 0 for every θ ∈ [0, 1]: max_θ |ρ'(θ)| at ξ = 1e-9, η = 0.5, 1, 2",
         predicted=0.0,
         evaluate=_uniformity_eval(False),
-        rule=Tolerance(rtol=0.0, atol=1e-3),
+        rule=Tolerance(rtol=0.0, atol=1e-3, origin=_LIMIT_PATH_ORIGIN),
+        witness=_uniformity_witness,
+        corrected_by="bao.lemma2.uniformity.corrected",
         notes=("Does not hold: at ξ = 0, ρ(θ) = ½ erf(1/(η√(2s(θ)))) still varies with θ through the variance s(θ); "
                "the proof's derivative drops d/dθ of −(1/η)/√(2s(θ)), which is not proportional to ξ. "
                "Corrected: bao.lemma2.uniformity.corrected."),
@@ -422,7 +486,9 @@ register(
                    "(both variance profiles)"),
         predicted=0.0,
         evaluate=_uniformity_eval(True),
-        rule=Tolerance(rtol=0.0, atol=1e-6),
+        rule=Tolerance(rtol=0.0, atol=1e-6, origin=(
+            "the difference is O(ξ) = 1e-9 along the path; 1e-6 leaves three orders of magnitude for float64 "
+            "rounding of the erf derivatives")),
         notes="ρ becomes uniform in θ only in the additional limits η → 0 (ρ → 1) or η → ∞ (ρ → 0).",
     )
 )
@@ -446,7 +512,7 @@ register(
         statement="Fixed ξ: as η → ∞, ρ(θ) → 0 for every θ: sup_θ ρ at η = 1e6, ξ = −5, 0, 5, 50",
         predicted=0.0,
         evaluate=_vanishing_eval,
-        rule=Tolerance(rtol=0.0, atol=1e-3),
+        rule=Tolerance(rtol=0.0, atol=1e-3, origin=_LIMIT_PATH_ORIGIN),
     )
 )
 
@@ -530,6 +596,28 @@ def _eq7_chain(i):
     return {"spec<=frob": (t["spec"], t["frob"]), "frob<=l1": (t["frob"], t["l1_entrywise"])}
 
 
+def _eq7_witness(budget, key):
+    """Exact counterexample in NumPy: W_QK = Σ = I_d gives |tr W|/(√d‖Σ‖₂) = √d against ‖W_QK‖₂ = 1 (d = 8, 32)."""
+    lhs, rhs = [], []
+    for d in (8, 32):
+        I = np.eye(d)
+        lhs.append(abs(np.trace(I @ I)) / (math.sqrt(d) * np.linalg.norm(I, 2)))
+        rhs.append(np.linalg.norm(I, 2))
+    return Evaluation(lhs=np.asarray(lhs), rhs=np.asarray(rhs), slack=1e-12,
+                      method="exact counterexample W_QK = Σ = I (NumPy)")
+
+
+def _eq10_witness(budget, key):
+    """Exact counterexample in NumPy: W_QK = diag(1, −1, 0, …) (indefinite): ‖W_QK‖₂ = 1 > |tr W_QK| = 0 (d = 8, 32)."""
+    lhs, rhs = [], []
+    for d in (8, 32):
+        W = np.diag(np.r_[1.0, -1.0, np.zeros(d - 2)])
+        lhs.append(np.linalg.norm(W, 2))
+        rhs.append(abs(np.trace(W)))
+    return Evaluation(lhs=np.asarray(lhs), rhs=np.asarray(rhs), slack=1e-12,
+                      method="exact counterexample W_QK = diag(1, −1, 0, …) (NumPy)")
+
+
 register(
     Claim(
         id="bao.eq7.trace_vs_spectral",
@@ -538,6 +626,8 @@ register(
         predicted="|tr W|/(√d‖Σ‖₂) ≤ ‖W_QK‖₂",
         evaluate=_ineq_eval(_eq7),
         rule=Inequality(),
+        witness=_eq7_witness,
+        corrected_by="bao.eq7.corrected",
         notes=("Does not hold (W_QK = Σ = I: √d ≤ 1). Eq. (5) and Cauchy-Schwarz give |tr W| ≤ √d ‖Σ‖₂ ‖W_QK‖_F, "
                "not ‖W_QK‖₂; with ‖·‖₂ the factor is d. Corrected: bao.eq7.corrected."),
     )
@@ -583,7 +673,7 @@ register(
         statement="d²·V[w_i] = d·tr(W²) − tr(W)² for the eigenvalues w_i (relative error, float64)",
         predicted=0.0,
         evaluate=_eq8_eval,
-        rule=Tolerance(rtol=0.0, atol=1e-10),
+        rule=Tolerance(rtol=0.0, atol=1e-10, origin="float64 rounding of an exact identity (relative error)"),
     )
 )
 
@@ -626,6 +716,8 @@ register(
         predicted="‖W_QK‖₂ ≤ |tr W_QK|",
         evaluate=_ineq_eval(_eq10_right),
         rule=Inequality(),
+        witness=_eq10_witness,
+        corrected_by="bao.eq10.corrected",
         notes=("Does not hold for indefinite W_QK (eigenvalues ±1: trace 0, norm 1); true only for semidefinite W_QK. "
                "Corrected chain without the trace: bao.eq10.corrected."),
     )
@@ -673,6 +765,17 @@ def _eq9_printed_eval(budget, key):
     return Evaluation(lhs=np.concatenate(lhs), rhs=np.concatenate(rhs), slack=1e-12, details={"by_T": det})
 
 
+def _eq9_witness(budget, key):
+    """Plain float64 arithmetic (math.log1p/exp): the printed expression at ν = 1e-6 and 1 against ln T."""
+    lhs, rhs = [], []
+    for T in _EQ9_T:
+        for nu in (1e-6, 1.0):
+            lhs.append(math.log1p(T * math.exp(-nu)) + nu * math.exp(-nu / 2) / (1.0 / T + math.exp(-nu)))
+            rhs.append(math.log(T))
+    return Evaluation(lhs=np.asarray(lhs), rhs=np.asarray(rhs), slack=1e-12,
+                      method="the printed expression in plain float64 at ν = 1e-6, 1")
+
+
 register(
     Claim(
         id="bao.eq9.printed",
@@ -682,6 +785,8 @@ register(
         predicted="bound ≤ ln T",
         evaluate=_eq9_printed_eval,
         rule=Inequality(),
+        witness=_eq9_witness,
+        corrected_by="bao.eq9.corrected",
         notes=("Does not hold: for ν < ν*(T) the printed expression exceeds ln T (at ν → 0 it is ln(1 + T) > ln T; its "
                "peak grows like T·ν e^{−ν/2}), so it can lower-bound an entropy only where ν ≥ ν*(T) (details). "
                "The form without the typo (e^{−ν} for e^{−ν/2}) is the entropy of one logit ν above T − 1 equal ones; "
@@ -774,9 +879,35 @@ for _which, _expr, _wrt in (("scale_Q", "2 W_K W_Kᵀ W_Q", "W_Q"), ("scale_K", 
             statement=f"∇_{{{_wrt}}} tr(W_QKᵀW_QK) = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
             predicted=0.0,
             evaluate=_grad_eval(_which),
-            rule=Tolerance(rtol=0.0, atol=1e-12),
+            rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
         )
     )
+
+def _grad_fd_witness(which: str):
+    """NumPy central finite differences (step 1e-6) of (tr(W_QᵀW_K) − 1)² against the printed formula, on
+    instances drawn with NumPy; value = relative error per instance (finite differences err by ~1e-9)."""
+
+    def witness(budget, key):
+        rng = np.random.default_rng(zlib.crc32(which.encode()))
+        errs = []
+        for j in range({"quick": 4, "full": 16}[budget]):
+            K, d = (4, 16) if j % 2 else (8, 8)
+            WQ = rng.normal(size=(K, d)) / math.sqrt(d)
+            WK = rng.normal(size=(K, d)) / math.sqrt(d) + 0.3 * WQ
+            f = lambda a, b: (np.trace(a.T @ b) - 1.0) ** 2  # noqa: E731
+            X, Y = (WQ, WK) if which.endswith("Q") else (WK, WQ)
+            g = np.zeros_like(X)
+            for idx in np.ndindex(X.shape):
+                e = np.zeros_like(X)
+                e[idx] = 1e-6
+                g[idx] = ((f(X + e, Y) - f(X - e, Y)) if which.endswith("Q") else (f(Y, X + e) - f(Y, X - e))) / 2e-6
+            tr = np.trace(WQ.T @ WK)
+            printed = (tr - 1) * tr * Y
+            errs.append(np.linalg.norm(printed - g) / np.linalg.norm(g))
+        return Evaluation(value=np.asarray(errs), method="NumPy central finite differences (h = 1e-6)")
+
+    return witness
+
 
 for _which, _expr, _wrt in (("mean_Q", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q"), ("mean_K", "[tr(W_QK) − 1]·tr(W_QK)·W_Q", "W_K")):
     register(
@@ -786,7 +917,9 @@ for _which, _expr, _wrt in (("mean_Q", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q")
             statement=f"∇_{{{_wrt}}} (tr(W_QK) − 1)² = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
             predicted=0.0,
             evaluate=_grad_eval(_which),
-            rule=Tolerance(rtol=0.0, atol=1e-12),
+            rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
+            witness=_grad_fd_witness(_which),
+            corrected_by="bao.locater.grad_mean.corrected",
             notes=("Does not hold: tr(W_QᵀW_K) = ⟨W_Q, W_K⟩ is bilinear, so the gradient is 2(tr(W_QK) − 1)·W_K "
                    "(resp. W_Q) — no factor tr(W_QK), and a factor 2. Corrected: bao.locater.grad_mean.corrected."),
         )
@@ -807,7 +940,7 @@ register(
         statement="∇_{W_Q}(tr W_QK − 1)² = 2(tr W_QK − 1)·W_K and ∇_{W_K}(tr W_QK − 1)² = 2(tr W_QK − 1)·W_Q (against jax.grad)",
         predicted=0.0,
         evaluate=_grad_corrected_eval,
-        rule=Tolerance(rtol=0.0, atol=1e-12),
+        rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
     )
 )
 

@@ -251,6 +251,37 @@ def _what(budget: str) -> str:
             "geomjax.claims.clock.claim_config)")
 
 
+# ------------------------------------------------------------------------------------------ preconditions
+
+_GROK_ORIGIN = ("a yes/no statement about the trained model: the epoch order is certified (slack 1 epoch); a run "
+                "that never reaches 99% test accuracy cannot refute 'groks' — it is inconclusive (budget too small)")
+_TRAINED_ORIGIN = ("a threshold fixed in the statement before looking at results (the source is qualitative); "
+                   "computed exactly from the trained weights, so the margin is the threshold itself")
+
+
+def _grok_precondition(an: dict, budget: str, what: str) -> str | None:
+    """None when the run reached 99% test accuracy, else what was not met and the budget that suffices."""
+    if an["milestones"]["test_99"] is not None:
+        return None
+    best = float(np.max(an["history"]["test_acc"]))
+    more = ("budget 'full' suffices (the cpu preset groks at epoch ~350, the ReLU-free variant at ~450)"
+            if budget == "quick" else "a longer run than the 'full' budget is needed")
+    return f"the {what} model did not grok at budget {budget!r} (best test accuracy {best:.3f}); {more}"
+
+
+def _needs_grokked(evaluate, relu: bool = True):
+    """Wrap an evaluator of a claim about the trained model: inconclusive unless the model grokked."""
+
+    @functools.wraps(evaluate)
+    def wrapped(budget, key):
+        ev = evaluate(budget, key)
+        an, nr = _bundle(budget)
+        ev.precondition = _grok_precondition(an if relu else nr, budget, "ReLU" if relu else "ReLU-free")
+        return ev
+
+    return wrapped
+
+
 # ------------------------------------------------------------------------------------------ claims
 
 def _ev_grokking(budget, key):
@@ -269,7 +300,8 @@ register(Claim(
     id="clock.grokking", source="Nanda et al. §3; Clock blog §4",
     statement="Grokking: train accuracy reaches 100% strictly before test accuracy reaches 99% (and test accuracy "
               "does reach 99%): epoch(train 100%) <= epoch(test 99%) - 1; 'never' counts as a violation",
-    predicted="train 100% first, then test >= 99%", evaluate=_ev_grokking, rule=Inequality(),
+    predicted="train 100% first, then test >= 99%", evaluate=_needs_grokked(_ev_grokking),
+    rule=Inequality(origin=_GROK_ORIGIN),
     notes="Metrics are logged every 25 epochs inside the jitted scan, so epochs are multiples of 25. The final "
           "accuracies are reported too: full-batch AdamW in float32 shows late loss spikes (the 'slingshot') "
           "that can transiently lower test accuracy after grokking."))
@@ -289,7 +321,7 @@ register(Claim(
     id="clock.embed_sparse", source=f"{SRC_BLOG} §5; Nanda et al. §4.1",
     statement="W_E's Fourier spectrum is sparse: the cos/sin components of the key frequencies hold >= 80% of its "
               "squared Fourier norm (constant excluded), where a random W_E gives about 2k/(p-1) for k key frequencies",
-    predicted="key fraction >= 0.8", evaluate=_ev_sparse, rule=Inequality(),
+    predicted="key fraction >= 0.8", evaluate=_needs_grokked(_ev_sparse), rule=Inequality(origin=_TRAINED_ORIGIN),
     notes="Key frequencies: energy above 10x the median frequency energy (the blog's bar plot read as a rule)."))
 
 
@@ -310,8 +342,8 @@ register(Claim(
     statement="Last-row attention (weight of '=' on a) is periodic in a and b at key frequencies: for every head, "
               ">= 50% of its variance over (a, b) lies in 2D Fourier components with a- and b-frequencies in the key "
               "set (or 0), and its dominant frequency is a key frequency (instances: fractions, then 1/0 flags vs 0.5)",
-    predicted="per head: key fraction >= 0.5 and dominant frequency in key set", evaluate=_ev_attention,
-    rule=Inequality()))
+    predicted="per head: key fraction >= 0.5 and dominant frequency in key set", evaluate=_needs_grokked(_ev_attention),
+    rule=Inequality(origin=_TRAINED_ORIGIN)))
 
 
 def _ev_petals(budget, key):
@@ -332,7 +364,7 @@ register(Claim(
     statement="Per-head petals sum to circles: for a fixed a (the blog's a = 70, mod p) and every key frequency k, "
               "the head-summed o vectors projected on their frequency-k Fourier plane have >= 80% of their "
               "(mean-removed) energy at the single frequency ±k over b",
-    predicted="single-frequency fraction >= 0.8 for every key k", evaluate=_ev_petals, rule=Inequality(),
+    predicted="single-frequency fraction >= 0.8 for every key k", evaluate=_needs_grokked(_ev_petals), rule=Inequality(origin=_TRAINED_ORIGIN),
     notes="Per-head fractions are reported for comparison (petals have several frequencies)."))
 
 
@@ -350,7 +382,7 @@ register(Claim(
     id="clock.petals_sum_to_circles.used", source=f"{SRC_BLOG} §7 (restricted to frequencies the MLP uses)",
     statement="Per-head petals sum to circles for the key frequencies that the MLP uses (W_E key frequencies that are "
               "also Nanda's neuron frequencies): summed-o single-frequency fraction >= 0.8 for each",
-    predicted="single-frequency fraction >= 0.8 for every used key k", evaluate=_ev_petals_used, rule=Inequality(),
+    predicted="single-frequency fraction >= 0.8 for every used key k", evaluate=_needs_grokked(_ev_petals_used), rule=Inequality(origin=_TRAINED_ORIGIN),
     notes="Second form of clock.petals_sum_to_circles: W_E can keep partially decayed frequencies (the blog's "
           "'somewhat in-between' norms, §5) that no neuron and no W_L row uses; their o projections need not be circles."))
 
@@ -367,7 +399,7 @@ register(Claim(
     id="clock.planes_far", source=f"{SRC_BLOG} §8",
     statement="The o circle planes and the W_E circle planes are far apart: for every pair (W_E plane of key k, "
               "o plane of key k') the smallest principal (dihedral) angle is >= 45 degrees",
-    predicted="all smallest principal angles >= 45°", evaluate=_ev_planes, rule=Inequality(),
+    predicted="all smallest principal angles >= 45°", evaluate=_needs_grokked(_ev_planes), rule=Inequality(origin=_TRAINED_ORIGIN),
     notes="o plane of k: top-2 right singular vectors of the stacked per-a cos/sin-k Fourier coefficients of o(a, ·)."))
 
 
@@ -388,7 +420,8 @@ register(Claim(
     id="clock.relu_free_groks", source=f"{SRC_BLOG} §8",
     statement="The ReLU-free variant (MLP activation removed, same recipe) also groks, by the criterion of "
               "clock.grokking: epoch(train 100%) <= epoch(test 99%) - 1, 'never' counting as a violation",
-    predicted="train 100% first, then test >= 99%", evaluate=_ev_relu_free, rule=Inequality()))
+    predicted="train 100% first, then test >= 99%", evaluate=_needs_grokked(_ev_relu_free, relu=False),
+    rule=Inequality(origin=_GROK_ORIGIN)))
 
 
 def _ev_bias(budget, key):
@@ -403,7 +436,7 @@ register(Claim(
     id="clock.few_negative_b_in", source=f"{SRC_BLOG} §8",
     statement="Few strongly negative MLP input biases (no superposition): fewer than p of the b_in are below "
               "-0.25·max|b_in| (the blog: 'way fewer than 113 are significantly negative')",
-    predicted="count < p", evaluate=_ev_bias, rule=Inequality()))
+    predicted="count < p", evaluate=_needs_grokked(_ev_bias), rule=Inequality(origin=_TRAINED_ORIGIN)))
 
 
 def _ev_affine(budget, key):
@@ -417,7 +450,7 @@ register(Claim(
     id="clock.mlp_affine", source=f"{SRC_BLOG} §8 ('The MLP layer is just an affine transformation')",
     statement="The trained ReLU model does not use the ReLU: removing it (identity activation, same weights) keeps "
               ">= 99% accuracy on all p² pairs",
-    predicted="accuracy without ReLU >= 0.99", evaluate=_ev_affine, rule=Inequality(),
+    predicted="accuracy without ReLU >= 0.99", evaluate=_needs_grokked(_ev_affine), rule=Inequality(origin=_TRAINED_ORIGIN),
     notes="The blog infers this from the b_in signs and from the ReLU-free variant grokking (a separately trained "
           "model); this claim tests the trained ReLU model itself. clock.relu_free_groks checks the variant."))
 
@@ -433,9 +466,9 @@ def _ev_one(budget, key):
 
 register(Claim(
     id="clock.one_circle_insufficient", source=f"{SRC_BLOG} §11.1",
-    statement="One circle is not sufficient: the logits restricted (Nanda et al. §5.1) to any single key frequency "
+    statement="One circle is not sufficient (trained-model reading): the logits restricted (Nanda et al. §5.1) to any single key frequency "
               "give < 99% accuracy on all p² pairs",
-    predicted="best single-frequency accuracy < 0.99", evaluate=_ev_one, rule=Inequality(),
+    predicted="best single-frequency accuracy < 0.99", evaluate=_needs_grokked(_ev_one), rule=Inequality(origin=_TRAINED_ORIGIN),
     notes="For prime p every nonzero frequency generates Z_p, so one ideal circle determines a+b exactly; the "
           "blog's gcd condition is always met and insufficiency can only come from the readout's margins."))
 
@@ -451,9 +484,11 @@ def _ev_two(budget, key):
 
 register(Claim(
     id="clock.two_coprime_sufficient", source=f"{SRC_BLOG} §11.2",
-    statement="Two coprime circles are sufficient: for some pair of key frequencies with gcd 1, the logits "
+    statement="Two coprime circles are sufficient (trained-model reading): for some pair of key frequencies with gcd 1, the logits "
               "restricted to them give >= 99% accuracy on all p² pairs",
-    predicted="best coprime-pair accuracy >= 0.99", evaluate=_ev_two, rule=Inequality()))
+    predicted="best coprime-pair accuracy >= 0.99", evaluate=_needs_grokked(_ev_two), rule=Inequality(origin=_TRAINED_ORIGIN),
+    notes="The trained-model reading. The in-principle reading (two ideal circles decide a + b) is "
+          "clock.two_coprime_sufficient.in_principle."))
 
 
 def _ev_all(budget, key):
@@ -469,7 +504,78 @@ register(Claim(
     id="clock.all_key_sufficient", source="Nanda et al. §5.1 (restricted loss); corrects Clock blog §11.2",
     statement="The logits restricted to ALL key frequencies (Nanda's restricted logits) give >= 99% accuracy on all p² "
               "pairs — the form of the sufficiency statement that the trained model supports when two circles do not",
-    predicted="accuracy >= 0.99", evaluate=_ev_all, rule=Inequality()))
+    predicted="accuracy >= 0.99", evaluate=_needs_grokked(_ev_all), rule=Inequality(origin=_TRAINED_ORIGIN)))
+
+
+# ----------------------------------------------------------------- in-principle readings (exact computation)
+
+_PRIMES = (59, 113)  # the quick and full budgets' p
+
+
+def ideal_circle_margins(p: int, freqs) -> np.ndarray:
+    """Read-out margins of ideal circles (Clock blog §11; Nanda et al. §4), exact enumeration over all p² pairs.
+
+    For the frequency set K the ideal logits are logit_c(a, b) = Σ_{k∈K} cos(2πk(a + b − c)/p); the answer
+    is read as argmax_c. Returns (p, p) margins logit_{(a+b) mod p}(a, b) − max_{c ≠ (a+b) mod p} logit_c(a, b),
+    float64: all positive iff the circles decide a + b mod p on every pair.
+    """
+    a = np.arange(p)
+    s = (a[:, None] + a[None, :]) % p  # (p, p)
+    c = np.arange(p)
+    ang = 2 * np.pi * (s[..., None] - c) / p  # (p, p, p)
+    logits = sum(np.cos(k * ang) for k in freqs)
+    correct = np.take_along_axis(logits, s[..., None], -1)[..., 0]
+    np.put_along_axis(logits, s[..., None], -np.inf, -1)
+    return correct - logits.max(-1)
+
+
+def _ev_circles_in_principle(n_circles: int):
+    def evaluate(budget, key):
+        rows, worst = [], []
+        for p in _PRIMES:
+            ks = range(1, (p - 1) // 2 + 1)
+            sets = ([(k,) for k in ks] if n_circles == 1 else
+                    [(k1, k2) for k1 in ks for k2 in ks if k1 < k2 and math.gcd(k1, k2) == 1])
+            if n_circles == 1:  # the full p² × p enumeration for every single frequency
+                m = np.array([ideal_circle_margins(p, K).min() for K in sets])
+            else:  # the logits depend on (a, b) only through s = a + b: one row per residue s covers all p² pairs
+                sres = np.arange(p)[:, None]
+                ang = 2 * np.pi * (sres - np.arange(p)) / p
+                m = []
+                for K in sets:
+                    lg = sum(np.cos(k * ang) for k in K)
+                    corr = np.diag(lg).copy()
+                    np.fill_diagonal(lg, -np.inf)
+                    m.append((corr - lg.max(-1)).min())
+                m = np.asarray(m)
+            worst.append(float(m.min()))
+            rows.append({"p": p, "sets": len(sets), "min_margin": float(m.min()), "worst_set": list(sets[int(m.argmin())])})
+        # lhs ≤ rhs form: the largest wrong logit minus the correct one must be < 0 on every pair
+        return Evaluation(lhs=-np.asarray(worst), rhs=np.zeros(len(worst)), slack=1e-12, details={"per_p": rows},
+                          method="exact enumeration over all p² pairs, float64")
+
+    return evaluate
+
+
+register(Claim(
+    id="clock.one_circle_sufficient.in_principle", source=f"{SRC_BLOG} §11.1 ('Theoretically, the model could learn just 1 circle')",
+    statement="In principle one ideal circle suffices: for prime p and every frequency k = 1..(p−1)/2, the ideal logits "
+              "cos(2πk(a + b − c)/p) have their strict maximum at c = a + b mod p on all p² pairs (p = 59, 113)",
+    predicted="every read-out margin > 0", evaluate=_ev_circles_in_principle(1),
+    rule=Inequality(origin="exact enumeration: any pair read wrong refutes it; slack = float64 rounding (1e-12)"),
+    notes="The in-principle reading of §11.1's first sentence (k generates Z_p for prime p). The blog's 'having just 1 "
+          "circle is not possible' is about the architecture (rotation needs petals from ≥ 2 heads), not the read-out; "
+          "the trained-model reading is clock.one_circle_insufficient."))
+
+register(Claim(
+    id="clock.two_coprime_sufficient.in_principle", source=f"{SRC_BLOG} §11.2",
+    statement="In principle two coprime circles suffice: for prime p and every pair of frequencies k1 < k2 ≤ (p−1)/2 with "
+              "gcd(k1, k2) = 1, the ideal logits Σ_k cos(2πk(a + b − c)/p) have their strict maximum at c = a + b mod p "
+              "on all p² pairs (p = 59, 113)",
+    predicted="every read-out margin > 0", evaluate=_ev_circles_in_principle(2),
+    rule=Inequality(origin="exact enumeration: any pair read wrong refutes it; slack = float64 rounding (1e-12)"),
+    notes="The in-principle reading (what the algorithm can do); the trained model's restricted logits are judged by "
+          "clock.two_coprime_sufficient."))
 
 
 # ------------------------------------------------------------------------------------------ figures

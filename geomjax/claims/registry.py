@@ -4,16 +4,42 @@ A :class:`Claim` is one quantitative statement of a source document, with the pl
 (``source``, e.g. "Song & Zhong Theorem 1, eq. (6)"), what it predicts, how to check it, and the
 rule that turns the check into a verdict:
 
+Three verdicts (:func:`decide`, one pure function, is the whole rule for equalities):
+
+* Every claim declares its **margin** δ — the size of error that would make the statement wrong —
+  and where that number comes from (``margin_origin``: the statement's printed precision, a
+  numerical or physical scale; never a number tuned to pass). With e = estimate − predicted and s its
+  standard error (0 for an exact evaluation; the Monte Carlo sem whenever a Monte Carlo number
+  enters), elementwise and at the same k = 5 standard errors both ways:
+
+  - **holds** iff |e| + k·s ≤ δ for every element — the two one-sided tests "error ≥ +δ" and
+    "error ≤ −δ" are both rejected at kσ (an equivalence test);
+  - **does not hold** iff |e| − k·s > δ for some element — the error exceeds the margin at kσ;
+  - **inconclusive** otherwise, with a reason (not enough samples to decide at the stated margin,
+    precondition not met, budget too small, no second witness, non-finite numbers).
+
+  Each result reports ``detectable_error`` = k·s (the smallest error the test resolves at its
+  sample size ``n``; "holds" needs detectable_error ≤ δ − |e|).
 * Monte Carlo claims (``sampler`` given): the mean of ``sampler(key)`` is estimated with
-  :func:`geomjax.montecarlo.estimate`; the claim **holds** when |estimate − predicted| ≤ n_sigma·sem
-  (n_sigma = 5 by default) for every element, otherwise it **does not hold**; the z-score is
-  reported. A non-finite or zero sem with a nonzero error is "inconclusive".
+  :func:`geomjax.montecarlo.estimate` and judged by :func:`decide` with the claim's
+  :class:`MonteCarloRule` margin.
 * Deterministic claims (``evaluate`` given): the evaluator returns an :class:`Evaluation`, judged
-  by the claim's rule: :class:`Tolerance` (|value − predicted| ≤ atol + rtol·|predicted|; reports the
-  worst error) or :class:`Inequality` (lhs ≤ rhs for every instance; reports the worst ratio and
-  margin; with a certified interval [lhs_lower, lhs] for the left side it is "holds" when
-  lhs ≤ rhs − slack everywhere, "does not hold" when lhs_lower > rhs + slack somewhere, and
-  "inconclusive" otherwise).
+  by the claim's rule: :class:`Tolerance` (margin δ = atol + rtol·|predicted|, judged by
+  :func:`decide` with the evaluation's ``sem`` when a Monte Carlo number is inside) or
+  :class:`Inequality` (lhs ≤ rhs for every instance: margin 0 beyond the certified ``slack``; with a
+  certified interval [lhs_lower, lhs] widened by k·sem it is "holds" when lhs + k·sem ≤ rhs − slack
+  everywhere, "does not hold" when lhs_lower − k·sem > rhs + slack somewhere, and "inconclusive"
+  otherwise).
+* **Limits** (n → ∞ statements) are checked along a sequence of sizes: :func:`fit_limit` fits
+  v(n) = L + c·n^(−r) and :func:`limit_evaluation` judges the extrapolated L (with its standard
+  error) against the printed limit; the finite-n deviation is reported as an observation.
+* **Preconditions**: an evaluation with ``precondition`` set (e.g. "the model did not grok at this
+  budget; `full` suffices") is "inconclusive".
+* **Two witnesses for every refutation**: a "does not hold" on a claim is kept only when the
+  claim's ``witness`` — a second, independent computation (exact closed form in float64,
+  enumeration, quadrature, finite differences, or a Monte Carlo estimator sharing no code path) —
+  rejects the statement too; otherwise the result is "inconclusive". Both numbers are reported
+  (``witnesses``).
 
 Claims live in modules ``geomjax.claims.<source>`` (``song_zhong``, later ``wertich``, ``bao``,
 ``clock``) that call :func:`register` on import; :func:`all_claims` and :func:`run` import every
@@ -27,16 +53,18 @@ import importlib
 import json
 import math
 import pkgutil
+import subprocess
 import time
-import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import jax
 import numpy as np
+
+from geomjax.errors import GeomjaxError
 
 __all__ = [
     "Claim",
@@ -55,6 +83,20 @@ __all__ = [
     "to_markdown",
     "BUDGETS",
     "VERDICTS",
+    "N_SIGMA",
+    "Margin",
+    "Decision",
+    "decide",
+    "fit_limit",
+    "limit_evaluation",
+    "exact_witness",
+    "FULL_VERDICTS",
+    "record_full_verdicts",
+    "load_full_verdicts",
+    "contradicts",
+    "to_erratum",
+    "erratum_summary",
+    "results_as_records",
 ]
 
 BUDGETS = ("quick", "full")
@@ -66,50 +108,184 @@ Budget = Literal["quick", "full"]
 # ----------------------------------------------------------------------------------------------
 
 
+N_SIGMA = 5.0  # the standard for both rejection and equivalence (DESIGN.md: 5σ)
+
+
+@dataclass(frozen=True)
+class Margin:
+    """The size of error that would make a statement wrong: δ = abs + rel·scale.
+
+    Attributes:
+      abs: absolute part of δ.
+      rel: relative part; ``scale`` is max |predicted| over the elements (or, when that is 0, the
+        per-sample standard deviation of a Monte Carlo quantity), so a vector claim has one δ.
+      origin: where the number comes from (the statement's printed precision, a numerical or
+        physical scale). Required: a margin without an origin is rejected.
+    """
+
+    abs: float = 0.0
+    rel: float = 0.0
+    origin: str = ""
+
+    def __post_init__(self):
+        if self.abs < 0 or self.rel < 0:
+            raise ValueError(f"Margin: abs and rel must be >= 0, got {self.abs}, {self.rel}")
+        if not self.origin.strip():
+            raise ValueError("Margin: state where the margin comes from (origin)")
+
+    def value(self, predicted, sd=None) -> float:
+        """δ for a prediction (array) and, optionally, the per-sample standard deviation."""
+        p = np.abs(np.asarray(predicted, dtype=float))
+        scale = float(np.max(p)) if p.size and np.all(np.isfinite(p)) else 0.0
+        if scale == 0.0 and sd is not None:
+            sd_ = np.asarray(sd, dtype=float)
+            scale = float(np.max(sd_)) if sd_.size and np.all(np.isfinite(sd_)) else 0.0
+        return self.abs + self.rel * scale
+
+
+#: Default for Monte Carlo checks of exact identities (a formula stated with no approximation).
+EXACT_IDENTITY = Margin(
+    rel=0.01,
+    origin=("exact identity: any error makes it wrong; 1% of the quantity's scale (max |predicted|, "
+            "else the per-sample sd) is the resolution at which the check calls it holding — every "
+            "wrong printed form found differs by more (a wrong constant, factor or missing term)"),
+)
+
+
 @dataclass(frozen=True)
 class MonteCarloRule:
-    """|estimate − predicted| ≤ n_sigma · sem, elementwise (DESIGN.md: n_sigma = 5)."""
+    """Judged by :func:`decide`: holds iff |estimate − predicted| + n_sigma·sem ≤ δ everywhere."""
 
-    n_sigma: float = 5.0
+    n_sigma: float = N_SIGMA
+    margin: Margin = EXACT_IDENTITY
 
     def describe(self) -> str:
         """The rule in words (shown under the Markdown table)."""
-        return f"holds iff |estimate − predicted| ≤ {self.n_sigma:g}·sem (every element)"
+        return (f"Monte Carlo: holds iff |estimate − predicted| + {self.n_sigma:g}·sem ≤ margin (every element); "
+                f"does not hold iff |estimate − predicted| − {self.n_sigma:g}·sem > margin (some element); "
+                "else inconclusive")
 
 
 @dataclass(frozen=True)
 class Tolerance:
-    """|value − predicted| ≤ atol + rtol·|predicted|, elementwise."""
+    """Margin δ = atol + rtol·|predicted| (elementwise), judged by :func:`decide`.
+
+    ``origin`` says where atol/rtol come from (float64 rounding, the statement's printed digits, a
+    physical scale); required unless the tolerance is float64 rounding (rtol ≤ 1e-8, atol ≤ 1e-8).
+    """
 
     rtol: float = 1e-10
     atol: float = 0.0
+    origin: str = ""
+    n_sigma: float = N_SIGMA
+
+    def __post_init__(self):
+        if not self.origin.strip() and (self.rtol > 1e-8 or self.atol > 1e-8):
+            raise ValueError(f"Tolerance(rtol={self.rtol}, atol={self.atol}): state its origin")
+
+    @property
+    def margin_origin(self) -> str:
+        return self.origin or "float64 rounding of an exact evaluation"
 
     def describe(self) -> str:
         """The rule in words (shown under the Markdown table)."""
-        return f"holds iff |value − predicted| ≤ {self.atol:g} + {self.rtol:g}·|predicted| (every element)"
+        return (f"holds iff |value − predicted| + {self.n_sigma:g}·sem ≤ {self.atol:g} + {self.rtol:g}·|predicted| "
+                "(every element; sem = 0 for an exact evaluation)")
 
 
 @dataclass(frozen=True)
 class Inequality:
     """lhs ≤ rhs for every instance (``slack`` per instance absorbs certified rounding)."""
 
+    origin: str = "inequality: any certified violation refutes it; margin = the certified rounding slack"
+    n_sigma: float = N_SIGMA
+
+    @property
+    def margin_origin(self) -> str:
+        return self.origin
+
     def describe(self) -> str:
         """The rule in words (shown under the Markdown table)."""
         return (
-            "holds iff lhs ≤ rhs − slack for every instance; does not hold iff lhs_lower > rhs + slack "
-            "for some instance (lhs_lower = lhs unless a certified lower bound is given); else inconclusive"
+            f"holds iff lhs + {self.n_sigma:g}·sem ≤ rhs − slack for every instance; does not hold iff "
+            f"lhs_lower − {self.n_sigma:g}·sem > rhs + slack for some instance (lhs_lower = lhs unless a "
+            "certified lower bound is given; sem = 0 unless a Monte Carlo number is inside); else inconclusive"
         )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`decide` returns: verdict, reason (for inconclusive), detectable error, worst element."""
+
+    verdict: str
+    reason: str
+    detectable_error: float
+    margin: float
+    worst: int
+
+
+def decide(error, sem, margin, n_sigma: float = N_SIGMA) -> Decision:
+    """The three-way verdict of an equality claim (the one place the rule lives).
+
+    With e = estimate − predicted, s its standard error and δ the margin (all broadcast
+    elementwise; s = 0 for an exact evaluation):
+
+      holds          iff |e| + k·s ≤ δ for every element (two one-sided tests at kσ: equivalence)
+      does not hold  iff |e| − k·s > δ for some element   (the error exceeds δ at kσ)
+      inconclusive   otherwise, or when any number is not finite.
+
+    Args:
+      error: estimate − predicted, any shape.
+      sem: standard error(s) of the estimate (broadcast to ``error``), ≥ 0.
+      margin: δ (broadcast), ≥ 0.
+      n_sigma: k (5 by default, the standard used for rejection).
+
+    Returns:
+      :class:`Decision` with ``detectable_error`` = max k·s (the smallest error resolvable at this
+      sample size), the margin at the worst element and the index of the worst element (flattened).
+    """
+    e = np.abs(np.asarray(error, dtype=float)).reshape(-1)
+    s = np.broadcast_to(np.asarray(sem, dtype=float), np.shape(error)).reshape(-1)
+    d = np.broadcast_to(np.asarray(margin, dtype=float), np.shape(error)).reshape(-1)
+    if e.size == 0:
+        return Decision("inconclusive", "nothing to compare", 0.0, 0.0, 0)
+    detect = float(np.max(n_sigma * s)) if np.all(np.isfinite(s)) else float("inf")
+    if not (np.all(np.isfinite(e)) and np.all(np.isfinite(s)) and np.all(np.isfinite(d))):
+        bad = int(np.argmin(np.isfinite(e) & np.isfinite(s)))
+        return Decision("inconclusive", "a number is not finite (estimate, standard error or margin)",
+                        detect, float(d[bad]) if np.isfinite(d[bad]) else float("nan"), bad)
+    low, high = e - n_sigma * s, e + n_sigma * s
+    if np.any(low > d):
+        w = int(np.argmax(low - d))
+        return Decision("does not hold", f"error {e[w]:.3g} − {n_sigma:g}·sem exceeds the margin {d[w]:.3g}",
+                        detect, float(d[w]), w)
+    w = int(np.argmax(high - d))
+    if np.all(high <= d):
+        return Decision("holds", "", detect, float(d[w]), w)
+    return Decision(
+        "inconclusive",
+        f"not enough samples to decide at the stated margin: |error| {e[w]:.3g} ± {n_sigma:g}·sem "
+        f"{n_sigma * s[w]:.3g} straddles the margin {d[w]:.3g}",
+        detect, float(d[w]), w)
 
 
 @dataclass
 class Evaluation:
-    """What a deterministic evaluator returns.
+    """What a deterministic evaluator (or a witness) returns.
 
     Attributes:
       value: array compared with ``predicted`` (Tolerance rule).
       lhs, rhs: arrays of the two sides (Inequality rule), same shape.
       lhs_lower: optional certified lower bound of lhs (Inequality rule); defaults to lhs.
       slack: optional non-negative array/float, an error bar on rhs − lhs (e.g. rounding).
+      sem: standard error of ``value`` (or of lhs) when a Monte Carlo number is inside; 0 for an
+        exact evaluation. It enters the verdict (:func:`decide`).
+      n: the sample count behind ``sem`` (None: the number of compared elements/instances).
+      precondition: None when the claim's presupposition is met; otherwise what was not met and the
+        budget that suffices (the verdict is then "inconclusive").
+      method: how the number was computed (shown with the witnesses).
+      observations: labelled facts reported with the result that are not the verdict (e.g. the
+        finite-n deviation of a limit statement).
       details: JSON-able extra information (tables, parameters, variants).
     """
 
@@ -118,6 +294,11 @@ class Evaluation:
     rhs: Any = None
     lhs_lower: Any = None
     slack: Any = 0.0
+    sem: Any = 0.0
+    n: int | None = None
+    precondition: str | None = None
+    method: str = ""
+    observations: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
 
 
@@ -142,6 +323,13 @@ class Claim:
       dtype: "float64" (default) or "float32" for the Monte Carlo accumulation.
       chunk: Monte Carlo chunk size.
       notes: free text shown in the report (e.g. how the printed statement was read).
+      witness: ``(budget, key) -> Evaluation``, a second computation of the same quantity that
+        shares no code path with the first (exact closed form in float64, enumeration, quadrature,
+        finite differences, or another Monte Carlo estimator), judged by the same rule (Monte Carlo
+        claims: as a Tolerance with the claim's margin). A "does not hold" stands only when the
+        witness rejects too; without a witness a refutation is reported "inconclusive".
+      corrected_by: id of the claim registering the corrected form of a wrong printed statement
+        (used by the erratum).
     """
 
     id: str
@@ -155,6 +343,8 @@ class Claim:
     dtype: str = "float64"
     chunk: int = 4096
     notes: str = ""
+    witness: Callable | None = None
+    corrected_by: str = ""
 
     def __post_init__(self):
         if not self.id or any(ch.isspace() for ch in self.id):
@@ -181,6 +371,12 @@ class Claim:
     def kind(self) -> str:
         return "monte_carlo" if self.sampler is not None else "deterministic"
 
+    @property
+    def margin_origin(self) -> str:
+        """Where the claim's margin comes from (from its rule)."""
+        r = self.rule
+        return r.margin.origin if isinstance(r, MonteCarloRule) else r.margin_origin
+
 
 @dataclass(frozen=True)
 class ClaimResult:
@@ -190,9 +386,18 @@ class ClaimResult:
       id, source, statement: copied from the claim.
       predicted: closed-form value (or for inequalities the rhs at the worst instance).
       estimate: Monte Carlo mean / evaluated value / lhs at the worst instance.
-      sem: standard error (Monte Carlo) or None.
+      sem: standard error (Monte Carlo, or of a Monte Carlo number inside an evaluation) or None.
       verdict: "holds", "does not hold" or "inconclusive".
       details: rule, z-score or worst margin/ratio, sample count, dtype, seconds, extra tables.
+      margin: δ at the worst element (the size of error that would make the statement wrong).
+      margin_origin: where δ comes from.
+      detectable_error: k·sem, the smallest error the test resolves at its sample size (0 for an
+        exact evaluation).
+      n: Monte Carlo sample count, or the number of compared elements / instances.
+      reason: why a result is "inconclusive" (or what refuted it); "" for "holds".
+      witnesses: for a refutation, the two independent computations that both reject the statement
+        (dicts with method, estimate, sem, predicted, verdict).
+      observations: labelled facts that are not the verdict (e.g. a limit's finite-n deviation).
     """
 
     id: str
@@ -203,6 +408,22 @@ class ClaimResult:
     sem: Any
     verdict: str
     details: dict = field(default_factory=dict)
+    margin: Any = None
+    margin_origin: str = ""
+    detectable_error: Any = None
+    n: Any = None
+    reason: str = ""
+    witnesses: tuple = ()
+    observations: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "ClaimResult":
+        """Inverse of :meth:`to_dict` (numbers as stored in claims.json)."""
+        return cls(id=d["id"], source=d["source"], statement=d["statement"], predicted=d.get("predicted"),
+                   estimate=d.get("estimate"), sem=d.get("sem"), verdict=d["verdict"], details=dict(d.get("details", {})),
+                   margin=d.get("margin"), margin_origin=d.get("margin_origin", ""),
+                   detectable_error=d.get("detectable_error"), n=d.get("n"), reason=d.get("reason", ""),
+                   witnesses=tuple(d.get("witnesses", ())), observations=dict(d.get("observations", {})))
 
     def to_dict(self) -> dict:
         """JSON-able dict: the fields above plus ``z_score`` ((estimate − predicted)/sem for Monte
@@ -217,6 +438,13 @@ class ClaimResult:
                 "sem": self.sem,
                 "z_score": self.details.get("z"),
                 "verdict": self.verdict,
+                "reason": self.reason,
+                "margin": self.margin,
+                "margin_origin": self.margin_origin,
+                "detectable_error": self.detectable_error,
+                "n": self.n,
+                "witnesses": list(self.witnesses),
+                "observations": self.observations,
                 "details": self.details,
             }
         )
@@ -274,16 +502,22 @@ def _source_modules() -> list[str]:
 
 
 def _discover(only: set[str] | None = None) -> None:
-    """Import geomjax.claims.<source> modules (those present); a broken module warns."""
+    """Import geomjax.claims.<source> modules (those present).
+
+    Raises:
+      ImportError: a claims module fails to import — its claims would otherwise silently vanish
+        from ``verify``; the message names the module.
+    """
     for name in _source_modules():
         if only is not None and name not in only:
             continue
         try:
             importlib.import_module(f"geomjax.claims.{name}")
-        except Exception as exc:  # a module under construction must not hide the others
-            if only is not None:
-                raise
-            warnings.warn(f"geomjax.claims: could not import geomjax.claims.{name}: {exc!r}", stacklevel=3)
+        except Exception as exc:
+            raise ImportError(
+                f"geomjax.claims: could not import the claims module geomjax.claims.{name} ({exc!r}); "
+                "its claims cannot be checked — fix the module (or remove it from geomjax/claims/)"
+            ) from exc
 
 
 def all_claims() -> list[Claim]:
@@ -293,16 +527,12 @@ def all_claims() -> list[Claim]:
 
 
 def _matches(claim: Claim, pattern: str) -> bool:
+    """An exact id, an id prefix ("wertich.s6_2_2.eq6_12" matches "wertich.s6_2_2.eq6_12_printed";
+    "bao" matches every Bao claim) or an id glob ("song_zhong.theorem1.*")."""
     p = pattern.strip()
     if not p:
         return False
-    pl = p.lower()
-    return (
-        fnmatch.fnmatchcase(claim.id, p)
-        or fnmatch.fnmatchcase(claim.id, p + ".*")
-        or claim.group == p
-        or pl in claim.source.lower()
-    )
+    return claim.id.startswith(p) or fnmatch.fnmatchcase(claim.id, p)
 
 
 def select_claims(select: str | Sequence[str] | None = None) -> list[Claim]:
@@ -310,9 +540,8 @@ def select_claims(select: str | Sequence[str] | None = None) -> list[Claim]:
 
     Args:
       select: None (all), or one pattern or a list of patterns. A pattern matches a claim when it
-        is an id glob ("song_zhong.theorem1.*"), an id prefix ("song_zhong.theorem1"), the source
-        module ("song_zhong", "bao"), or a case-insensitive substring of the printed source
-        ("Lemma 2", "Song & Zhong").
+        is the claim's id, a prefix of it (the source module "bao", "song_zhong.theorem1") or an id
+        glob ("song_zhong.*.printed"). Statement and source text are not searched.
 
     Returns:
       Matching claims sorted by id (possibly empty).
@@ -345,8 +574,12 @@ def _summary(x):
     return float(a.reshape(())) if a.size == 1 else a.tolist()
 
 
+def _flat_tree(t) -> np.ndarray:
+    return np.concatenate([np.asarray(l, dtype=float).reshape(-1) for l in jax.tree_util.tree_leaves(t)])
+
+
 def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult:
-    from geomjax import montecarlo
+    from geomjax import montecarlo  # geomjax.montecarlo imports the mesh helpers; only MC claims need it
 
     rule: MonteCarloRule = claim.rule  # type: ignore[assignment]
     n = int(claim.n_samples[budget])
@@ -356,109 +589,154 @@ def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult
         chunk = -(-chunk // n_dev) * n_dev
     est = montecarlo.estimate(claim.sampler, key, n, chunk=chunk, mesh=mesh, dtype=claim.dtype)
     out = est.as_numpy()
-    flat = lambda t: np.concatenate([np.asarray(l, dtype=float).reshape(-1) for l in jax.tree_util.tree_leaves(t)])
-    mean, sem = flat(out["mean"]), flat(out["sem"])
+    mean, sem, sd = _flat_tree(out["mean"]), _flat_tree(out["sem"]), _flat_tree(out["std"])
     if mean.size == 1:
-        mean, sem = mean.reshape(()), sem.reshape(())
+        mean, sem, sd = mean.reshape(()), sem.reshape(()), sd.reshape(())
     pred = np.broadcast_to(np.asarray(_resolve_predicted(claim, budget), dtype=float), mean.shape)
+    delta = rule.margin.value(pred, sd)
+    dec = decide(mean - pred, sem, delta, rule.n_sigma)
     err = np.abs(mean - pred)
     finite = np.isfinite(sem) & (sem > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         # z = (estimate − predicted)/sem; a zero sem gives 0 (exact agreement) or ±inf
         z = np.where(finite, (mean - pred) / np.where(finite, sem, 1.0), np.where(err == 0, 0.0, np.inf * np.sign(mean - pred)))
-    if np.all(finite):
-        verdict = "holds" if np.all(err <= rule.n_sigma * sem) else "does not hold"
-    elif np.all(err[~finite] == 0) and np.all(err[finite] <= rule.n_sigma * sem[finite]):
-        verdict = "holds"
-    else:
-        verdict = "inconclusive"
-    worst = int(np.argmax(np.where(np.isnan(z), np.inf, np.abs(z)))) if z.size else 0
     details = {
         "kind": "monte_carlo",
         "rule": rule.describe(),
         "z": _summary(z),
-        "worst_abs_z": float(np.abs(z.reshape(-1)[worst])) if z.size else float("nan"),
+        "worst_abs_z": float(np.abs(z.reshape(-1)[dec.worst])) if z.size else float("nan"),
         "n_samples": int(out["n"]),
         "dtype": out["dtype"],
+        "mc_margin": delta,  # the margin in absolute units (used to judge the witness)
     }
     return ClaimResult(
-        id=claim.id,
-        source=claim.source,
-        statement=claim.statement,
-        predicted=_summary(pred),
-        estimate=_summary(mean),
-        sem=_summary(sem),
-        verdict=verdict,
-        details=details,
+        id=claim.id, source=claim.source, statement=claim.statement,
+        predicted=_summary(pred), estimate=_summary(mean), sem=_summary(sem), verdict=dec.verdict,
+        details=details, margin=dec.margin, margin_origin=rule.margin.origin,
+        detectable_error=dec.detectable_error, n=int(out["n"]), reason=dec.reason,
     )
 
 
-def _judge_deterministic(claim: Claim, budget: str, key) -> ClaimResult:
-    ev = claim.evaluate(budget, key)
+def _judge_tolerance(rule: Tolerance, ev: Evaluation, pred_raw, details: dict, mc_margin=None):
+    value = np.asarray(ev.value, dtype=float)
+    pred = np.broadcast_to(np.asarray(pred_raw, dtype=float), value.shape)
+    sem = np.broadcast_to(np.asarray(0.0 if ev.sem is None else ev.sem, dtype=float), value.shape)
+    err = np.abs(value - pred)
+    allowed = (np.broadcast_to(np.asarray(mc_margin, dtype=float), value.shape) if mc_margin is not None
+               else rule.atol + rule.rtol * np.abs(pred))
+    dec = decide(value - pred, sem, allowed, rule.n_sigma)
+    w = dec.worst
+    details.update(
+        worst_abs_error=float(err.reshape(-1)[w]) if err.size else float("nan"),
+        allowed_at_worst=float(np.asarray(allowed).reshape(-1)[w]) if err.size else float("nan"),
+        worst_margin=float((allowed - err).reshape(-1)[w]) if err.size else float("nan"),
+    )
+    n = ev.n if ev.n is not None else int(value.size)
+    return dec, _summary(pred), _summary(value), (_summary(sem) if np.any(sem > 0) else None), n
+
+
+def _judge_inequality(rule: Inequality, ev: Evaluation, claim_id: str, details: dict):
+    lhs = np.asarray(ev.lhs, dtype=float)
+    rhs = np.asarray(ev.rhs, dtype=float)
+    if lhs.shape != rhs.shape:
+        raise ValueError(f"claim {claim_id}: lhs shape {lhs.shape} != rhs shape {rhs.shape}")
+    k = rule.n_sigma
+    sem = np.broadcast_to(np.asarray(0.0 if ev.sem is None else ev.sem, dtype=float), lhs.shape)
+    upper = lhs + k * sem
+    lower = (lhs if ev.lhs_lower is None else np.asarray(ev.lhs_lower, dtype=float)) - k * sem
+    slack = np.broadcast_to(np.asarray(ev.slack, dtype=float), lhs.shape)
+    finite = np.all(np.isfinite(upper)) and np.all(np.isfinite(rhs)) and np.all(np.isfinite(lower))
+    if not finite:
+        verdict, reason = "inconclusive", "a number is not finite"
+    elif np.all(upper <= rhs - slack):
+        verdict, reason = "holds", ""
+    elif np.any(lower > rhs + slack):
+        verdict, reason = "does not hold", f"{int(np.sum(lower > rhs + slack))} certified violation(s)"
+    else:
+        verdict, reason = "inconclusive", ("not certified either way: some lhs lies within the rounding slack "
+                                           "or the Monte Carlo error band of rhs")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio_up = np.where(rhs > 0, upper / rhs, np.inf)
+        ratio_lo = np.where(rhs > 0, lower / rhs, np.inf)
+    worst = int(np.argmax(ratio_lo if verdict == "does not hold" else ratio_up)) if lhs.size else 0
+    details.update(
+        n_instances=int(lhs.size),
+        worst_ratio_lhs_over_rhs=float(ratio_up.reshape(-1)[worst]),
+        worst_ratio_lower_over_rhs=float(ratio_lo.reshape(-1)[worst]),
+        worst_margin_rhs_minus_lhs=float(np.min(rhs - lhs)),
+        n_violations_certified=int(np.sum(lower > rhs + slack)),
+        n_not_certified=int(np.sum(upper > rhs - slack)),
+    )
+    dec = Decision(verdict, reason, float(np.max(k * sem)) if sem.size else 0.0,
+                   float(slack.reshape(-1)[worst]) if slack.size else 0.0, worst)
+    predicted = float(rhs.reshape(-1)[worst]) if rhs.size else None
+    estimate = float((lower if verdict == "does not hold" else upper).reshape(-1)[worst]) if lhs.size else None
+    n = ev.n if ev.n is not None else int(lhs.size)
+    return dec, predicted, estimate, (_summary(sem) if np.any(sem > 0) else None), n
+
+
+def _judge_evaluation(claim: Claim, ev: Evaluation, budget: str, mc_margin=None):
+    """(Decision, predicted, estimate, sem, n, details) of an evaluation under the claim's rule;
+    a Monte Carlo claim's witness is judged as a Tolerance with the Monte Carlo margin."""
     if not isinstance(ev, Evaluation):
         raise TypeError(f"claim {claim.id}: evaluate must return an Evaluation, got {type(ev).__name__}")
     rule = claim.rule
     details: dict[str, Any] = {"kind": "deterministic", "rule": rule.describe()}
-    if isinstance(rule, Tolerance):
-        value = np.asarray(ev.value, dtype=float)
-        pred = np.broadcast_to(np.asarray(_resolve_predicted(claim, budget), dtype=float), value.shape)
-        err = np.abs(value - pred)
-        allowed = rule.atol + rule.rtol * np.abs(pred)
-        if not np.all(np.isfinite(value)):
-            verdict = "inconclusive"
-        else:
-            verdict = "holds" if np.all(err <= allowed) else "does not hold"
-        worst = int(np.argmax(err - allowed)) if err.size else 0
-        details.update(
-            worst_abs_error=float(err.reshape(-1)[worst]),
-            allowed_at_worst=float(allowed.reshape(-1)[worst]),
-            worst_margin=float((allowed - err).reshape(-1)[worst]),
-        )
-        predicted, estimate = _summary(pred), _summary(value)
-    else:  # Inequality
-        lhs = np.asarray(ev.lhs, dtype=float)
-        rhs = np.asarray(ev.rhs, dtype=float)
-        if lhs.shape != rhs.shape:
-            raise ValueError(f"claim {claim.id}: lhs shape {lhs.shape} != rhs shape {rhs.shape}")
-        lower = lhs if ev.lhs_lower is None else np.asarray(ev.lhs_lower, dtype=float)
-        slack = np.broadcast_to(np.asarray(ev.slack, dtype=float), lhs.shape)
-        if not (np.all(np.isfinite(lhs)) and np.all(np.isfinite(rhs)) and np.all(np.isfinite(lower))):
-            verdict = "inconclusive"
-        elif np.all(lhs <= rhs - slack):
-            verdict = "holds"
-        elif np.any(lower > rhs + slack):
-            verdict = "does not hold"
-        else:
-            verdict = "inconclusive"
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio_up = np.where(rhs > 0, lhs / rhs, np.inf)
-            ratio_lo = np.where(rhs > 0, lower / rhs, np.inf)
-        worst = int(np.argmax(ratio_lo if verdict == "does not hold" else ratio_up))
-        details.update(
-            n_instances=int(lhs.size),
-            worst_ratio_lhs_over_rhs=float(ratio_up.reshape(-1)[worst]),
-            worst_ratio_lower_over_rhs=float(ratio_lo.reshape(-1)[worst]),
-            worst_margin_rhs_minus_lhs=float(np.min(rhs - lhs)),
-            n_violations_certified=int(np.sum(lower > rhs + slack)),
-            n_not_certified=int(np.sum(lhs > rhs - slack)),
-        )
-        predicted = float(rhs.reshape(-1)[worst]) if rhs.size else None
-        estimate = float((lower if verdict == "does not hold" else lhs).reshape(-1)[worst]) if lhs.size else None
+    if isinstance(rule, Inequality):
+        out = _judge_inequality(rule, ev, claim.id, details)
+    else:
+        tol = rule if isinstance(rule, Tolerance) else Tolerance(origin="Monte Carlo margin", n_sigma=rule.n_sigma)
+        out = _judge_tolerance(tol, ev, _resolve_predicted(claim, budget), details, mc_margin=mc_margin)
+    dec, predicted, estimate, sem, n = out
+    if ev.precondition:
+        dec = Decision("inconclusive", f"precondition not met: {ev.precondition}", dec.detectable_error,
+                       dec.margin, dec.worst)
     details.update(_jsonable(ev.details))
+    return dec, predicted, estimate, sem, n, details
+
+
+def _judge_deterministic(claim: Claim, budget: str, key) -> ClaimResult:
+    ev = claim.evaluate(budget, key)
+    dec, predicted, estimate, sem, n, details = _judge_evaluation(claim, ev, budget)
+    if ev.method:
+        details["method"] = ev.method
     return ClaimResult(
-        id=claim.id,
-        source=claim.source,
-        statement=claim.statement,
-        predicted=predicted,
-        estimate=estimate,
-        sem=None,
-        verdict=verdict,
-        details=details,
+        id=claim.id, source=claim.source, statement=claim.statement, predicted=predicted,
+        estimate=estimate, sem=sem, verdict=dec.verdict, details=details, margin=dec.margin,
+        margin_origin=claim.margin_origin, detectable_error=dec.detectable_error, n=n, reason=dec.reason,
+        observations=_jsonable(ev.observations),
     )
+
+
+def _witness_entry(method: str, predicted, estimate, sem, verdict: str) -> dict:
+    return _jsonable({"method": method, "estimate": estimate, "sem": sem, "predicted": predicted,
+                      "verdict": verdict})
+
+
+def _second_witness(claim: Claim, res: ClaimResult, budget: str, key) -> ClaimResult:
+    """Keep a refutation only when the claim's independent second computation rejects too."""
+    first_method = res.details.get("method") or ("Monte Carlo" if claim.sampler is not None else "evaluation")
+    first = _witness_entry(first_method, res.predicted, res.estimate, res.sem, res.verdict)
+    if claim.witness is None:
+        return replace(res, verdict="inconclusive",
+                       reason=f"refuted by one computation only ({res.reason}); no second witness registered",
+                       witnesses=(first,))
+    ev = claim.witness(budget, jax.random.fold_in(key, 0x5EC0))
+    mc_margin = res.details.get("mc_margin") if claim.sampler is not None else None
+    dec, predicted, estimate, sem, _, details = _judge_evaluation(claim, ev, budget, mc_margin=mc_margin)
+    second = _witness_entry(ev.method or "second computation", predicted, estimate, sem, dec.verdict)
+    second["details"] = _jsonable({k: v for k, v in details.items() if k not in ("kind", "rule")})
+    if dec.verdict == "does not hold":
+        return replace(res, witnesses=(first, second))
+    return replace(res, verdict="inconclusive", witnesses=(first, second),
+                   reason=f"the second witness ({second['method']}) does not confirm the refutation: {dec.verdict}")
 
 
 def run_claim(claim: Claim, budget: Budget = "quick", seed: int = 0, mesh=None) -> ClaimResult:
     """Check one claim (not necessarily registered) and return its :class:`ClaimResult`.
+
+    A "does not hold" is confirmed by the claim's ``witness`` (see :class:`Claim`) or turned into
+    "inconclusive".
 
     Args:
       claim: the :class:`Claim`.
@@ -477,6 +755,8 @@ def run_claim(claim: Claim, budget: Budget = "quick", seed: int = 0, mesh=None) 
         res = _judge_monte_carlo(claim, budget, key, mesh=mesh)
     else:
         res = _judge_deterministic(claim, budget, key)
+    if res.verdict == "does not hold":
+        res = _second_witness(claim, res, budget, key)
     res.details["seconds"] = round(time.perf_counter() - t0, 3)
     res.details["budget"] = budget
     res.details["seed"] = seed
@@ -524,9 +804,9 @@ def run(
         unmatched = [p for p in patterns if not any(_matches(c, p) for c in registered)]
         if unmatched:
             groups = sorted({c.group for c in registered})
-            raise ValueError(
-                f"run: select pattern(s) {unmatched} match no claim; use an id glob, an id prefix, "
-                f"a source module {groups} or a substring of a printed source"
+            raise GeomjaxError(
+                f"run: select pattern(s) {unmatched} match no claim; use an exact id, an id prefix "
+                f"(a source module {groups}, e.g. 'bao.lemma1') or an id glob"
             )
     results = []
     bar = None
@@ -552,11 +832,234 @@ def run(
                     sem=None,
                     verdict="inconclusive",
                     details={"error": repr(exc), "budget": budget, "seed": seed},
+                    margin_origin=claim.margin_origin,
+                    reason=f"the check raised {type(exc).__name__}",
                 )
             )
     if out_dir is not None:
         write_results(results, out_dir, budget=budget, seed=seed)
     return results
+
+
+# ----------------------------------------------------------------------------------------------
+# Limits, witnesses
+# ----------------------------------------------------------------------------------------------
+
+
+def fit_limit(sizes, values, sems=None, rates=None) -> dict:
+    """Fit v(n) = L + c·n^(−r) to a sequence of sizes (the check of an n → ∞ statement).
+
+    For each rate r on a grid (``rates``, default 0.05 … 3 in steps of 0.01, then refined by golden
+    section between the best point's neighbours) L and c follow from weighted least squares (weights 1/sem², or equal weights when no sem is given or any is 0); the
+    r with the smallest residual is kept. The standard error of L is the least-squares one, scaled
+    by √(χ²/dof) when the residuals exceed the sems (dof = points − 3; with 3 points the sems alone).
+
+    Args:
+      sizes: (K,) increasing sizes n_k (K ≥ 3).
+      values: (K,) v(n_k) (exact, or Monte Carlo means).
+      sems: optional (K,) standard errors of ``values``.
+      rates: optional grid of r.
+
+    Returns:
+      dict with ``limit`` (L), ``limit_sem``, ``rate`` (r), ``coef`` (c), ``chi2``, ``dof`` and
+      ``residuals`` (v − fit, (K,)).
+    """
+    n = np.asarray(sizes, dtype=float)
+    v = np.asarray(values, dtype=float)
+    if n.ndim != 1 or n.shape != v.shape or n.size < 3 or np.any(np.diff(n) <= 0) or np.any(n <= 0):
+        raise ValueError(f"fit_limit: need >= 3 increasing positive sizes with one value each, got {n}, {v}")
+    s = None if sems is None else np.asarray(sems, dtype=float)
+    weighted = s is not None and np.all(s > 0) and np.all(np.isfinite(s))
+    w = 1.0 / s**2 if weighted else np.ones_like(v)
+    grid = np.arange(0.05, 3.0001, 0.01) if rates is None else np.asarray(rates, dtype=float)
+
+    def fit_at(r):
+        A = np.stack([np.ones_like(n), n ** (-r)], axis=1)
+        coef, *_ = np.linalg.lstsq(A * np.sqrt(w)[:, None], v * np.sqrt(w), rcond=None)
+        res = v - A @ coef
+        return float(np.sum(w * res**2)), r, coef, res, A
+
+    best = min((fit_at(r) for r in grid), key=lambda t: t[0])
+    if rates is None:  # refine the rate between the grid's neighbours (golden section, 40 steps)
+        lo, hi = max(best[1] - 0.01, 1e-3), best[1] + 0.01
+        g = (math.sqrt(5) - 1) / 2
+        for _ in range(40):
+            a, b = hi - g * (hi - lo), lo + g * (hi - lo)
+            if fit_at(a)[0] < fit_at(b)[0]:
+                hi = b
+            else:
+                lo = a
+        best = min(best, fit_at((lo + hi) / 2), key=lambda t: t[0])
+    chi2, r, coef, res, A = best
+    dof = n.size - 3
+    cov = np.linalg.pinv((A * w[:, None]).T @ A)
+    if not weighted:  # equal weights: the scatter is the only error estimate
+        scale = chi2 / dof if dof > 0 else 0.0
+    else:
+        scale = max(1.0, chi2 / dof) if dof > 0 else 1.0
+    limit_sem = float(np.sqrt(max(cov[0, 0] * scale, 0.0)))
+    return {"limit": float(coef[0]), "limit_sem": limit_sem, "rate": float(r), "coef": float(coef[1]),
+            "chi2": chi2, "dof": int(dof), "residuals": res.tolist()}
+
+
+def limit_evaluation(sizes, values, sems=None, *, label: str = "v", method: str = "") -> Evaluation:
+    """An :class:`Evaluation` of an n → ∞ statement from a sequence of sizes (:func:`fit_limit`).
+
+    ``value`` is the extrapolated limit L and ``sem`` its standard error, to be judged (rule
+    :class:`Tolerance`) against the printed limit; the finite-n values are an observation ("finite-n
+    deviation"), never the verdict. The fitted rate must be positive for the sequence to approach
+    anything: a rate at the grid's lower end (no decay resolved) makes the evaluation "inconclusive"
+    (precondition "the sequence approaches a limit at a resolved rate").
+
+    Args:
+      sizes, values, sems: see :func:`fit_limit` ((K,) each).
+      label: name of the quantity in the observation.
+      method: how the values were computed.
+    """
+    fit = fit_limit(sizes, values, sems)
+    rows = [{"n": float(n_), label: float(v_), **({"sem": float(s_)} if sems is not None else {})}
+            for n_, v_, s_ in zip(sizes, values, sems if sems is not None else [None] * len(values))]
+    pre = None if fit["rate"] > 0.06 else f"no decay resolved along n = {list(sizes)} (fitted rate {fit['rate']:.2f})"
+    return Evaluation(
+        value=fit["limit"], sem=fit["limit_sem"], n=len(rows), precondition=pre,
+        method=(method + "; " if method else "") + f"fit v(n) = L + c·n^(−r) over n = {list(sizes)}",
+        observations={"finite_n": rows, "fitted_rate": fit["rate"], "fitted_coef": fit["coef"]},
+        details={"limit_fit": fit},
+    )
+
+
+def exact_witness(fn: Callable[[str], Any], method: str) -> Callable:
+    """A claim ``witness`` from an exact computation ``fn(budget) -> value`` (closed form in float64,
+    enumeration, quadrature): ``(budget, key) -> Evaluation(value=fn(budget), sem=0, method=method)``."""
+
+    def witness(budget, key):
+        with jax.enable_x64(True):
+            v = np.asarray(jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), fn(budget)), dtype=float)
+        return Evaluation(value=v, sem=0.0, method=method)
+
+    return witness
+
+
+# ----------------------------------------------------------------------------------------------
+# Recorded `full` verdicts (versioned): quick verdicts must never contradict them
+# ----------------------------------------------------------------------------------------------
+
+FULL_VERDICTS = Path(__file__).with_name("full_verdicts.json")
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def load_full_verdicts(path: str | Path = FULL_VERDICTS) -> dict:
+    """The recorded ``full`` results: {id: {"verdict", "reason", "date", "commit", "source", "statement",
+    "margin", "margin_origin", "detectable_error", "n", "witnesses"}} ({} if none)."""
+    p = Path(path)
+    return json.loads(p.read_text())["claims"] if p.is_file() else {}
+
+
+def record_full_verdicts(results: Sequence[ClaimResult], path: str | Path = FULL_VERDICTS) -> Path:
+    """Update the recorded ``full`` results with ``results`` (run at budget "full"), stamped with the date
+    and commit; claims not in ``results`` keep their earlier record (so per-source runs accumulate). Ids
+    no longer registered are dropped."""
+    if any(r.details.get("budget") != "full" for r in results):
+        raise ValueError("record_full_verdicts: every result must come from budget 'full'")
+    p = Path(path)
+    rec = load_full_verdicts(p)
+    date, commit = time.strftime("%Y-%m-%d", time.gmtime()), _git_commit()
+    for r in results:
+        rec[r.id] = _jsonable({"verdict": r.verdict, "reason": r.reason, "date": date, "commit": commit,
+                               "source": r.source, "statement": r.statement, "margin": r.margin,
+                               "margin_origin": r.margin_origin, "detectable_error": r.detectable_error,
+                               "n": r.n, "seconds": r.details.get("seconds"), "witnesses": list(r.witnesses)})
+    known = {c.id for c in all_claims()}
+    rec = {k: rec[k] for k in sorted(rec) if k in known}
+    p.write_text(json.dumps({"budget": "full", "claims": rec}, indent=1, ensure_ascii=False) + "\n")
+    return p
+
+
+def contradicts(verdict: str, recorded: str) -> bool:
+    """True iff one verdict is "holds" and the other "does not hold" (inconclusive never contradicts)."""
+    return {verdict, recorded} == {"holds", "does not hold"}
+
+
+# ----------------------------------------------------------------------------------------------
+# Erratum
+# ----------------------------------------------------------------------------------------------
+
+_SOURCE_TITLES = {
+    "song_zhong": "Song & Zhong (2023), \"Uncovering hidden geometry in Transformers via disentangling position and context\"",
+    "wertich": "Wertich (2024), \"Gaussian statistics of attention\" (thesis)",
+    "bao": "Bao, Hataya & Karakida (2024), \"Self-attention networks localize when QK-eigenspectrum concentrates\"",
+    "clock": "The clock blog (modular addition) and Nanda et al., \"Progress measures for grokking\"",
+}
+
+
+def _witness_line(w: dict) -> str:
+    sem = f" ± {_fmt(w['sem'])}" if w.get("sem") not in (None, 0, 0.0) else ""
+    return f"{w['method']}: {_fmt(w['estimate'])}{sem} against the printed {_fmt(w['predicted'])}"
+
+
+def erratum_summary(refuted: Mapping[str, Sequence[str]]) -> str:
+    """The Markdown summary block (per source: the ids of the printed statements that do not hold) that the
+    README's "What the checks found" sections carry between ``<!-- errata:begin -->`` and ``<!-- errata:end -->``."""
+    lines = ["<!-- errata:begin (generated by `geomjax verify --budget full --erratum`; do not edit) -->"]
+    for group in sorted(refuted):
+        ids = sorted(refuted[group])
+        lines.append(f"- {group}: {len(ids)} printed statement(s) do not hold — " + ", ".join(f"`{i}`" for i in ids))
+    lines.append("<!-- errata:end -->")
+    return "\n".join(lines) + "\n"
+
+
+def to_erratum(records: Mapping[str, Mapping], *, budget: str = "full") -> str:
+    """The erratum (Markdown) from recorded results ({id: record}, as :func:`load_full_verdicts` returns or
+    :func:`results_as_records` builds): per source, each statement that does not hold — where it is printed,
+    the printed form, the corrected form (the ``corrected_by`` claim, else the claim's notes), both
+    witnesses' numbers and the command that reproduces it — then the summary block (:func:`erratum_summary`)."""
+    by_id = {c.id: c for c in all_claims()}
+    dates = sorted({str(r.get("date", "")) for r in records.values()} - {""})
+    commits = sorted({str(r.get("commit", "")) for r in records.values()} - {""})
+    out = ["# Errata of the source documents", "",
+           f"Generated by `geomjax verify --budget {budget} --erratum docs/ERRATA.md` from the recorded {budget} "
+           f"results (dates {', '.join(dates) or '—'}; commits {', '.join(commits) or '—'}). Each entry is a "
+           "statement as printed that does **not hold**: two independent computations (the witnesses) both reject "
+           "it beyond its margin at 5σ. Statements whose check is inconclusive are not listed.", ""]
+    refuted: dict[str, list[str]] = {}
+    for group in sorted({cid.split(".", 1)[0] for cid in records}):
+        rows = sorted(cid for cid, r in records.items() if cid.split(".", 1)[0] == group and r["verdict"] == "does not hold")
+        if not rows:
+            continue
+        refuted[group] = rows
+        out += [f"## {_SOURCE_TITLES.get(group, group)}", ""]
+        for cid in rows:
+            r, c = records[cid], by_id.get(cid)
+            corr = by_id.get(c.corrected_by) if c is not None and c.corrected_by else None
+            if corr is not None:
+                cv = records.get(corr.id)
+                corrected = f"{corr.statement} (`{corr.id}`" + (f": {cv['verdict']})" if cv is not None else ")")
+            else:
+                corrected = (c.notes if c is not None and c.notes else "—")
+            out += [f"### `{cid}`", "",
+                    f"- **Where printed:** {r['source']}",
+                    f"- **Printed form:** {r['statement']}",
+                    f"- **Corrected form:** {corrected}",
+                    f"- **Margin:** {_fmt(r.get('margin'))} ({r.get('margin_origin', '')})"]
+            out += [f"- **Witness {i}:** {_witness_line(w)}" for i, w in enumerate(r.get("witnesses", []), 1)]
+            out += [f"- **Reproduce:** `geomjax verify --source {cid} --budget {budget}`", ""]
+    out += ["## Summary", "", erratum_summary(refuted)]
+    return "\n".join(out)
+
+
+def results_as_records(results: Sequence[ClaimResult]) -> dict:
+    """{id: record} of results, the form :func:`to_erratum` reads (date/commit left empty)."""
+    return {r.id: _jsonable({"verdict": r.verdict, "reason": r.reason, "source": r.source, "statement": r.statement,
+                             "margin": r.margin, "margin_origin": r.margin_origin, "witnesses": list(r.witnesses)})
+            for r in results}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -612,11 +1115,24 @@ def _check_column(r: ClaimResult) -> str:
     return ""
 
 
+def _verdict_column(r: ClaimResult) -> str:
+    v = f"**{r.verdict}**"
+    if r.verdict == "inconclusive" and r.reason:
+        v += f" ({r.reason})"
+    return v
+
+
+def _witness_text(w: dict) -> str:
+    sem = f" ± {_fmt(w['sem'])}" if w.get("sem") not in (None, 0, 0.0) else ""
+    return f"{w['method']}: {_fmt(w['estimate'])}{sem} vs {_fmt(w['predicted'])}"
+
+
 def to_markdown(results: Sequence[ClaimResult]) -> str:
-    """A Markdown table of results (one row per claim) followed by the verdict rules used."""
+    """A Markdown table of results (one row per claim: margin and its origin, detectable error, n,
+    verdict with its reason), the witnesses of every refutation, observations and the rules used."""
     lines = [
-        "| id | source | statement | predicted | estimate | sem | check | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        "| id | source | statement | predicted | estimate | sem | check | margin | detectable | n | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
@@ -624,18 +1140,24 @@ def to_markdown(results: Sequence[ClaimResult]) -> str:
             + " | ".join(
                 _md_escape(v)
                 for v in (
-                    r.id,
-                    r.source,
-                    r.statement,
-                    _fmt(r.predicted),
-                    _fmt(r.estimate),
-                    _fmt(r.sem),
-                    _check_column(r),
-                    f"**{r.verdict}**",
+                    r.id, r.source, r.statement, _fmt(r.predicted), _fmt(r.estimate), _fmt(r.sem),
+                    _check_column(r), _fmt(r.margin), _fmt(r.detectable_error), _fmt(r.n), _verdict_column(r),
                 )
             )
             + " |"
         )
+    wit = [(r.id, r.witnesses) for r in results if r.witnesses]
+    if wit:
+        lines += ["", "Witnesses (two independent computations behind each refutation):", ""]
+        lines += [f"- `{i}`: " + "; ".join(_md_escape(_witness_text(w)) for w in ws) for i, ws in wit]
+    obs = [(r.id, r.observations) for r in results if r.observations]
+    if obs:
+        lines += ["", "Observations (reported, not verdicts):", ""]
+        lines += [f"- `{i}`: {_md_escape(json.dumps(_jsonable(o), ensure_ascii=False))}" for i, o in obs]
+    origins = [(r.id, r.margin_origin) for r in results if r.margin_origin]
+    if origins:
+        lines += ["", "Margins (where each number comes from):", ""]
+        lines += [f"- `{i}`: {_md_escape(o)}" for i, o in origins]
     rules = sorted({r.details.get("rule", "") for r in results} - {""})
     if rules:
         lines += ["", "Verdict rules:", ""] + [f"- {_md_escape(x)}" for x in rules]

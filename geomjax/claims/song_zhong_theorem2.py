@@ -26,8 +26,8 @@ the ``seed`` of :func:`geomjax.claims.run` does not change these claims.
 
 Verdicts. ``deterministic`` counts violating instances (Tolerance, must be exactly 0). Slopes are
 weighted least-squares fits of log-means with delta-method standard errors; a slope claim holds when
-the fitted exponent is within 5 standard errors of the prediction (on the side stated): lhs = the
-deviation, rhs = 5·sem (Inequality). Probability claims use the 5σ interval of the Monte Carlo
+the fitted exponent ± 5 standard errors lies within the margin 0.1 of the prediction (on the side
+stated; the registry's equivalence rule), and does not hold when it lies beyond it. Probability claims use the 5σ interval of the Monte Carlo
 estimate (lhs = P̂ + 5·sem, lhs_lower = P̂ − 5·sem, sem of indicator − bound): they hold when the
 whole interval is below the bound and do not hold when the whole interval is above it.
 
@@ -277,6 +277,11 @@ register(
     )
 )
 
+_EXPONENT_MARGIN = 0.1
+_EXPONENT_ORIGIN = (
+    "a rate law (exponent ≥ 1): an exponent below 0.9 is a different law; 0.1 is also the size of the "
+    "finite-size corrections the notes derive (incoh² cross terms; the Gaussian tail's local rate −1 − 1/(2x))")
+
 # ----------------------------------------------------------------------------------------------
 # (2) rate in d
 # ----------------------------------------------------------------------------------------------
@@ -292,8 +297,7 @@ def _rate_evaluate(budget: str, key) -> Evaluation:
     slope, se = fit["sup_log_error"]
     z = (slope + 0.5) / se
     return Evaluation(
-        lhs=np.array([abs(slope + 0.5)]),
-        rhs=np.array([_N_SIGMA * se]),
+        value=np.array([slope]), sem=np.array([se]), n=n, method="Monte Carlo log-log fit",
         details={
             "fitted_exponent": slope,
             "fitted_exponent_sem": se,
@@ -315,13 +319,15 @@ register(
         statement=(
             "With random unit-vector bases (|B_1⁰| = |B_2⁰| = 8), incoh ≍ √(2 log(n1 n2)/d), so eq. (12)'s error "
             "O(incoh) decreases like d^{−1/2}: the log-log slope of E sup_{eq. (10)} |log(K_W/RHS)| against d "
-            "(d = 2^12..2^20, with the noise Z/√d) equals −1/2 within 5 standard errors"
+            "(d = 2^12..2^20, with the noise Z/√d) is −1/2"
         ),
-        predicted="|fitted exponent + 1/2| ≤ 5·sem",
+        predicted=-0.5,
         evaluate=_rate_evaluate,
-        rule=Inequality(),
+        rule=Tolerance(rtol=0.0, atol=0.1, origin=(
+            "a rate law: an exponent off by 0.1 (d^−0.4 or d^−0.6) is a different law, while the log(n1·n2) "
+            "factor of incoh is constant in d")),
         notes=(
-            "lhs = |fitted exponent − (−1/2)|, rhs = 5·sem of the fit (weighted least squares on log-means, "
+            "value = fitted exponent, sem of the fit (weighted least squares on log-means, "
             "delta-method sem). The theorem gives the upper bound O(incoh); the worst-case error also contains "
             "single cross-basis inner products, so it is Θ(incoh) and the rate is exactly −1/2. The relative error "
             "|K_W/RHS − 1| = expm1(|L|) has the same rate as d → ∞ (its finite-d slope is in details)."
@@ -343,7 +349,7 @@ def _incoh_evaluate(budget: str, key) -> Evaluation:
     slope_noise, se_noise = _loglog_slope(loginc, mean["sup_log_error"][sl], sem["sup_log_error"][sl])
     return Evaluation(
         lhs=np.array([1.0 - slope]),
-        rhs=np.array([_N_SIGMA * se]),
+        rhs=np.array([_EXPONENT_MARGIN]), sem=np.array([se]), n=n, method="Monte Carlo log-log fit",
         details={
             "fitted_exponent": slope,
             "fitted_exponent_sem": se,
@@ -365,13 +371,14 @@ register(
         statement=(
             "At fixed d = 2^24 with planted incoherence incoh = ρ ∈ {1/64, 1/32, 1/16, 1/8} (|B_1⁰| = |B_2⁰| = 8, "
             "s = 2), the worst-case error sup_{eq. (10)} |log(K_W/RHS)| vanishes at least linearly in incoh: its "
-            "log-log exponent against incoh is ≥ 1 (within 5 standard errors)"
+            "log-log exponent against incoh is ≥ 1 (up to the margin 0.1)"
         ),
-        predicted="1 − fitted exponent ≤ 5·sem",
+        predicted="1 − fitted exponent ≤ 0.1",
         evaluate=_incoh_evaluate,
-        rule=Inequality(),
+        rule=Inequality(origin=_EXPONENT_ORIGIN),
         notes=(
-            "lhs = 1 − fitted exponent (noise-free part, the deterministic statement), rhs = 5·sem. Planting: "
+            "lhs = 1 − fitted exponent (noise-free part, the deterministic statement) ± 5·sem, rhs = the margin "
+            "0.1. Planting: "
             "t_j = √(1−ρ²)ĝ_j + ρc_{j mod n1}, ĝ_j ⊥ c_{j mod n1}, so ⟨c, t⟩ = ρ exactly on planted pairs and "
             "O(d^{−1/2}) ≈ 7·10⁻⁴ elsewhere. The exponent is slightly above 1 because of the incoh² cross terms "
             "(the bound (2·incoh + incoh²)Σ‖a‖₁ has the same shape); details give E[sup]/incoh per ρ."
@@ -445,7 +452,7 @@ def _decay_evaluate(budget: str, key) -> Evaluation:
     slope, se = _loglog_slope(xs[sel], p, s)
     return Evaluation(
         lhs=np.array([slope + 1.0]),
-        rhs=np.array([_N_SIGMA * se]),
+        rhs=np.array([_EXPONENT_MARGIN]), sem=np.array([se]), n=n, method="Monte Carlo log-slope fit",
         details={
             "fitted_rate": slope,
             "fitted_rate_sem": se,
@@ -470,14 +477,14 @@ register(
         source=f"{_PAPER} Theorem 2 (\"moreover\": probability 1 − O(… exp(−incoh²·d))), App. F.2",
         statement=(
             "The probability of the event the proof bounds (some noise cross term |pᵀZ_αβq|/√d exceeds √2·incoh) "
-            "decays at least like exp(−incoh²·d): its log-slope in x = incoh²·d is ≤ −1 within 5 standard errors "
+            "decays at least like exp(−incoh²·d): its log-slope in x = incoh²·d is ≤ −1 (up to the margin 0.1) "
             "(n1 = 1, n2 = 31, d = 4096, planted incoh, x ≥ 9 where the union is not saturated)"
         ),
-        predicted="fitted rate + 1 ≤ 5·sem",
+        predicted="fitted rate + 1 ≤ 0.1",
         evaluate=_decay_evaluate,
-        rule=Inequality(),
+        rule=Inequality(origin=_EXPONENT_ORIGIN),
         notes=(
-            "lhs = fitted rate + 1, rhs = 5·sem. Each cross term is exactly N(0, 1/d) for unit vectors, so its tail "
+            "lhs = fitted rate + 1 ± 5·sem, rhs = the margin 0.1. Each cross term is exactly N(0, 1/d) for unit vectors, so its tail "
             "is erfc(√x) ≈ exp(−x)/√(πx): local rate −1 − 1/(2x) (details), the exponent 1 of exp(−incoh²·d) with "
             "the proof's C = √2. Below x ≈ 9 the union of the 3(n1+n2)² events saturates and the slope flattens. "
             "The grid points share their random draws (one draw replanted at each ρ, "
@@ -512,6 +519,45 @@ def _union_evaluate(count: str):
     return evaluate
 
 
+def _union_printed_witness(budget: str, key) -> Evaluation:
+    """A second Monte Carlo estimator sharing no code path with geomjax.kernel_factorization (NumPy).
+
+    Bases as the U group plants them: c (n1 = 1) and t_j = √(1−ρ²)ĝ_j + ρc (n2 = 31) in R^d, d = 4096, ĝ_j
+    unit and ⟂ c, so incoh = ρ = √(x/d). For unit p, q and Z with i.i.d. N(0, 1) entries the cross terms
+    pᵀZq are jointly Gaussian with Cov(p_iᵀZq_j, p_kᵀZq_l) = (p_i·p_k)(q_j·q_l), i.e. distributed as
+    (L E Lᵀ)_ij with L Lᵀ = the Gram of the 32 vectors and E an i.i.d. N(0, 1) 32×32 matrix, one E per Z_αβ.
+    The event: some term outside block (α, β) of Z_αβ exceeds √2·incoh·√d in absolute value. Each of 64
+    basis draws (per x) carries 64 noise draws (quick; 128 × 128 at full).
+    """
+    n1, n2, d = 1, 31, _D_UNBALANCED
+    xs = np.asarray(_X_UNBALANCED[budget])
+    n_bases, per = (64, 64) if budget == "quick" else (128, 128)
+    rng = np.random.default_rng(20230)
+    side = np.r_[np.zeros(n1, int), np.ones(n2, int)]
+    cross = np.stack([~((side[:, None] == a) & (side[None, :] == b)) for a in (0, 1) for b in (0, 1)])  # (4, n, n)
+    p_hat, sem = [], []
+    for x in xs:
+        rho = math.sqrt(x / d)
+        hits = []
+        for _ in range(n_bases):
+            c = rng.normal(size=d)
+            c /= np.linalg.norm(c)
+            g = rng.normal(size=(n2, d))
+            g -= np.outer(g @ c, c)
+            g /= np.linalg.norm(g, axis=1, keepdims=True)
+            Y = np.vstack([c, math.sqrt(1 - rho**2) * g + rho * c])
+            L = np.linalg.cholesky(Y @ Y.T)
+            E = rng.normal(size=(per, 4, n1 + n2, n1 + n2))
+            terms = np.abs(L @ E @ L.T) / math.sqrt(d)  # (per, 4, n, n)
+            hits.append(np.any((terms > math.sqrt(2) * rho) & cross, axis=(1, 2, 3)))
+        h = np.concatenate(hits).astype(float)
+        p_hat.append(h.mean())
+        sem.append(h.std(ddof=1) / math.sqrt(h.size))
+    bound = np.minimum(1.0, 12 * n1 * n2 * np.exp(-xs))
+    return Evaluation(lhs=np.asarray(p_hat), rhs=bound, sem=np.asarray(sem), n=n_bases * per,
+                      method="NumPy Monte Carlo of the Gaussian cross terms (Cholesky of the basis Gram)")
+
+
 register(
     Claim(
         id="song_zhong.theorem2.union_bound.printed",
@@ -525,6 +571,8 @@ register(
         predicted="min(1, 12·n1·n2·exp(−incoh²·d))",
         evaluate=_union_evaluate("printed"),
         rule=Inequality(),
+        witness=_union_printed_witness,
+        corrected_by="song_zhong.theorem2.union_bound.corrected",
         notes=(
             "The noise cross terms also include cᵀZ_αβc' (αβ ≠ 11) and tᵀZ_αβt' (αβ ≠ 22) for pairs within one basis, "
             "3(n1+n2)² terms in all, which the printed count |B_1⁰|·|B_2⁰| omits; for n1 = 1, n2 = 31 there are "

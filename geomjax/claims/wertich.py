@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import gaussian as G
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, register
+from geomjax.claims.registry import (Claim, Evaluation, Inequality, Margin, MonteCarloRule, Tolerance, exact_witness,
+                                     limit_evaluation, register)
 
 _W = "Wertich"
 _Q, _F = 2**14, 2**20
@@ -42,7 +43,14 @@ def _x64(fn):
     return wrapped
 
 
-def _mc(id, source, statement, predicted, sampler, *, quick=_Q, full=_F, notes="", chunk=4096):
+def _mc(id, source, statement, predicted, sampler, *, quick=_Q, full=_F, notes="", chunk=4096, exact=None,
+        corrected_by="", witness=None):
+    """Register a Monte Carlo claim (margin: the registry's exact-identity default, 1% of the scale).
+
+    ``exact``: a closed form ``() -> value`` of the sampled quantity's TRUE mean (the corrected statement,
+    derived in :mod:`geomjax.gaussian` and evaluated in float64) — the second witness of a printed form
+    that does not hold; ``witness``: any other second witness ``(budget, key) -> Evaluation``.
+    """
     # Closed forms are evaluated when the claim is checked (registry: ``predicted(budget)``), not at
     # import: importing the module (every ``geomjax verify``) must not compile dozens of programs.
     if callable(predicted):
@@ -50,13 +58,22 @@ def _mc(id, source, statement, predicted, sampler, *, quick=_Q, full=_F, notes="
         pred = lambda budget: closed_form()  # noqa: E731
     else:
         pred = predicted
+    if exact is not None:
+        exact_fn = _x64(exact)
+        witness = exact_witness(lambda budget: exact_fn(), "closed form of the corrected statement (float64)")
     return register(Claim(id=f"wertich.{id}", source=source, statement=statement, predicted=pred,
-                          sampler=sampler, n_samples={"quick": quick, "full": full}, notes=notes, chunk=chunk))
+                          sampler=sampler, n_samples={"quick": quick, "full": full}, notes=notes, chunk=chunk,
+                          witness=witness, corrected_by=f"wertich.{corrected_by}" if corrected_by else ""))
 
 
-def _det(id, source, statement, predicted, evaluate, rule, notes=""):
+_FLOAT64 = "float64 rounding of an exact evaluation"
+
+
+def _det(id, source, statement, predicted, evaluate, rule, notes="", witness=None, corrected_by=""):
     return register(Claim(id=f"wertich.{id}", source=source, statement=statement, predicted=predicted,
-                          evaluate=_x64(evaluate), rule=rule, notes=notes))
+                          evaluate=_x64(evaluate), rule=rule, notes=notes,
+                          witness=_x64(witness) if witness is not None else None,
+                          corrected_by=f"wertich.{corrected_by}" if corrected_by else ""))
 
 
 def _rng(seed):
@@ -180,7 +197,7 @@ def _ev_block_exact(budget, key):
 
 _det("s4_3_2.block_eigenvalues", f"{_W} §4.3.2",
      "eigenvalues of [[λ1², λ1λ2α],[λ1λ2α, λ2²]] = (λ1²+λ2² ± √((λ1²+λ2²)² − 4λ1²λ2²(1−α²)))/2",
-     0.0, _ev_block_exact, Tolerance(rtol=0.0, atol=1e-12),
+     0.0, _ev_block_exact, Tolerance(rtol=0.0, atol=1e-12, origin=_FLOAT64),
      notes="value = formula − numpy.linalg.eigvalsh, random λ1, λ2 ∈ (0.05, 1), α ∈ (−1, 1), float64")
 
 _LAM_APPROX = np.array([[0.3, 0.1], [0.5, 0.5], [0.8, 0.2], [0.9, 0.9]])  # (λ, α) with λ1 = λ2 = λ
@@ -196,12 +213,17 @@ def _ev_block_approx(budget, key):
 _det("s4_3_2.approx_printed", f"{_W} §4.3.2",
      "if λ1 ≈ λ2 = λ the eigenvalues are ≈ λ(1 ± α12) (as printed; checked at λ1 = λ2 exactly)",
      np.stack([_LAM_APPROX[:, 0] * (1 + _LAM_APPROX[:, 1]), _LAM_APPROX[:, 0] * (1 - _LAM_APPROX[:, 1])], -1),
-     _ev_block_approx, Tolerance(rtol=1e-9, atol=0.0),
-     notes="does not hold: the entries are λ², so the eigenvalues are λ²(1 ± α) (see s4_3_2.approx_corrected)")
+     _ev_block_approx, Tolerance(rtol=1e-9, atol=0.0, origin=_FLOAT64 + " (eigvalsh of a 2×2 matrix)"),
+     notes="does not hold: the entries are λ², so the eigenvalues are λ²(1 ± α) (see s4_3_2.approx_corrected)",
+     witness=lambda budget, key: Evaluation(
+         value=np.stack([(_LAM_APPROX[:, 0] ** 2) * (1 + np.abs(_LAM_APPROX[:, 1])),
+                         (_LAM_APPROX[:, 0] ** 2) * (1 - np.abs(_LAM_APPROX[:, 1]))], -1),
+         method="closed form: trace ± off-diagonal of [[λ², λ²α], [λ²α, λ²]] (exact)"),
+     corrected_by="s4_3_2.approx_corrected")
 _det("s4_3_2.approx_corrected", f"{_W} §4.3.2",
      "corrected: if λ1 = λ2 = λ the eigenvalues are exactly λ²(1 ± α12)",
      np.stack([_LAM_APPROX[:, 0] ** 2 * (1 + _LAM_APPROX[:, 1]), _LAM_APPROX[:, 0] ** 2 * (1 - _LAM_APPROX[:, 1])], -1),
-     _ev_block_approx, Tolerance(rtol=1e-9, atol=0.0))
+     _ev_block_approx, Tolerance(rtol=1e-9, atol=0.0, origin=_FLOAT64 + " (eigvalsh of a 2×2 matrix)"))
 
 # ==============================================================================================
 # §5.1.2: log-normal moments, Xavier Taylor approximations (eqs. 5.1-5.2)
@@ -217,6 +239,7 @@ def _s_lognormal(key):
 _mc("s5_1_2.lognormal_mean_printed", f"{_W} §5.1.2 (and §5.3.1)",
     "E[exp X] = exp((μ + σ²)/2) for X ~ N(μ, σ²) (as printed)",
     lambda: G.lognormal_mean_printed(_MU_LN, _S2_LN), _s_lognormal,
+    exact=lambda: G.lognormal_mean(_MU_LN, _S2_LN), corrected_by="s5_1_2.lognormal_mean_corrected",
     notes=f"μ={_MU_LN}, σ²={_S2_LN}. Wrong: the correct mean is exp(μ + σ²/2) (s5_1_2.lognormal_mean_corrected); "
           "the two agree only for μ = 0")
 _mc("s5_1_2.lognormal_mean_corrected", f"{_W} §5.1.2",
@@ -259,7 +282,10 @@ def _ev_taylor51(budget, key):
 
 _det("s5_1_2.xavier_taylor", f"{_W} eqs. (5.1)-(5.2)",
      "second-order Taylor forms E[exp x_i] ≈ 1 + 1/(2n) + 1/(8n²), Var ≈ 1/n + 3/(2n²) are correct to O(n⁻³)",
-     np.concatenate([np.full(3, 1 / 48), np.full(3, 7 / 6)]), _ev_taylor51, Tolerance(rtol=0.06, atol=0.0),
+     np.concatenate([np.full(3, 1 / 48), np.full(3, 7 / 6)]), _ev_taylor51, Tolerance(rtol=0.06, atol=0.0, origin=(
+         "the next order: n³·(exact − Taylor) = c₃ + c₄/n + …, with c₄/c₃ = 1/8 (mean: 1/384 over 1/48) and 15/28 "
+         "(variance: 5/8 over 7/6), i.e. 1.3% and 5.4% at n = 10; 6% admits that term, while a wrong second-order "
+         "term would make n³·(exact − Taylor) grow like n")),
      notes="value = n³·(exact − Taylor) at n = 10, 100, 1000; predicted = the third-order coefficients 1/48 and 7/6 "
            "(so the second-order terms are exactly right). The remark E[X̂_i] ≈ 1 + 1/m is a typo for 1 + 1/(2n)")
 
@@ -281,6 +307,7 @@ def _s_ratio(key):
 _mc("s5_3_1.ratio_mean_printed", f"{_W} eq. (5.20)",
     "E[p_i/p_j] = exp((μ_i − μ_j + σ_i² + σ_j² − 2σ_ij)/2) for Gaussian logits (as printed)",
     lambda: G.softmax_ratio_mean_printed(**_RAT), _s_ratio,
+    exact=lambda: G.softmax_ratio_mean(**_RAT), corrected_by="s5_3_1.ratio_mean_corrected",
     notes=f"{_RAT}; p = softmax of 4 jointly Gaussian logits. Wrong for μ_i ≠ μ_j: the mean difference is halved; "
           "corrected: exp(μ_i − μ_j + (σ_i² + σ_j² − 2σ_ij)/2) (s5_3_1.ratio_mean_corrected). The special case μ = 0 is right")
 _mc("s5_3_1.ratio_mean_corrected", f"{_W} eq. (5.20)",
@@ -356,12 +383,26 @@ def _ev_softmax_limits(budget, key):
 
 _det("s5_2_3.softmax_scaling_limits", f"{_W} §5.2.3",
      "softmax(αv) → δ_argmax (entropy 0) as α → ∞ and → uniform (entropy log n) as α → 0",
-     0.0, _ev_softmax_limits, Tolerance(rtol=0.0, atol=1e-9),
+     0.0, _ev_softmax_limits, Tolerance(rtol=0.0, atol=1e-9, origin=(
+         "limits evaluated far along their paths (α = 60/gap: mass off the argmax ≤ (n−1)e^{−60} ≈ 1e-23; α = 1e-6: "
+         "log n − H = O(1e-12)); 1e-9 is above both and float64 rounding of log n")),
      notes="value per n ∈ {8, 64, 512}: H(Sm(αv)) at α = 60/gap, log n − H(Sm(10⁻⁶v)), 1 − Sm(αv)_argmax")
 
 
 def _orth_pair(key, n, l=1.0):
     return G.sphere_pair(key, n, 0.0, l, l)
+
+
+def _slerp_printed_witness() -> Evaluation:
+    """Plain NumPy: the printed weights at t = 0 give λ1 = sin(−θ)/sin θ = −1, λ2 = 0, so S(0) = −v:
+    ‖S(0) − v‖ = 2 for unit v (v = e₁, w = e₂, θ = π/2, and v = e₁, w = (e₁ + e₂)/√2, θ = π/4)."""
+    out = []
+    for w in (np.array([0.0, 1.0, 0.0]), np.array([1.0, 1.0, 0.0]) / math.sqrt(2)):
+        v = np.array([1.0, 0.0, 0.0])
+        th = math.acos(float(v @ w))
+        s0 = math.sin((0 - 1) * th) / math.sin(th) * v + math.sin(0 * th) / math.sin(th) * w
+        out.append(np.linalg.norm(s0 - v))
+    return Evaluation(value=np.asarray(out), method="printed weights at t = 0 in plain float64 (NumPy)")
 
 
 def _ev_slerp_weights(printed):
@@ -382,12 +423,13 @@ def _ev_slerp_weights(printed):
 
 _det("s5_2_3.slerp_weights_printed", f"{_W} §5.2.3",
      "SLERP(v, w, t) = λ1(t)v + λ2(t)w with λ1 = sin((t−1)θ)/sin θ, λ2 = sin(tθ)/sin θ goes from v to w on the sphere",
-     0.0, _ev_slerp_weights(True), Tolerance(rtol=0.0, atol=1e-12),
+     0.0, _ev_slerp_weights(True), Tolerance(rtol=0.0, atol=1e-12, origin=_FLOAT64),
+     witness=lambda budget, key: _slerp_printed_witness(), corrected_by="s5_2_3.slerp_weights_corrected",
      notes="does not hold: sin((t−1)θ) = −sin((1−t)θ), so the printed path starts at −v and leaves the sphere; "
            "eq. (5.6) later uses the correct sin((1−t)θ) (s5_2_3.slerp_weights_corrected)")
 _det("s5_2_3.slerp_weights_corrected", f"{_W} §5.2.3 / eq. (5.6)",
      "corrected: λ1 = sin((1−t)θ)/sin θ: SLERP(v,w,0) = v, SLERP(v,w,1) = w, ‖SLERP(v,w,t)‖ = 1",
-     0.0, _ev_slerp_weights(False), Tolerance(rtol=0.0, atol=1e-12))
+     0.0, _ev_slerp_weights(False), Tolerance(rtol=0.0, atol=1e-12, origin=_FLOAT64))
 
 # ==============================================================================================
 # §5.2.4: the SLERP cosine conjecture and its proof
@@ -418,15 +460,47 @@ def _ev_slerp_exact(kind):
     return ev
 
 
+def _slerp_curve_numpy(n: int, l: float, kind: str, seed: int) -> np.ndarray:
+    """Plain NumPy: an orthogonal pair v, w on S_l^{n−1} (QR of a NumPy Gaussian), SLERP by its formula (θ = π/2),
+    and H(Sm(w), Sm(S(t))) or KL(Sm(w) ‖ Sm(S(t))) at the 101 t of the claim."""
+    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(n, 2)))
+    v, w = l * q[:, 0], l * q[:, 1]
+    S = np.cos(np.pi * _TS / 2)[:, None] * v + np.sin(np.pi * _TS / 2)[:, None] * w  # θ = π/2
+    logsm = lambda x: x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True))  # noqa: E731
+    pw = np.exp(logsm(w))
+    ce = -(pw * logsm(S)).sum(-1)
+    return ce if kind == "ce" else ce + (pw * logsm(w)).sum()
+
+
+def _slerp_exact_witness(kind: str):
+    """Second witness: NumPy curves and a NumPy least-squares fit of a·cos(πt/2 + b) + c (linear in
+    cos, sin, 1); value = max |residual| / range per case of _SLERP_CASES."""
+
+    def witness(budget, key):
+        out = []
+        for i, (n, l) in enumerate(_SLERP_CASES):
+            y = _slerp_curve_numpy(n, l, kind, 5240 + i)
+            X = np.stack([np.cos(np.pi * _TS / 2), np.sin(np.pi * _TS / 2), np.ones_like(_TS)], 1)
+            coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+            out.append(np.abs(y - X @ coef).max() / (y.max() - y.min()))
+        return Evaluation(value=np.asarray(out), method="NumPy curves + NumPy least-squares cosine fit")
+
+    return witness
+
+
+_EXACT_FIT = ("'exactly': the residual of a float64 least-squares cosine fit on 101 points of an exact cosine is "
+              "~1e-13 of the range; 1e-9 admits rounding with room")
+
 _det("s5_2_4.conjecture_ce_exact", f"{_W} §5.2.4 (conjecture, eqs. 5.5-5.17)",
      "v ⟂ w on S^{n−1}: H(Sm(w), Sm(SLERP(v, w, t))) = a·cos(πt/2 + b) + c exactly for t ∈ [0, 1] (one orthogonal pair)",
-     0.0, _ev_slerp_exact("ce"), Tolerance(rtol=0.0, atol=1e-9),
+     0.0, _ev_slerp_exact("ce"), Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT), witness=_slerp_exact_witness("ce"),
      notes="value = max|curve − best a·cos(πt/2+b)+c| / range(curve) on 101 t, per (n, l) ∈ "
            f"{_SLERP_CASES}. Not exact: the residual is small for l ≤ 1 (second-order Taylor of logsumexp gives a "
            "cosine plus O(l²·mean²) and O(l³) terms) but far above rounding; it grows with l")
 _det("s5_2_4.conjecture_kl_exact", f"{_W} §5.2.4 (corollary)",
      "v ⟂ w on S^{n−1}: D_KL(Sm(w) ‖ Sm(SLERP(v, w, t))) = a·cos(πt/2 + b) + c exactly",
-     0.0, _ev_slerp_exact("kl"), Tolerance(rtol=0.0, atol=1e-9),
+     0.0, _ev_slerp_exact("kl"), Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT), witness=_slerp_exact_witness("kl"),
+     corrected_by="s5_2_4.fig5_1_averaged",
      notes="same check for the KL divergence (it differs from the cross-entropy by the constant H(Sm(w)))")
 
 _FIG51_N, _FIG51_PAIRS = 16, 1000
@@ -464,7 +538,10 @@ def _ev_fig51(budget, key):
     pairs = _FIG51_PAIRS if budget == "quick" else 20000
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
     mean, sem, fit, zmax = fig51_fit(_FIG51_N, 1.0, pairs, seed)
-    return Evaluation(value=np.array([zmax]), details={
+    w = int(np.argmax(np.abs(fit.residuals)))
+    rng_ = float(mean.max() - mean.min())
+    return Evaluation(value=np.array([fit.max_abs / rng_]), sem=np.array([sem[w] / rng_]), n=pairs,
+                      method="Monte Carlo average over orthogonal pairs", details={"max_residual_over_sem": zmax,
         "n": _FIG51_N, "l": 1.0, "pairs": pairs, "a": fit.a, "b": fit.b, "c": fit.c,
         "max_abs_residual": fit.max_abs, "curve_range": float(mean.max() - mean.min()),
         "median_sem": float(np.median(sem))})
@@ -472,9 +549,11 @@ def _ev_fig51(budget, key):
 
 _det("s5_2_4.fig5_1_averaged", f"{_W} §5.2.4, Fig. 5.1",
      "the KL curve averaged over orthogonal unit pairs is a·cos(πt/2 + b) + c within Monte Carlo noise",
-     0.0, _ev_fig51, Tolerance(rtol=0.0, atol=5.0),
-     notes=f"n={_FIG51_N}, l=1; value = max_t |mean curve − weighted fit| / sem_t over 101 t (1000 pairs quick, "
-           "20000 full); holds iff ≤ 5. See the report section for the residual versus n and l")
+     0.0, _ev_fig51, Tolerance(rtol=0.0, atol=0.01, origin=(
+         "'matches': 1% of the curve's range — the resolution at which Fig. 5.1 is read; the single-pair residuals "
+         "that refute the exact per-pair form (s5_2_4.conjecture_kl_exact) are 0.2–3%")),
+     notes=f"n={_FIG51_N}, l=1; value = max_t |mean curve − weighted fit| / range of the curve over 101 t (1000 pairs "
+           "quick, 20000 full), with the sem at that t. See the report section for the residual versus n and l")
 
 _N_PROOF, _L_PROOF = 8, 1.0
 
@@ -497,6 +576,21 @@ def _eq55(key, printed):
     return f, grad
 
 
+def _eq55_fd_witness() -> Evaluation:
+    """Plain NumPy, no autodiff: v = e₁, w = e₂ (n = 3, θ = π/2), SLERP by its formula, H(t) = −Σ Sm(w)_i log Sm(S(t))_i;
+    central differences (h = 1e-6) of H against the printed Σ (Sm(w)_i − Sm(S(t))_i)·dS_i/dt at t = 0.25, 0.5, 0.75."""
+    v, w, th = np.array([1.0, 0.0, 0.0]), np.array([0.0, 1.0, 0.0]), math.pi / 2
+    S = lambda t: (math.sin((1 - t) * th) * v + math.sin(t * th) * w) / math.sin(th)  # noqa: E731
+    dS = lambda t: (-th * math.cos((1 - t) * th) * v + th * math.cos(t * th) * w) / math.sin(th)  # noqa: E731
+    sm = lambda x: np.exp(x - x.max()) / np.exp(x - x.max()).sum()  # noqa: E731
+    H = lambda t: -float(sm(w) @ np.log(sm(S(t))))  # noqa: E731
+    out = []
+    for t in (0.25, 0.5, 0.75):
+        fd = (H(t + 1e-6) - H(t - 1e-6)) / 2e-6
+        out.append(float((sm(w) - sm(S(t))) @ dS(t)) - fd)
+    return Evaluation(value=np.asarray(out), method="NumPy central finite differences (h = 1e-6) of H along SLERP")
+
+
 def _ev_derivative(printed):
     def ev(budget, key):
         f, grad = _eq55(key, printed)
@@ -506,12 +600,13 @@ def _ev_derivative(printed):
 
 _det("s5_2_4.eq5_5_printed", f"{_W} eq. (5.5)",
      "dH(Sm(w)|Sm(v(t)))/dt = Σ_i (Sm(w)_i − Sm(v(t))_i)·dv_i/dt (as printed)",
-     0.0, _ev_derivative(True), Tolerance(rtol=0.0, atol=1e-12),
+     0.0, _ev_derivative(True), Tolerance(rtol=0.0, atol=1e-12, origin=_FLOAT64 + " (against jax.grad)"),
+     witness=lambda budget, key: _eq55_fd_witness(), corrected_by="s5_2_4.eq5_5_corrected",
      notes="value = formula − jax.grad of the cross-entropy along SLERP (n=8, 19 t). Sign error: "
            "dH/dt = Σ (Sm(v(t))_i − Sm(w)_i)·dv_i/dt (s5_2_4.eq5_5_corrected), as eq. 5.2.1's ∂H/∂x_j = p_j − q_j says")
 _det("s5_2_4.eq5_5_corrected", f"{_W} eq. (5.5)",
      "corrected: dH(Sm(w)|Sm(v(t)))/dt = Σ_i (Sm(v(t))_i − Sm(w)_i)·dv_i/dt",
-     0.0, _ev_derivative(False), Tolerance(rtol=0.0, atol=1e-12))
+     0.0, _ev_derivative(False), Tolerance(rtol=0.0, atol=1e-12, origin=_FLOAT64 + " (against jax.grad)"))
 
 
 def _ev_same_frequency(budget, key):
@@ -525,7 +620,7 @@ def _ev_same_frequency(budget, key):
 
 _det("s5_2_4.eq5_17_same_frequency", f"{_W} eq. (5.17)",
      "dH(Sm(w)|Sm(SLERP(v,w,t)))/dt = â·cos(πt/2 + b̂) on [0, 1] ('a sum of same-frequency cosines is a cosine')",
-     0.0, _ev_same_frequency, Tolerance(rtol=0.0, atol=1e-9),
+     0.0, _ev_same_frequency, Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT),
      notes="value = max|dH/dt − best â·cos(πt/2 + b̂)| / max|dH/dt| (n=8, l=1, dH/dt by jax.grad). Does not hold: in "
            "eq. (5.16) the coefficients Sm(w)_i − Sm(v(t))_i depend on t, so the sum is not a single cosine; the step "
            "is valid only for constant coefficients (s5_2_4.same_frequency_constant_coefficients)")
@@ -541,7 +636,7 @@ def _ev_const_coeff(budget, key):
 
 _det("s5_2_4.same_frequency_constant_coefficients", f"{_W} eqs. (5.12)-(5.17)",
      "with t-independent coefficients c_i, Σ_i c_i A_i cos(πt/2 + φ_i) = â·cos(πt/2 + b̂) (the valid part of the proof step)",
-     0.0, _ev_const_coeff, Tolerance(rtol=0.0, atol=1e-12))
+     0.0, _ev_const_coeff, Tolerance(rtol=0.0, atol=1e-12, origin=_FLOAT64))
 
 # ==============================================================================================
 # §5.3.2: second-order Taylor "linearity" of exp
@@ -558,6 +653,21 @@ def _shift_err(kk, k, sign):
     return lhs - rhs
 
 
+_TAYLOR3 = ("a second-order expansion at ‖v‖ ~ 1e-3: the O(‖v‖³) remainder is ≲ 1e-8 per component; 1e-7 admits it, "
+            "while a wrong zeroth-order constant errs by O(1)")
+
+
+def _taylor_shift_witness() -> Evaluation:
+    """Plain NumPy at v = 0 (k = 2, 8): exp(0) = 1 while the printed right side is (k − 1) + k + 0 = 2k − 1."""
+    out = []
+    for k in (2, 8):
+        lam, V = np.full(k, 1.0 / k), np.zeros((k, 1))
+        lhs = np.exp(lam @ V)
+        rhs = (k - 1) + np.exp(lam[:, None] * V).sum(0)
+        out.append(float((lhs - rhs)[0]))
+    return Evaluation(value=np.asarray(out), method="the printed expansion at v = 0 in plain NumPy")
+
+
 def _ev_taylor_shift(sign):
     def ev(budget, key):
         out = []
@@ -570,12 +680,13 @@ def _ev_taylor_shift(sign):
 
 _det("s5_3_2.taylor_shift_printed", f"{_W} §5.3.2",
      "exp(Σλ_i v_i) ≈ (k − 1) + Σ exp(λ_i v_i) + Σ_{i<j} λ_iλ_j v_i∘v_j (second order; as printed with '+ (n−1)')",
-     0.0, _ev_taylor_shift(+1.0), Tolerance(rtol=0.0, atol=1e-7),
+     0.0, _ev_taylor_shift(+1.0), Tolerance(rtol=0.0, atol=1e-7, origin=_TAYLOR3),
+     witness=lambda budget, key: _taylor_shift_witness(), corrected_by="s5_3_2.taylor_shift_corrected",
      notes="value = exact − approximation for k ∈ {2, 8} vectors of size 6 with entries ~10⁻³ (third-order "
            "terms ~10⁻⁹). Sign error: Σ exp(λ_i v_i) ≈ k + …, so the shift is −(k − 1) (s5_3_2.taylor_shift_corrected)")
 _det("s5_3_2.taylor_shift_corrected", f"{_W} §5.3.2",
      "corrected: exp(Σλ_i v_i) = Σ exp(λ_i v_i) − (k − 1) + Σ_{i<j} λ_iλ_j v_i∘v_j + O(‖v‖³)",
-     0.0, _ev_taylor_shift(-1.0), Tolerance(rtol=0.0, atol=1e-7))
+     0.0, _ev_taylor_shift(-1.0), Tolerance(rtol=0.0, atol=1e-7, origin=_TAYLOR3))
 
 _N532, _L532 = 8, 1.0
 _LAM532 = np.array([0.4, 0.25, 0.15, 0.1, 0.05, 0.03, 0.01, 0.01])
@@ -591,6 +702,7 @@ def _s_noise(lam):
 _mc("s5_3_2.noise_var_printed", f"{_W} §5.3.2",
     "v_i ~ N(0, (l/n)I) i.i.d., λ_i = 1/n: Var(Σ_{i<j}λ_iλ_jv_iv_j) ≈ (n²−n)·(1/n⁴)·(2l²/n²) (as printed, per component)",
     lambda: G.taylor_noise_var_printed(_N532, _L532), _s_noise(np.full(_N532, 1 / _N532)),
+    exact=lambda: G.taylor_noise_var(jnp.full(_N532, 1 / _N532), _L532 / _N532), corrected_by="s5_3_2.noise_var_corrected",
     notes=f"n = k = {_N532}, l = {_L532}. Off by 4×: the pair count is (n²−n)/2 and Var(v_iv_j) = σ⁴ = l²/n² (not 2l²/n²); "
           "the order O(l²/n⁴) is right. Corrected: σ⁴ Σ_{i<j} λ_i²λ_j² (s5_3_2.noise_var_corrected)")
 _mc("s5_3_2.noise_var_corrected", f"{_W} §5.3.2",
@@ -611,10 +723,22 @@ def _ev_noise_bound(budget, key):
                       details={"worst_lambda": np.asarray(lam[int(jnp.argmax(lhs))]).tolist()})
 
 
+def _jensen_witness() -> Evaluation:
+    """Exact arithmetic at λ = (½, ½, 0, …): σ⁴Σ_{i<j}λ_i²λ_j² = σ⁴/16 against the printed (n²−n)(1/n⁴)(2l²/n²),
+    σ² = l/n (n = 8, l = 1): 1/1024 ≈ 9.8e-4 against 56/131072 ≈ 4.3e-4, in plain float64."""
+    n, l = _N532, _L532
+    s2 = l / n
+    lhs = s2**2 * (0.5**2 * 0.5**2)
+    rhs = (n**2 - n) * (1 / n**4) * (2 * l**2 / n**2)
+    return Evaluation(lhs=np.array([lhs]), rhs=np.array([rhs]), slack=1e-18,
+                      method="closed form at λ = (½, ½, 0, …), plain float64")
+
+
 register(Claim(
     id="wertich.s5_3_2.noise_var_jensen_bound", source=f"{_W} §5.3.2",
     statement="for every λ on the simplex, Var(Σ_{i<j}λ_iλ_jv_iv_j) ≤ Σ_{i<j}(1/n²)²·Var(v_iv_j) ≈ (n²−n)(1/n⁴)(2l²/n²) ('Jensen')",
     predicted="printed bound", evaluate=_x64(_ev_noise_bound), rule=Inequality(),
+    witness=lambda budget, key: _jensen_witness(),
     notes="lhs = σ⁴Σ_{i<j}λ_i²λ_j² (closed form, checked by s5_3_2.noise_var_corrected) over λ = softmax(βg), β ∈ {0.1, 1, 3, 10}, and λ = (½, ½, 0, …). "
           "Does not hold: uniform λ MINIMISES Σ_{i<j}λ_i²λ_j² among spread-out weights; concentrated weights exceed the bound"))
 
@@ -642,6 +766,8 @@ _mc("s6_2_1.eq6_2_printed", f"{_W} eq. (6.2)",
     "E⟨Ax, By⟩ = μ_XᵀCμ_Y + Tr(CΣ_XY), C = AᵀB, with Σ_XY = Cov(x, y) the upper-right block of the joint covariance",
     lambda: G.bilinear_mean_printed(jnp.asarray(_C62), jnp.asarray(_MUX), jnp.asarray(_MUY), jnp.asarray(_SXY)),
     _s_bil_joint,
+    exact=lambda: G.bilinear_mean(jnp.asarray(_C62), jnp.asarray(_MUX), jnp.asarray(_MUY), jnp.asarray(_SXY)),
+    corrected_by="s6_2_1.eq6_2_corrected",
     notes="n=3, random A, B and a joint covariance with non-symmetric Σ_XY. Does not hold under the block convention "
           "the statement displays; the proof (eq. 6.7, E[yxᵀ] = μ_Yμ_Xᵀ + Σ_XY) silently uses Σ_XY := Cov(y, x). "
           "Corrected: Tr(CᵀΣ_XY) = Tr(CΣ_YX) (s6_2_1.eq6_2_corrected); both agree when C or Σ_XY is symmetric")
@@ -668,22 +794,40 @@ _mc("s6_2_1.eq6_3", f"{_W} eq. (6.3), App. B.1",
 # §2.5, §6.2.2: singular values of Gaussian matrices (eqs. 6.12-6.13, Marchenko–Pastur)
 # ==============================================================================================
 
-_NS612 = (8, 32)
+_NS612 = {"quick": (8, 32, 128), "full": (8, 32, 128, 512)}
+_M612 = {"quick": (2048, 1024, 256), "full": (2**14, 2**13, 2**12, 2**10)}
 
 
-def _s_sigma1(key):
-    out = []
-    for i, n in enumerate(_NS612):
-        A = jax.random.normal(jax.random.fold_in(key, i), (n, n), jnp.float64) / math.sqrt(n)
-        out.append(jnp.linalg.svd(A, compute_uv=False)[0] ** 2)
-    return jnp.stack(out)
+@functools.partial(jax.jit, static_argnums=1)
+def _sigma1_sq(key, n):
+    """σ_1² of an n×n matrix with N(0, 1/n) entries (largest eigenvalue of AᵀA)."""
+    A = jax.random.normal(key, (n, n), jnp.float64) / math.sqrt(n)
+    return jnp.linalg.eigvalsh(A.T @ A)[-1]
 
 
-_mc("s6_2_2.eq6_12_printed", f"{_W} eq. (6.12)",
-    "E[σ_1²] ≈ 4nσ² for an n×n matrix with N(0, σ²) entries (here σ² = 1/n, so ≈ 4), at finite n",
-    np.full(len(_NS612), 4.0), _s_sigma1, quick=2**11, full=2**16, chunk=512,
-    notes=f"n ∈ {_NS612}. The limit is right (σ_1²/(nσ²) → 4) but the finite-n bias is large: E[σ_1²]/(nσ²) ≈ "
-          "4 − 3.04 n^(−2/3) (Tracy–Widom). Corrected finite-n form: s6_2_2.eq6_12_tracy_widom")
+def _ev_eq612(budget, key):
+    """E σ_1²/(nσ²) by Monte Carlo at each n of the budget's sequence, extrapolated n → ∞ (L + c·n^(−r))."""
+    ns, ms = _NS612[budget], _M612[budget]
+    vals, sems = [], []
+    for i, (n, m) in enumerate(zip(ns, ms)):
+        s1 = np.asarray(jax.vmap(lambda k: _sigma1_sq(k, n))(jax.random.split(jax.random.fold_in(key, i), m)))
+        vals.append(s1.mean())
+        sems.append(s1.std(ddof=1) / math.sqrt(m))
+    ev = limit_evaluation(np.asarray(ns, float), np.asarray(vals), np.asarray(sems), label="E_sigma1_sq_over_n_sigma2",
+                          method=f"Monte Carlo E σ_1²/(nσ²) at n = {ns} ({ms} matrices)")
+    ev.observations["finite_n_deviation"] = (
+        "at finite n E σ_1²/(nσ²) lies below 4 by ≈ 3 n^(−2/3) (Tracy–Widom; s6_2_2.eq6_12_tracy_widom): "
+        + ", ".join(f"{v:.3f} at n = {n}" for n, v in zip(ns, vals)))
+    return ev
+
+
+_det("s6_2_2.eq6_12_printed", f"{_W} eq. (6.12)",
+     "E[σ_1²] ≈ 4nσ² as n → ∞ for an n×n matrix with N(0, σ²) entries: E σ_1²/(nσ²) → 4 (σ² = 1/n)",
+     4.0, _ev_eq612, Tolerance(rtol=0.0, atol=0.1, origin=(
+         "a limit with an exact printed constant: 0.1 (2.5% of 4) is the resolution asked of the extrapolated limit "
+         "(the Monte Carlo fit along n resolves it to ≈ 0.02); finite-n values are observations, not the verdict")),
+     notes="The limit is right (σ_1²/(nσ²) → 4); the finite-n bias is large: E[σ_1²]/(nσ²) ≈ 4 − 3.04 n^(−2/3) "
+           "(Tracy–Widom), reported as the observation 'finite_n_deviation'. Finite-n form: s6_2_2.eq6_12_tracy_widom")
 _NS_TW = (16, 64)
 
 
@@ -694,16 +838,17 @@ def _ev_tw(budget, key):
         A = jax.random.normal(jax.random.fold_in(key, i), (m, n, n), jnp.float64) / math.sqrt(n)
         s1 = np.asarray(jax.jit(jax.vmap(lambda a: jnp.linalg.svd(a, compute_uv=False)[0] ** 2))(A))
         est.append(s1.mean()); sem.append(s1.std(ddof=1) / math.sqrt(m))
-    return Evaluation(value=np.array(est), details={"n": list(_NS_TW), "matrices": m, "sem": sem,
-                                                    "ratio_to_4": (np.array(est) / 4).tolist()})
+    return Evaluation(value=np.array(est), sem=np.array(sem), n=m, method="Monte Carlo mean of σ_1²",
+                      details={"n": list(_NS_TW), "matrices": m, "ratio_to_4": (np.array(est) / 4).tolist()})
 
 
 _det("s6_2_2.eq6_12_tracy_widom", f"{_W} eq. (6.12)",
      "corrected: E[σ_1²] ≈ σ²(μ_n + s_n·E[TW₁]) (Johnstone's centring μ_n = (√(n−1)+√n)², "
      "s_n = (√(n−1)+√n)(1/√(n−1)+1/√n)^{1/3}, E[TW₁] = −1.2065), within 1.5%",
-     np.array([G.sigma1_sq_tw(n, 1 / n) for n in _NS_TW]), _ev_tw, Tolerance(rtol=0.015, atol=0.0),
-     notes=f"n ∈ {_NS_TW}, σ² = 1/n; value = Monte Carlo mean of σ_1² (1024 matrices quick, 16384 full). The "
-           "Tracy–Widom form is itself asymptotic, hence a relative tolerance rather than a 5-sem test")
+     np.array([G.sigma1_sq_tw(n, 1 / n) for n in _NS_TW]), _ev_tw, Tolerance(rtol=0.015, atol=0.0, origin=(
+         "the Tracy–Widom form is itself asymptotic: its next-order correction is of relative size (s_n/μ_n)·n^(−2/3) "
+         "≈ 0.10·0.16 = 1.6% at n = 16 (smaller at 64); 1.5% is that scale, and the Monte Carlo sem enters the test")),
+     notes=f"n ∈ {_NS_TW}, σ² = 1/n; value = Monte Carlo mean of σ_1² (1024 matrices quick, 16384 full) with its sem")
 
 _N613, _S2_613 = 16, 0.5
 
@@ -741,6 +886,7 @@ def _printed_mp_moments():
 _mc("s2_5.mp_density_printed", f"{_W} §2.5",
     "squared singular values of an n×n N(0, σ²) matrix have density f(x) = √(4σ²x − x²)/(2πσ²x) on [0, 4σ²] "
     "(first two moments)", _printed_mp_moments, _s_mp_moments, quick=2**12, chunk=1024,
+    exact=lambda: _corr_mp_moments(), corrected_by="s2_5.mp_moments_corrected",
     notes=f"n={_N_MP}, σ²={_S2_MP}; estimate = (mean σ_i², mean σ_i⁴) per matrix vs the printed density's moments (σ², 2σ⁴). "
           "Does not hold: the printed law is that of σ_i²/n; the support is [0, 4nσ²] (as eq. 6.12 itself says) and with "
           "σ² = 1/n it is [0, 4], not [0, 4/n]. Corrected: s2_5.mp_moments_corrected, s2_5.mp_histogram")
@@ -788,14 +934,28 @@ def _ev_mp_hist(printed):
     return ev
 
 
+_KS_ORIGIN = ("Kolmogorov–Smirnov distance: a sample of N = 10·200 squared singular values lies ≈ 1/√N ≈ 0.022 from "
+              "its own law (quick budget; finite-n edge effects add less), so 0.02 is the test's resolution")
+
+def _mp_support_witness() -> Evaluation:
+    """NumPy sample (10 matrices 200×200, N(0, 1/n), numpy.linalg.svd): the printed law has all its mass in
+    [0, 4/n], so its CDF is 1 at 4/n while the sample's CDF there is the fraction of σ_i² ≤ 4/n; the gap is
+    a lower bound of the Kolmogorov–Smirnov distance."""
+    rng, n = np.random.default_rng(250), _N_HIST
+    s2 = np.linalg.svd(rng.normal(size=(10, n, n)) / math.sqrt(n), compute_uv=False).reshape(-1) ** 2
+    return Evaluation(value=np.array([1.0 - np.mean(s2 <= 4.0 / n)]),
+                      method="NumPy sample: 1 − fraction of σ_i² inside the printed support [0, 4/n]")
+
+
 _det("s2_5.mp_histogram_printed", f"{_W} §2.5",
      "the histogram of squared singular values of n×n N(0, 1/n) matrices follows f(x) = (n/(2πx))√(4x/n − x²) on [0, 4/n]",
-     0.0, _ev_mp_hist(True), Tolerance(rtol=0.0, atol=0.02),
+     0.0, _ev_mp_hist(True), Tolerance(rtol=0.0, atol=0.02, origin=_KS_ORIGIN),
+     witness=lambda budget, key: _mp_support_witness(), corrected_by="s2_5.mp_histogram_corrected",
      notes=f"value = Kolmogorov–Smirnov distance between the pooled σ_i² (n={_N_HIST}) and the printed law; "
            "holds iff ≤ 0.02 (the finite-n KS distance to the right law is ~0.005)")
 _det("s2_5.mp_histogram_corrected", f"{_W} §2.5",
      "corrected: squared singular values of n×n N(0, σ²) follow √(x(4nσ² − x))/(2πnσ²x) on [0, 4nσ²]",
-     0.0, _ev_mp_hist(False), Tolerance(rtol=0.0, atol=0.02),
+     0.0, _ev_mp_hist(False), Tolerance(rtol=0.0, atol=0.02, origin=_KS_ORIGIN),
      notes=f"value = KS distance to geomjax.gaussian.mp_cdf, n={_N_HIST}, σ² = 1/n")
 
 # ==============================================================================================
@@ -843,10 +1003,23 @@ def _s_aligned(key):
     return jnp.stack([jnp.sum(sa * sb), jnp.mean(sa)])
 
 
+def _aligned_numpy_witness(budget) -> Evaluation:
+    """A second Monte Carlo estimator sharing no code path: NumPy's generator and numpy.linalg.svd,
+    (E Σσ_aiσ_bi, E[mean_i σ_i]/(√nσ)) for n×n N(0, 1/n) matrices."""
+    rng = np.random.default_rng(6250)
+    m = 4096 if budget == "quick" else 65536
+    A = rng.normal(size=(m, 2, _N625, _N625)) / math.sqrt(_N625)
+    s_ = np.linalg.svd(A, compute_uv=False)
+    x = np.stack([(s_[:, 0] * s_[:, 1]).sum(-1), s_[:, 0].mean(-1)], -1)
+    return Evaluation(value=x.mean(0), sem=x.std(0, ddof=1) / math.sqrt(m), n=m,
+                      method=f"NumPy Monte Carlo ({m} matrix pairs, numpy.random + numpy.linalg.svd)")
+
+
 _mc("s6_2_5.aligned_trace_printed", f"{_W} §6.2.5 (eqs. 6.24-6.29)",
     "with U_AᵀU_B = V_AᵀV_B (aligned singular vectors) E[Tr(AᵀB)] = E[Σσ_aiσ_bi] = n²σ², via the step "
     "E[σ_i] = √n·σ (unordered singular values)",
     np.array([_N625 * 1.0, 1.0]), _s_aligned, quick=2**13, chunk=1024,
+    witness=lambda budget, key: _aligned_numpy_witness(budget), corrected_by="s6_2_5.aligned_trace_corrected",
     notes=f"n={_N625}, σ² = 1/n; estimate = (E Σσ_aiσ_bi with both spectra in the SVD's descending order, "
           "E[mean_i σ_i]/(√n σ)). Does not hold at finite n: E Σσ_aiσ_bi = n²σ² − Σ_i Var(σ_(i)) < n²σ², and the step "
           "E[σ_i] = √nσ is false (Jensen: E σ < √(E σ²); MP limit 8/(3π) ≈ 0.849). Corrected: s6_2_5.aligned_trace_corrected")
@@ -860,7 +1033,12 @@ def _aligned_stats(budget: str, seed: int):
         with jax.enable_x64(True):
             A = jax.random.normal(jax.random.fold_in(jax.random.key(seed), i), (m, 2, n, n), jnp.float64) / math.sqrt(n)
             s = np.asarray(jax.jit(jax.vmap(jax.vmap(lambda a: jnp.linalg.svd(a, compute_uv=False))))(A))
-        rows.append({"n": n, "matrices": m, "E_trace_over_n2sigma2": float((s[:, 0] * s[:, 1]).sum(-1).mean() / n),
+        prod = (s[:, 0] * s[:, 1]).sum(-1)  # Σ_i σ_ai σ_bi, both spectra descending
+        var_i = np.concatenate([s[:, 0], s[:, 1]]).var(0, ddof=1).sum()  # Σ_i Var(σ_(i)), pooled
+        rows.append({"n": n, "matrices": m, "E_trace_over_n2sigma2": float(prod.mean() / n),
+                     "identity_residual": float((prod.mean() - (n - var_i)) / n),
+                     "identity_residual_sem": float(prod.std(ddof=1) / math.sqrt(m) / n),
+                     "sum_var_sigma_i_over_n2sigma2": float(var_i / n),
                      "E_sigma_over_sqrt_n_sigma": float(s[:, 0].mean())})  # σ² = 1/n: n²σ² = n, √nσ = 1
     return rows
 
@@ -871,22 +1049,42 @@ def _seed_of(key):
 
 def _ev_aligned_trace(budget, key):
     rows = _aligned_stats(budget, _seed_of(key))
-    return Evaluation(value=np.array([r["n"] * (1 - r["E_trace_over_n2sigma2"]) for r in rows]), details={"instances": rows})
+    return Evaluation(value=np.array([r["identity_residual"] for r in rows]),
+                      sem=np.array([r["identity_residual_sem"] for r in rows]), n=rows[0]["matrices"],
+                      method="Monte Carlo (pairs of independent matrices)", details={"instances": rows})
+
+
+_NS_SIGMA = {"quick": (8, 16, 32), "full": (8, 16, 32, 64)}
 
 
 def _ev_mean_sigma(budget, key):
-    rows = _aligned_stats(budget, _seed_of(key))
-    return Evaluation(value=np.array([r["E_sigma_over_sqrt_n_sigma"] for r in rows]), details={"instances": rows})
+    """E[mean_i σ_i]/(√nσ) by Monte Carlo along n, extrapolated n → ∞ (the Marchenko–Pastur limit)."""
+    m = 2048 if budget == "quick" else 16384
+    ns, vals, sems = _NS_SIGMA[budget], [], []
+    for i, n in enumerate(ns):
+        with jax.enable_x64(True):
+            A = jax.random.normal(jax.random.fold_in(key, i), (m, n, n), jnp.float64) / math.sqrt(n)
+            s_ = np.asarray(jax.jit(jax.vmap(lambda a: jnp.linalg.svd(a, compute_uv=False)))(A)).mean(-1)
+        vals.append(s_.mean())
+        sems.append(s_.std(ddof=1) / math.sqrt(m))
+    return limit_evaluation(np.asarray(ns, float), np.asarray(vals), np.asarray(sems), label="E_sigma_over_sqrt_n_sigma",
+                            method=f"Monte Carlo at n = {ns} ({m} matrices each)")
 
 
 _det("s6_2_5.aligned_trace_corrected", f"{_W} §6.2.5",
-     "corrected: E[Σσ_aiσ_bi] = n²σ² − Σ_iVar(σ_(i)) = n²σ²(1 − O(1/n)): the relative deficit is ≤ 0.25/n",
-     0.0, _ev_aligned_trace, Tolerance(rtol=0.0, atol=0.25),
-     notes="value = n·(1 − E Σσ_aiσ_bi/(n²σ²)) for n ∈ {8, 32} (2048 matrix pairs quick, 32768 full), σ² = 1/n")
+     "corrected: E[Σσ_aiσ_bi] = n²σ² − Σ_i Var(σ_(i)) exactly (independent, identically distributed A, B; σ_(i) "
+     "the i-th largest singular value), a relative deficit O(1/n)",
+     0.0, _ev_aligned_trace, Tolerance(rtol=0.0, atol=0.01, origin=(
+         "an exact identity (E σ_aiσ_bi = (E σ_(i))² = E σ_(i)² − Var σ_(i), Σ_i E σ_(i)² = n²σ²): 1% of n²σ², the "
+         "registry's exact-identity resolution")),
+     notes="value = (E Σσ_aiσ_bi − (n²σ² − Σ_i Var σ_(i)))/(n²σ²) for n ∈ {8, 32} (2048 matrix pairs quick, 32768 "
+           "full), σ² = 1/n; the deficit Σ_i Var(σ_(i))/(n²σ²) itself is in the details")
 _det("s6_2_5.mean_singular_value_corrected", f"{_W} §6.2.5 (eq. 6.29)",
      "corrected proof step: E[σ_i] (unordered) = (8/(3π))·√nσ ≈ 0.849·√nσ in the Marchenko–Pastur limit, not √nσ",
-     np.full(2, 8 / (3 * math.pi)), _ev_mean_sigma, Tolerance(rtol=0.02, atol=0.0),
-     notes="value = E[mean_i σ_i]/(√nσ) for n ∈ {8, 32} (finite-n values are within 2% of the limit)")
+     8 / (3 * math.pi), _ev_mean_sigma, Tolerance(rtol=0.01, atol=0.0, origin=(
+         "a limit with an exact constant 8/(3π): 1% of it is the resolution asked of the extrapolation (the printed "
+         "step, √nσ, is 18% off)")),
+     notes="value = the n → ∞ extrapolation of E[mean_i σ_i]/(√nσ) along n (finite-n values are observations)")
 
 _N_RO = 6
 _FLAT = np.full(_N_RO, 0.9)
@@ -913,6 +1111,8 @@ _mc("s6_2_5.random_orientation_printed", f"{_W} §6.2.5 (eq. 6.34)",
     "prescribed spectra, Haar singular vectors: E[Tr(ÂᵀB̂)] = 0, Var = (1/n)Σσ̂_ai²σ̂_bi² — non-flat spectra",
     lambda: np.array([0.0, float(G.random_orientation_trace_var_printed(jnp.asarray(_SA_NF), jnp.asarray(_SB_NF)))]),
     _S_RO_NF, chunk=1024,
+    exact=lambda: np.array([0.0, float(G.random_orientation_trace_var(jnp.asarray(_SA_NF), jnp.asarray(_SB_NF)))]),
+    corrected_by="s6_2_5.random_orientation_corrected",
     notes=f"n={_N_RO}, σ̂_a = {_SA_NF.tolist()}, σ̂_b = {_SB_NF.tolist()}. Does not hold: Tr = Σ_ij σ_aiσ_bj (W_U)_ji(W_V)_ji "
           "involves all pairs (i, j), not only i = j as in eq. (6.31); Var = (Σσ_ai²)(Σσ_bj²)/n² "
           "(s6_2_5.random_orientation_corrected)")
@@ -934,12 +1134,12 @@ def _s_sphere(key):
             "xx": jnp.stack([x[0] * x[1], x[2] * x[4]]), "xy_same": x * y, "xy_diff": jnp.stack([x[0] * y[1], x[3] * y[2]])}
 
 
-def _sphere_claim(id, source, statement, keys_pred, notes=""):
+def _sphere_claim(id, source, statement, keys_pred, notes="", **kw):
     def sampler(key):
         d = _s_sphere(key)
         return jnp.concatenate([d[k] for k, _ in keys_pred])
     pred = np.concatenate([np.asarray(p, float) for _, p in keys_pred])
-    return _mc(id, source, statement, pred, sampler, notes=notes)
+    return _mc(id, source, statement, pred, sampler, notes=notes, **kw)
 
 
 _sphere_claim("s6_3_1.eq6_35", f"{_W} eq. (6.35)",
@@ -951,7 +1151,8 @@ _sphere_claim("s6_3_1.eq6_36_printed", f"{_W} eq. (6.36)",
               [("xx", np.full(2, -_L1**2 / (_N63 * (_N63 - 1))))],
               notes="Does not hold: flipping the sign of x_i preserves the uniform law, so Cov[x_i, x_j] = 0. The "
                     "derivation assumes Σ_i x_i is constant (Var(Σx_i) = 0), but only ‖x‖ is; Var(Σx_i) = l². "
-                    "Corrected: s6_3_1.eq6_36_corrected")
+                    "Corrected: s6_3_1.eq6_36_corrected",
+              exact=lambda: np.zeros(2), corrected_by="s6_3_1.eq6_36_corrected")
 _sphere_claim("s6_3_1.eq6_36_corrected", f"{_W} eq. (6.36)",
               "corrected: Cov[x_i, x_j] = 0 for i ≠ j (uniform on S_l^{n−1})", [("xx", np.zeros(2))])
 _sphere_claim("s6_3_1.eq6_37_38", f"{_W} eqs. (6.37)-(6.38)",
@@ -979,6 +1180,7 @@ def _s_648(key):
 _mc("s6_3_2.eq6_48_printed", f"{_W} eqs. (6.45)-(6.48)",
     "v, w ∈ S_1^{n−1} with ⟨v, w⟩ = k, C_ij ~ N(0, 1/n): Var(vᵀCw) = k²/n + (n−1)/n² (angular information in the variance)",
     lambda: np.array([G.sphere_bilinear_var_printed(_N648, k) for k in _KS648]), _s_648,
+    exact=lambda: np.full(len(_KS648), G.sphere_bilinear_var(_N648)), corrected_by="s6_3_2.eq6_48_corrected",
     notes=f"n={_N648}, k ∈ {_KS648}; E[vᵀCw] = 0 so estimate = E[(vᵀCw)²]. Does not hold: given v, w, "
           "Var_C(vᵀCw) = (1/n)Σ_lm v_l²w_m² = ‖v‖²‖w‖²/n = 1/n for every k (eq. 6.45 confuses Σ Var(v_lw_l) with "
           "E[⟨v,w⟩]²). The angle does not enter; for mixtures μ_X = Σλ_iv_i it enters only through ‖μ_X‖²‖μ_Y‖²/n. "
@@ -1022,10 +1224,24 @@ def _e649(key, m, with_cos):
         return lhs, rhs, slack
 
 
+def _e649_counterexample() -> Evaluation:
+    """Exact counterexample in NumPy: W_q = I₂, W_k = [[0, 1], [1, 0]], x = e₁, y = e₂ (x ⟂ y):
+    |⟨W_qx, W_ky⟩| = |⟨e₁, e₁⟩| = 1 while ‖W_q‖‖W_k‖‖x‖‖y‖·|cos∠(x, y)| = 0."""
+    Wq, Wk = np.eye(2), np.array([[0.0, 1.0], [1.0, 0.0]])
+    x, y = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    lhs = abs((Wq @ x) @ (Wk @ y))
+    cos = (x @ y) / (np.linalg.norm(x) * np.linalg.norm(y))
+    rhs = np.linalg.norm(Wq, 2) * np.linalg.norm(Wk, 2) * np.linalg.norm(x) * np.linalg.norm(y) * abs(cos)
+    return Evaluation(lhs=np.array([lhs]), rhs=np.array([rhs]), slack=1e-15,
+                      method="exact counterexample W_q = I, W_k = swap, x = e₁, y = e₂ (NumPy)")
+
+
 register(Claim(
     id="wertich.s6_3_3.eq6_49_printed", source=f"{_W} §6.3.3, eq. (6.49)",
     statement="|⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖·|cos∠(x, y)| for all x, y, W_q, W_k",
     predicted="rhs", evaluate=_x64(_ev_649(True)), rule=Inequality(),
+    witness=lambda budget, key: _e649_counterexample(),
+    corrected_by="s6_3_3.eq6_49_corrected",
     notes="Xavier W_q, W_k (n=8) and Gaussian x, y, half of them with y ⟂ x. Does not hold: for x ⟂ y the rhs is 0 "
           "while ⟨W_qx, W_ky⟩ = xᵀW_qᵀW_ky ≠ 0; the proof bounds ‖W_qᵀW_k‖ but then multiplies by |⟨x, y⟩| instead of "
           "‖x‖‖y‖. Corrected (Cauchy–Schwarz): |⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖ (s6_3_3.eq6_49_corrected)"))
@@ -1069,7 +1285,7 @@ def _s_chi2(key):
 
 _mc("s6_4.product_chi_squared", f"{_W} §6.4",
     "the product x_iy_i of two independent normals is chi-squared distributed (so P(x_iy_i < 0) = 0)",
-    0.0, _s_chi2, notes="Does not hold: the product is symmetric about 0 (P(x_iy_i < 0) = ½); it is a variance-gamma "
+    0.0, _s_chi2, exact=lambda: 0.5, notes="Does not hold: the product is symmetric about 0 (P(x_iy_i < 0) = ½); it is a variance-gamma "
                         "(Bessel K₀) variable, chi-squared only for x_i = y_i")
 
 # ==============================================================================================
@@ -1104,6 +1320,11 @@ _mc("s7_1_1.weighted_sum_moments", f"{_W} §7.1.1",
           "(a weighted SUM), not a Gaussian mixture as the text calls it (s7_1_1.mixture_reading)")
 
 
+def _mixture_exact():
+    m, c = G.mixture_moments_mixture_reading(jnp.asarray(_LAM71[0]), jnp.asarray(_MU71), jnp.asarray(_blocks(_COV71, _T71, _D71)))
+    return jnp.concatenate([m.reshape(-1), c.reshape(-1)])
+
+
 def _s_71_mix(key):
     k1, k2 = jax.random.split(key)
     i = jax.random.categorical(k1, jnp.log(jnp.asarray(_LAM71[0])))
@@ -1116,6 +1337,7 @@ _mc("s7_1_1.mixture_reading", f"{_W} §7.1.1",
     "read as a Gaussian MIXTURE (token i with probability λ_i^{(1)}), the output has mean Σλ_iμ_i and covariance "
     "Σ_ij λ_iλ_jΣ_ij (the §7.1.1 formulas)",
     np.concatenate([_M71[:_D71], _C71[:_D71, :_D71].reshape(-1)]), _s_71_mix,
+    exact=lambda: _mixture_exact(), corrected_by="s7_1_1.weighted_sum_moments",
     notes="Does not hold: the mixture has covariance Σ_iλ_i(Σ_ii + μ_iμ_iᵀ) − μ̄μ̄ᵀ "
           "(geomjax.gaussian.mixture_moments_mixture_reading); the §7.1.1 formulas are those of the weighted sum")
 
@@ -1154,15 +1376,18 @@ def _ev_723(variant):
     return ev
 
 
+_CONVERGE = ("'converge': after 48 layers the diversity ratio and log T − entropy must be three orders of magnitude "
+             "below their initial O(1) values (a stack that does not converge keeps them O(1))")
+
 _det("s7_2_3.uniform_mixture_no_skip", f"{_W} §7.2.3 (hypothesis)",
      "L random self-attention layers (‖W_q‖, ‖W_k‖, ‖W_v‖ ≤ 2, no skip): all token distributions converge to one "
      "(token diversity → 0, attention entropy → log T)",
-     0.0, _ev_723("no_skip"), Tolerance(rtol=0.0, atol=1e-3),
+     0.0, _ev_723("no_skip"), Tolerance(rtol=0.0, atol=1e-3, origin=_CONVERGE),
      notes=f"T={_T723}, d={_D723}, Xavier W (norm capped at 2), L={_L723}; value = (max over seeds of diversity(L)/diversity(0), "
            "max of log T − entropy of layer L); holds iff both ≤ 10⁻³")
 _det("s7_2_3.uniform_mixture_skip_layernorm", f"{_W} §7.2.3 (β variant)",
      "with skip X ← β·Attn(X) + (1−β)X (β = 0.5) and LayerNorm, the token distributions still converge to one",
-     0.0, _ev_723("beta0.5_ln"), Tolerance(rtol=0.0, atol=1e-3),
+     0.0, _ev_723("beta0.5_ln"), Tolerance(rtol=0.0, atol=1e-3, origin=_CONVERGE),
      notes="same test with β = 0.5 and a parameter-free LayerNorm after each layer; other variants in the report")
 
 

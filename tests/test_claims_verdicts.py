@@ -1,0 +1,87 @@
+"""The recorded ``full`` verdicts (geomjax/claims/full_verdicts.json), the erratum (docs/ERRATA.md) and the
+README's errata blocks must agree with the registry, and ``quick`` verdicts must never contradict ``full``.
+
+A contradiction is "holds" against "does not hold"; "inconclusive" (e.g. a model that did not grok at the
+quick budget, or too few samples for the margin) contradicts nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import geomjax.claims as claims
+from geomjax.claims import registry as R
+
+ROOT = Path(__file__).resolve().parents[1]
+ERRATA = ROOT / "docs" / "ERRATA.md"
+README = ROOT / "README.md"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    rec = R.load_full_verdicts()
+    assert rec, "geomjax/claims/full_verdicts.json is missing: run `geomjax verify --budget full --erratum docs/ERRATA.md`"
+    return rec
+
+
+def test_full_verdicts_are_dated_and_known(recorded):
+    ids = {c.id for c in claims.all_claims()}
+    for cid, rec in recorded.items():
+        assert cid in ids, f"{cid} is recorded but no longer registered"
+        assert rec["verdict"] in R.VERDICTS and rec["date"] and rec["commit"]
+
+
+def _errata_ids(text: str) -> set[str]:
+    return set(re.findall(r"^### `([^`]+)`", text, flags=re.M))
+
+
+def test_errata_current_with_registry_and_full_verdicts(recorded):
+    text = ERRATA.read_text()
+    listed = _errata_ids(text)
+    ids = {c.id for c in claims.all_claims()}
+    assert listed <= ids, f"ERRATA.md lists unregistered ids: {sorted(listed - ids)}"
+    refuted = {cid for cid, r in recorded.items() if r["verdict"] == "does not hold"}
+    assert listed == refuted, ("ERRATA.md is not the recorded full verdicts' erratum; regenerate it with "
+                               "`geomjax verify --budget full --erratum docs/ERRATA.md`",
+                               sorted(listed ^ refuted))
+    for cid in listed:  # every entry carries two witnesses and the reproducing command
+        entry = text.split(f"### `{cid}`", 1)[1].split("\n### ", 1)[0]
+        assert "**Witness 1:**" in entry and "**Witness 2:**" in entry, cid
+        assert f"geomjax verify --source {cid}" in entry, cid
+
+
+def test_readme_errata_blocks_match_the_erratum(recorded):
+    """README's "What the checks found" sections carry the generated summary; it must equal the erratum's."""
+    refuted: dict[str, list[str]] = {}
+    for cid, r in recorded.items():
+        if r["verdict"] == "does not hold":
+            refuted.setdefault(cid.split(".", 1)[0], []).append(cid)
+    block = R.erratum_summary(refuted)
+    assert block in ERRATA.read_text()
+    readme = README.read_text()
+    begin, end = block.splitlines()[0], block.splitlines()[-1]
+    assert readme.count(begin) == 1 and readme.count(end) == 1, "README needs exactly one generated errata block"
+    got = readme.split(begin, 1)[1].split(end, 1)[0]
+    want = block.split(begin, 1)[1].split(end, 1)[0]
+    assert got == want, "README's errata block is stale: copy the summary of docs/ERRATA.md"
+
+
+@pytest.mark.slow
+def test_quick_verdicts_never_contradict_full(recorded):
+    """clock + Song & Zhong at the quick budget (the clock claims train p = 59 models, cached)."""
+    results = claims.run(select=["clock", "song_zhong"], budget="quick")
+    bad = []
+    missing = [r.id for r in results if r.id not in recorded]
+    assert not [m for m in missing if m.startswith("song_zhong")], f"no recorded full verdict: {missing}"
+    for r in results:
+        if r.id in missing:  # a clock full run not recorded yet: nothing to contradict
+            continue
+        if R.contradicts(r.verdict, recorded[r.id]["verdict"]):
+            bad.append((r.id, r.verdict, recorded[r.id]["verdict"], r.reason))
+    assert not bad, bad
+    by_id = {r.id: r for r in results}
+    for cid in ("clock.relu_free_groks", "clock.petals_sum_to_circles.used"):
+        assert by_id[cid].verdict in ("holds", "inconclusive"), (cid, by_id[cid].reason)
