@@ -215,12 +215,12 @@ class RunDir:
     becomes safe (:func:`check_reusable` first, then ``run.json``):
 
     * ``in_place=False`` (default): everything is written into a hidden temporary sibling
-      ``.<name>.partial-<pid>`` and :meth:`finish` renames it to ``path`` only when complete;
-      :meth:`abandon` (on error or interrupt) deletes it. An interrupted run never leaves a
+      ``.<name>.partial-<pid>`` and :meth:`RunDir.finish` renames it to ``path`` only when complete;
+      :meth:`RunDir.abandon` (on error or interrupt) deletes it. An interrupted run never leaves a
       directory that looks complete.
     * ``in_place=True`` (``geomjax train``, whose checkpoints are resumable state): ``path`` is used
       directly; the previous report files are removed first and ``run.json`` says
-      ``"status": "running"`` until :meth:`finish` marks it ``"complete"``.
+      ``"status": "running"`` until :meth:`RunDir.finish` marks it ``"complete"``.
 
     Args:
       path: directory to write. ``None`` makes ``runs/<command>-<UTC timestamp>``.
