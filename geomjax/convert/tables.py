@@ -517,27 +517,32 @@ def _strip_prefix(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[str, n
     return out
 
 
+def _under(prefix: tuple[str, ...], t: Transform) -> Transform:
+    """``t`` with its geomjax paths moved below ``prefix``."""
+    return lambda a, c: [(prefix + p, x) for p, x in t(a, c)]
+
+
+def _per_layer(table: dict[str, Transform], n_layers: int, hf: str, ours: str,
+               layer_table: dict[str, Transform]) -> None:
+    """Add ``layer_table`` once per layer: HF ``{hf}.{i}.{name}`` -> geomjax ``{ours}_{i}/...``."""
+    for layer in range(n_layers):
+        for k, t in layer_table.items():
+            table[f"{hf}.{layer}.{k}"] = _under((f"{ours}_{layer}",), t)
+
+
 def _full_table(config) -> tuple[dict[str, Transform], set[str]]:
     """Flat {hf_name: transform to absolute geomjax path} and the set of ignorable buffer names."""
     table: dict[str, Transform] = {}
     buffers: set[str] = set()
-
-    def under(prefix: tuple[str, ...], t: Transform) -> Transform:
-        return lambda a, c: [(prefix + p, x) for p, x in t(a, c)]
-
     if isinstance(config, GPT2Config):
         table.update(GPT2_TOP_TABLE)
-        for layer in range(config.n_layer):
-            for k, t in GPT2_LAYER_TABLE.items():
-                table[f"h.{layer}.{k}"] = under((f"h_{layer}",), t)
-            buffers.update(f"h.{layer}.{b}" for b in GPT2_LAYER_BUFFERS)
+        _per_layer(table, config.n_layer, "h", "h", GPT2_LAYER_TABLE)
+        buffers.update(f"h.{i}.{b}" for i in range(config.n_layer) for b in GPT2_LAYER_BUFFERS)
     elif isinstance(config, BertConfig):
         table.update(BERT_TOP_TABLE)
         if config.add_pooling_layer:
             table.update(BERT_POOLER_TABLE)
-        for layer in range(config.num_hidden_layers):
-            for k, t in BERT_LAYER_TABLE.items():
-                table[f"encoder.layer.{layer}.{k}"] = under((f"layer_{layer}",), t)
+        _per_layer(table, config.num_hidden_layers, "encoder.layer", "layer", BERT_LAYER_TABLE)
         buffers.update(BERT_BUFFERS)
     elif isinstance(config, LlamaConfig):
         table.update(LLAMA_TOP_TABLE)
@@ -548,17 +553,13 @@ def _full_table(config) -> tuple[dict[str, Transform], set[str]]:
             layer_table.update(LLAMA_ATTN_BIAS_TABLE)
         if config.mlp_bias:
             layer_table.update(LLAMA_MLP_BIAS_TABLE)
-        for layer in range(config.num_hidden_layers):
-            for k, t in layer_table.items():
-                table[f"layers.{layer}.{k}"] = under((f"layers_{layer}",), t)
-            buffers.update(f"layers.{layer}.{b}" for b in LLAMA_LAYER_BUFFERS)
+        _per_layer(table, config.num_hidden_layers, "layers", "layers", layer_table)
+        buffers.update(f"layers.{i}.{b}" for i in range(config.num_hidden_layers) for b in LLAMA_LAYER_BUFFERS)
     elif isinstance(config, BloomConfig):
         table.update(BLOOM_TOP_TABLE)
         if not config.tie_word_embeddings:
             table.update(LLAMA_LM_HEAD_TABLE)
-        for layer in range(config.n_layer):
-            for k, t in BLOOM_LAYER_TABLE.items():
-                table[f"h.{layer}.{k}"] = under((f"h_{layer}",), t)
+        _per_layer(table, config.n_layer, "h", "h", BLOOM_LAYER_TABLE)
     else:
         raise TypeError(f"no conversion table for {type(config).__name__}")
     return table, buffers
