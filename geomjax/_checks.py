@@ -1,13 +1,29 @@
-"""Input checks shared across geomjax, and the one dtype rule of the public API.
+"""The numerics policy of geomjax: input validation, the float64 context, matmul precision, and the
+registry of compiled-program caches. Every theory module takes these from here, nowhere else.
 
-**Dtype rule.** Public numerical functions accept JAX arrays, NumPy arrays of any float dtype and
-(nested) Python lists, and compute in the input's dtype: a float64 NumPy array or a Python list of
-floats (NumPy's float64) is computed in float64, with JAX's float64 switched on locally
-(``jax.enable_x64(True)`` around the call, :func:`float64_aware`) even when it is globally off, so
-nothing is silently cast to float32 and results come back float64. Pass ``np.float32`` arrays for
-float32 speed. Streaming accumulators take their dtype explicitly (``decompose_stream(...,
-accum_dtype=)``). Inside a function that is not float64-aware, a float64 array while x64 is off raises
-(:func:`check_no_silent_float64`) rather than being downcast.
+**Dtype rule (the public API).** Public numerical functions accept JAX arrays, NumPy arrays of any
+float dtype and (nested) Python lists, and compute in the input's dtype: a float64 NumPy array or a
+Python list of floats (NumPy's float64) is computed in float64, with JAX's float64 switched on
+locally (:func:`x64_context` around the call, applied by the :func:`float64_aware` decorator) even
+when it is globally off, so nothing is silently cast to float32 and results come back float64. Pass
+``np.float32`` arrays for float32 speed. Where the computation dtype is not the input's, it is an
+explicit argument (``decompose_stream(..., accum_dtype=)``, ``montecarlo.estimate(dtype=)``), and
+the same context switches float64 on for it. Inside a function that is not float64-aware, a float64
+array while x64 is off raises (:func:`check_no_silent_float64`) rather than being downcast.
+
+**Validation.** Wrong rank, shape or dtype raises :class:`~geomjax.errors.GeomjaxError` (a
+``ValueError``; dtype problems raise :class:`~geomjax.errors.GeomjaxTypeError`, also a
+``TypeError``) naming the argument, the expected shape and what was given. Value checks (NaN/Inf,
+zero rows) need concrete values: under ``jit``/``vmap``/``grad`` they are skipped.
+
+**Matmul precision.** Statistics (Gram matrices, second moments, sums written as GEMVs) use
+:data:`HIGHEST` (full float32 on accelerators that would otherwise use TF32/bf16 passes); model
+forwards use JAX's default precision, as the reference implementations do.
+
+**Compiled-program caches.** Every module-level cache of jitted programs is created with
+:func:`compiled_cache` (a bounded ``functools.lru_cache`` keyed by hashable configs) and so listed
+in :data:`COMPILED_CACHES`; :func:`clear_compiled_caches` empties them all. Claim results are not
+cached globally.
 """
 
 from __future__ import annotations
@@ -21,40 +37,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.errors import GeomjaxError, GeomjaxTypeError
+
+HIGHEST = jax.lax.Precision.HIGHEST
+"""Matmul precision of every statistic (Gram matrices, second moments, GEMV sums)."""
+
+ACCUM_DTYPES = ("float32", "float64")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+# ----------------------------------------------------------------------------------------------
+# Float64 context
+# ----------------------------------------------------------------------------------------------
+
 
 def is_concrete(x) -> bool:
     """True unless ``x`` is a tracer (inside jit/vmap, where values cannot be inspected)."""
     return not isinstance(x, jax.core.Tracer)
 
 
-def check_no_silent_float64(dtype, where: str, what: str = "array") -> None:
-    """Raise TypeError if a float64 ``what`` would be cast to float32 because JAX x64 is off."""
-    if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
-        raise TypeError(
-            f"{where}: {what} is float64 but JAX float64 is disabled, so it would be silently "
-            "cast to float32; pass float32, or run under `with jax.enable_x64(True):` "
-            "(or jax.config.update('jax_enable_x64', True))"
-        )
-
-
-def as_real_array(x, where: str, what: str = "array") -> jax.Array:
-    """A real (floating or integer) array as a JAX floating array; integers become the default
-    float dtype, float64 requires x64 (:func:`check_no_silent_float64`)."""
-    dt = np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
-    if not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
-        raise TypeError(f"{where}: {what} must be a real array, got dtype {dt}")
-    check_no_silent_float64(dt, where, what)
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(float))
-    return x
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
 def has_float64(a: Any, _in_list: bool = False) -> bool:
-    """True if ``a`` is a float64 array, or a (nested) list/tuple holding one or a Python float."""
+    """True if ``a`` is float64: the dtype name ``"float64"``, ``np.float64``, a float64 array, or a
+    (nested) list/tuple holding one or a Python float."""
+    if isinstance(a, str):
+        return a == "float64"
+    if isinstance(a, np.dtype) or a is np.float64:
+        return np.dtype(a) == np.float64
     if isinstance(a, (list, tuple)):
         return any(has_float64(b, True) for b in a)
     if _in_list and isinstance(a, float):
@@ -63,21 +72,159 @@ def has_float64(a: Any, _in_list: bool = False) -> bool:
     return dt is not None and np.dtype(dt) == np.float64
 
 
-def x64_if_float64(*arrays) -> contextlib.AbstractContextManager:
-    """``jax.enable_x64(True)`` when x64 is off and one of ``arrays`` is float64 (:func:`has_float64`),
-    else a no-op context: the module's dtype rule for functions whose inputs arrive lazily."""
-    if not jax.config.jax_enable_x64 and any(has_float64(a) for a in arrays):
+def x64_context(*inputs) -> contextlib.AbstractContextManager:
+    """The one float64 switch: ``jax.enable_x64(True)`` when x64 is off and one of ``inputs`` is
+    float64 (a float64 array, a list of Python floats, ``"float64"`` or ``np.float64``:
+    :func:`has_float64`), else a no-op context."""
+    if not jax.config.jax_enable_x64 and any(has_float64(a) for a in inputs):
         return jax.enable_x64(True)
     return contextlib.nullcontext()
 
 
 def float64_aware(fn: _F) -> _F:
-    """Decorator applying the dtype rule: ``fn`` runs under ``jax.enable_x64(True)`` when an argument
-    is float64 (a NumPy float64 array or a Python list of floats), so it is computed in float64."""
+    """Decorator applying the dtype rule: ``fn`` runs under :func:`x64_context` of its arguments, so
+    a NumPy float64 array or a Python list of floats is computed in float64."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with x64_if_float64(*args, *kwargs.values()):
+        with x64_context(*args, *kwargs.values()):
             return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_accum_dtype(accum_dtype: str, where: str = "accum_dtype") -> str:
+    """``accum_dtype`` if it is one of :data:`ACCUM_DTYPES`, else GeomjaxError."""
+    if accum_dtype not in ACCUM_DTYPES:
+        raise GeomjaxError(f"{where}: accum_dtype must be one of {ACCUM_DTYPES}, got {accum_dtype!r}")
+    return accum_dtype
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation
+# ----------------------------------------------------------------------------------------------
+
+
+def check_no_silent_float64(dtype, where: str, what: str = "array") -> None:
+    """Raise GeomjaxTypeError if a float64 ``what`` would be cast to float32 because JAX x64 is off."""
+    if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
+        raise GeomjaxTypeError(
+            f"{where}: {what} is float64 but JAX float64 is disabled, so it would be silently "
+            "cast to float32; pass float32, or run under `with jax.enable_x64(True):` "
+            "(or jax.config.update('jax_enable_x64', True))"
+        )
+
+
+def _dtype_of(x) -> np.dtype:
+    return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
+
+
+def as_real_array(x, where: str, what: str = "array") -> jax.Array:
+    """A real (floating or integer) array as a JAX floating array; integers become the default
+    float dtype, float64 requires x64 (:func:`check_no_silent_float64`)."""
+    dt = _dtype_of(x)
+    if not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
+        raise GeomjaxTypeError(f"{where}: {what} must be a real array, got dtype {dt}")
+    check_no_silent_float64(dt, where, what)
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(float))
+    return x
+
+
+def as_float_array(x, name: str, ndim: int, shape_doc: str, finite: bool = False) -> jax.Array:
+    """Checks rank, floating dtype (and optionally finiteness); returns a JAX array, same dtype."""
+    if not hasattr(x, "dtype"):
+        x = np.asarray(x)
+    if x.ndim != ndim:
+        raise GeomjaxError(
+            f"{name} must be a rank-{ndim} array of shape {shape_doc}, got shape {tuple(x.shape)}"
+        )
+    dt = np.dtype(x.dtype)
+    if not (np.issubdtype(dt, np.floating) or dt.name == "bfloat16"):
+        raise GeomjaxTypeError(f"{name} must be a floating-point array, got dtype {dt}")
+    check_no_silent_float64(dt, "geomjax", name)  # float64_aware prevents it for public fns
+    if finite:
+        check_finite(x, name)
+    return jnp.asarray(x)
+
+
+@jax.jit
+def _count_nonfinite(x: jax.Array) -> jax.Array:
+    return jnp.sum(~jnp.isfinite(x))
+
+
+@jax.jit
+def _zero_rows(x: jax.Array) -> jax.Array:
+    return jnp.sum(x * x, axis=-1) == 0
+
+
+def check_finite(x, name: str) -> None:
+    """Raises GeomjaxError if a concrete ``x`` holds NaN or Inf (no-op under tracing)."""
+    if is_concrete(x):
+        if isinstance(x, np.ndarray):
+            bad = int(np.count_nonzero(~np.isfinite(x)))
+        else:
+            bad = int(_count_nonfinite(x))
+        if bad:
+            raise GeomjaxError(
+                f"{name} contains {bad} NaN/Inf value(s); remove or impute them before the metric"
+            )
+
+
+def check_min_rows(x: jax.Array, name: str, minimum: int, what: str) -> None:
+    """Raises GeomjaxError if ``x`` has fewer than ``minimum`` rows."""
+    if x.shape[0] < minimum:
+        raise GeomjaxError(
+            f"{name} needs at least {minimum} {what} (rows), got shape {tuple(x.shape)}"
+        )
+
+
+def check_nonzero_rows(x: jax.Array, name: str) -> None:
+    """Raises GeomjaxError if a concrete ``x`` has a row of zero norm (its cosine is undefined)."""
+    if is_concrete(x):
+        if isinstance(x, np.ndarray):
+            zero = np.flatnonzero(np.einsum("...d,...d->...", x, x) == 0)
+        else:
+            zero = np.flatnonzero(np.asarray(_zero_rows(x)))
+        if zero.size:
+            raise GeomjaxError(
+                f"{name} has {zero.size} row(s) of zero norm (first: row {int(zero[0])}); "
+                "their cosine similarity is undefined"
+            )
+
+
+def as_matrix(x, name: str, shape_doc: str, min_rows: int, what: str) -> jax.Array:
+    """A finite floating (N, d) matrix with N >= ``min_rows`` and d >= 1 (:func:`as_float_array`)."""
+    x = as_float_array(x, name, 2, shape_doc, finite=True)
+    check_min_rows(x, name, min_rows, what)
+    if x.shape[1] < 1:
+        raise GeomjaxError(f"{name} must have width d >= 1, got shape {tuple(x.shape)}")
+    return x
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiled-program caches
+# ----------------------------------------------------------------------------------------------
+
+COMPILED_CACHES: dict[str, Callable[..., Any]] = {}
+"""Every module-level cache of compiled programs, by qualified name (module.function)."""
+
+
+def compiled_cache(maxsize: int = 32) -> Callable[[_F], _F]:
+    """``functools.lru_cache(maxsize)`` for a builder of jitted programs keyed by hashable configs,
+    registered in :data:`COMPILED_CACHES` (so that :func:`clear_compiled_caches` reaches it)."""
+
+    def decorate(fn: _F) -> _F:
+        cached = functools.lru_cache(maxsize=maxsize)(fn)
+        COMPILED_CACHES[f"{fn.__module__}.{fn.__qualname__}"] = cached
+        return cached  # type: ignore[return-value]
+
+    return decorate
+
+
+def clear_compiled_caches() -> None:
+    """Empty every registered cache of compiled programs (and JAX's own jit caches)."""
+    for cached in COMPILED_CACHES.values():
+        cached.cache_clear()
+    jax.clear_caches()

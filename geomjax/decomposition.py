@@ -35,7 +35,6 @@ The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; ever
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Iterable
 from functools import partial
@@ -47,7 +46,15 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import check_no_silent_float64, float64_aware, is_concrete as _is_concrete, x64_if_float64
+from geomjax._checks import (
+    HIGHEST,
+    check_accum_dtype,
+    check_no_silent_float64,
+    compiled_cache,
+    float64_aware,
+    is_concrete as _is_concrete,
+    x64_context,
+)
 from geomjax._repr import with_compact_repr
 from geomjax.parallel import AXIS, check_divisible, shard_batch
 from geomjax.typing import Array, Float
@@ -61,11 +68,9 @@ __all__ = [
     "StreamState",
     "stream_init",
     "stream_update",
+    "stream_merge",
     "stream_finalize",
 ]
-
-_ACCUM = ("float32", "float64")
-
 
 # ----------------------------------------------------------------------------------------------
 # Validation
@@ -240,28 +245,20 @@ class DecompositionStats:
     @property
     def pos_second_moment(self) -> Array:
         """C * sum_t pos_t pos_t^T, shape (d, d): the positional share of the ANOVA identity."""
-        with _x64_context(self.accum_dtype):
+        with x64_context(self.accum_dtype):
             return self.n_contexts * jnp.einsum("...td,...te->...de", self.pos, self.pos)
 
     @property
     def ctx_second_moment(self) -> Array:
         """T * sum_c ctx_c ctx_c^T, shape (d, d): the context share of the ANOVA identity."""
-        with _x64_context(self.accum_dtype):
+        with x64_context(self.accum_dtype):
             return self.n_positions * jnp.einsum("...cd,...ce->...de", self.ctx, self.ctx)
 
     @property
     def cvec_second_moment(self) -> Array:
         """sum_{c,t} cvec cvec^T = T sum_c ctx ctx^T + sum resid resid^T, shape (d, d)."""
-        with _x64_context(self.accum_dtype):
+        with x64_context(self.accum_dtype):
             return self.ctx_second_moment + self.resid_second_moment
-
-
-def _x64_context(accum_dtype: str):
-    if accum_dtype not in _ACCUM:
-        raise ValueError(f"accum_dtype must be one of {_ACCUM}, got {accum_dtype!r}")
-    if accum_dtype == "float64" and not jax.config.jax_enable_x64:
-        return jax.enable_x64(True)
-    return contextlib.nullcontext()
 
 
 def _gram(x: Array) -> Array:
@@ -272,25 +269,7 @@ def _gram(x: Array) -> Array:
     inside the fused update (benchmarks/RESULTS.md).
     """
     flat = x.reshape(-1, x.shape[-1])
-    return jnp.matmul(flat.T, flat, precision=jax.lax.Precision.HIGHEST)
-
-
-@partial(jax.jit, static_argnames=("dtype",))
-def _init_from(batch: Array, dtype: str) -> StreamState:
-    x = batch.astype(dtype)
-    shift = jnp.mean(x, axis=(0, 1))
-    m = jnp.mean(x, axis=1, keepdims=True)
-    pos_shift = jnp.mean(x - m, axis=0)
-    T, d = x.shape[1], x.shape[2]
-    z = jnp.zeros
-    return StreamState(
-        shift=shift,
-        pos_shift=pos_shift,
-        n_contexts=jnp.zeros((), jnp.int32),
-        sum_ctx=z((d,), dtype),
-        sum_within=z((T, d), dtype),
-        s_within=z((d, d), dtype),
-    )
+    return jnp.matmul(flat.T, flat, precision=HIGHEST)
 
 
 def _sum_leading(a: Array) -> Array:
@@ -302,61 +281,105 @@ def _sum_leading(a: Array) -> Array:
     """
     flat = a.reshape(a.shape[0], -1)
     ones = jnp.ones((a.shape[0],), a.dtype)
-    return jnp.matmul(ones, flat, precision=jax.lax.Precision.HIGHEST).reshape(a.shape[1:])
+    return jnp.matmul(ones, flat, precision=HIGHEST).reshape(a.shape[1:])
 
 
 def _mean_middle(x: Array) -> Array:
     """mean over axis 1 of (B, T, d) as a batched GEMV (see :func:`_sum_leading`)."""
     w = jnp.full((x.shape[1],), 1.0 / x.shape[1], x.dtype)
-    return jnp.einsum("btd,t->bd", x, w, precision=jax.lax.Precision.HIGHEST)
+    return jnp.einsum("btd,t->bd", x, w, precision=HIGHEST)
 
 
-def _local_update(state: StreamState, batch: Array) -> tuple[StreamState, Array, Array]:
-    """Sums of one batch of contexts (B, T, d), not yet reduced across devices."""
+# The streaming accumulator: stream_init / stream_update / stream_merge / stream_finalize. Pure
+# functions (jit, vmap over layers and shard_map over a "data" axis compose with them); the drivers
+# below (decompose_stream, decompose_sharded) and geomjax.extraction.decompose_model_stream jit them.
+
+
+def stream_init(
+    first_batch: Float[Array, "B T d"], accum_dtype: str = "float32", *, axis_name: str | None = None
+) -> StreamState:
+    """Empty streaming state whose shifts come from the first batch (B, T, d) (module docstring).
+
+    K = mean of the batch, p_hat[t] = mean_c (h[c, t] - m_c); both only fix where the sums are
+    taken, so any batch gives exact final statistics (the correction is applied in
+    :func:`stream_finalize`). The first batch is not accumulated: pass it to :func:`stream_update`
+    as usual. Inside ``shard_map`` over ``axis_name`` the shifts are averaged across devices
+    (equal-sized shards give the global batch's shifts), so every device holds the same state.
+    Pure and traceable; computed in ``accum_dtype`` (call it under
+    ``geomjax._checks.x64_context(accum_dtype)`` for float64 when JAX x64 is off).
+    """
+    dtype = check_accum_dtype(accum_dtype, "stream_init")
+    check_no_silent_float64(dtype, "stream_init", "accum_dtype")
+    x = jnp.asarray(first_batch).astype(dtype)
+    B, T, d = x.shape
+    reduce_mean = (lambda a: a) if axis_name is None else partial(jax.lax.pmean, axis_name=axis_name)
+    m = _mean_middle(x)  # (B, d)
+    z = jnp.zeros
+    return StreamState(
+        shift=reduce_mean(_sum_leading(m) / B),
+        pos_shift=reduce_mean(_sum_leading(x - m[:, None, :]) / B),
+        n_contexts=jnp.zeros((), jnp.int32),
+        sum_ctx=z((d,), dtype),
+        sum_within=z((T, d), dtype),
+        s_within=z((d, d), dtype),
+    )
+
+
+def stream_merge(state: StreamState, other: StreamState) -> StreamState:
+    """The state of both streams: ``other``'s sums added to ``state``'s (the ANOVA sums are additive).
+
+    Both must have been started with the same shifts (one :func:`stream_init`, as on every device
+    of a sharded stream); the shifts of ``state`` are kept. Pure and traceable.
+    """
+    return state.replace(
+        n_contexts=state.n_contexts + other.n_contexts,
+        sum_ctx=state.sum_ctx + other.sum_ctx,
+        sum_within=state.sum_within + other.sum_within,
+        s_within=state.s_within + other.s_within,
+    )
+
+
+def stream_update(
+    state: StreamState, batch: Float[Array, "B T d"], *, axis_name: str | None = None
+) -> tuple[StreamState, Float[Array, "B d"], Array]:
+    """Add one batch of contexts (B, T, d) to the state (the per-batch sums of the module docstring).
+
+    Returns ``(state, m, finite)``: the new state, m_c - K of shape (B, d) (the shifted context
+    means, which :func:`stream_finalize` needs in stream order), and whether the batch was all
+    finite (a bool scalar). Inside ``shard_map`` over ``axis_name`` (each device holding its rows
+    of the batch) the sums are ``psum``-reduced and ``finite`` covers every device, so the state
+    stays identical on all devices. Pure and traceable; the drivers jit it with the state donated.
+    """
     x = batch.astype(state.s_within.dtype) - state.shift[None, None, :]
     m = _mean_middle(x)  # (B, d): m_c - K
     a = x - m[:, None, :] - state.pos_shift[None, :, :]
-    sums = StreamState(
-        shift=state.shift,
-        pos_shift=state.pos_shift,
+    sums = state.replace(
         n_contexts=jnp.asarray(batch.shape[0], jnp.int32),
         sum_ctx=jnp.sum(m, axis=0),
         sum_within=_sum_leading(a),
         s_within=_gram(a),
     )
     finite = jnp.all(jnp.isfinite(batch))
-    return sums, m, finite
-
-
-def _add(state: StreamState, sums: StreamState) -> StreamState:
-    return state.replace(
-        n_contexts=state.n_contexts + sums.n_contexts,
-        sum_ctx=state.sum_ctx + sums.sum_ctx,
-        sum_within=state.sum_within + sums.sum_within,
-        s_within=state.s_within + sums.s_within,
-    )
-
-
-@partial(jax.jit, donate_argnums=(0,))
-def _update(state: StreamState, batch: Array) -> tuple[StreamState, Array, Array]:
-    sums, m, finite = _local_update(state, batch)
-    return _add(state, sums), m, finite
-
-
-def _sharded_update_fn(mesh: Mesh):
-    def local(state, batch):
-        sums, m, finite = _local_update(state, batch)
-        reduced = sums.replace(
-            n_contexts=jax.lax.psum(sums.n_contexts, AXIS),
-            sum_ctx=jax.lax.psum(sums.sum_ctx, AXIS),
-            sum_within=jax.lax.psum(sums.sum_within, AXIS),
-            s_within=jax.lax.psum(sums.s_within, AXIS),
+    if axis_name is not None:
+        sums = sums.replace(
+            n_contexts=jax.lax.psum(sums.n_contexts, axis_name),
+            sum_ctx=jax.lax.psum(sums.sum_ctx, axis_name),
+            sum_within=jax.lax.psum(sums.sum_within, axis_name),
+            s_within=jax.lax.psum(sums.s_within, axis_name),
         )
-        finite = jax.lax.pmin(finite.astype(jnp.int32), AXIS) > 0
-        return _add(state, reduced), m, finite
+        finite = jax.lax.pmin(finite.astype(jnp.int32), axis_name) > 0
+    return stream_merge(state, sums), m, finite
 
+
+_init_jit = jax.jit(stream_init, static_argnames=("accum_dtype", "axis_name"))
+_update_jit = jax.jit(stream_update, donate_argnums=(0,))
+
+
+@compiled_cache(maxsize=8)
+def _sharded_update(mesh: Mesh):
+    """:func:`stream_update` under ``shard_map`` over ``mesh`` (the batch sharded over contexts)."""
     mapped = jax.shard_map(
-        local,
+        partial(stream_update, axis_name=AXIS),
         mesh=mesh,
         in_specs=(P(), P(AXIS)),
         out_specs=(P(), P(AXIS), P()),
@@ -380,29 +403,15 @@ def _finalize(state: StreamState, ctx_shifted: Array, n_positions: int):
     return mean, pos, ctx, centered, resid
 
 
-def stream_init(first_batch: Float[Array, "B T d"], accum_dtype: str = "float32") -> StreamState:
-    """Empty streaming state whose shifts come from the first batch (B, T, d).
-
-    The first batch is only used to choose the shifts; pass it to ``stream_update`` as usual.
-    """
-    with _x64_context(accum_dtype):
-        return _init_from(jnp.asarray(first_batch), accum_dtype)
-
-
-def stream_update(state: StreamState, batch: Float[Array, "B T d"]) -> tuple[StreamState, Array]:
-    """Add one batch of contexts (B, T, d) to the state; returns (state, m_c - K of shape (B, d)).
-
-    The input state is donated (do not reuse it).
-    """
-    new, m, _ = _update(state, jnp.asarray(batch))
-    return new, m
-
-
 def stream_finalize(
     state: StreamState, ctx_shifted: Float[Array, "C d"], n_positions: int, accum_dtype: str
 ) -> DecompositionStats:
-    """Turn accumulated sums into mean, pos, ctx and the two second moments (exact shifts)."""
-    with _x64_context(accum_dtype):
+    """Turn accumulated sums into mean, pos, ctx and the two second moments (exact shifts).
+
+    ``ctx_shifted`` is the concatenation, in stream order, of the ``m`` every
+    :func:`stream_update` returned; ``n_positions`` is T (after any dropped position).
+    """
+    with x64_context(accum_dtype):
         mean, pos, ctx, centered, resid = _finalize(state, ctx_shifted, n_positions)
     return DecompositionStats(
         mean=mean,
@@ -456,7 +465,8 @@ def decompose_stream(
     if first is None:
         raise ValueError("decompose_stream: the stream of batches is empty")
     iterator = itertools.chain([first], iterator)
-    with x64_if_float64(first):
+    check_accum_dtype(accum_dtype, "decompose_stream")
+    with x64_context(first):
         return _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total)
 
 
@@ -472,7 +482,7 @@ def _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total) 
     finite_flags: list[Array] = []
     shape_Td: tuple[int, int] | None = None
     update = None
-    with _x64_context(accum_dtype):
+    with x64_context(accum_dtype):
         for i, batch in enumerate(iterator):
             if not hasattr(batch, "dtype"):
                 batch = np.asarray(batch)
@@ -494,8 +504,8 @@ def _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total) 
             else:
                 x = jnp.asarray(x)
             if state is None:
-                state = _init_from(x, accum_dtype)
-                update = _update if mesh is None else _sharded_update_fn(mesh)
+                state = _init_jit(x, accum_dtype)
+                update = _update_jit if mesh is None else _sharded_update(mesh)
             state, m, finite = update(state, x)
             ctx_chunks.append(m)
             finite_flags.append(finite)
@@ -513,7 +523,7 @@ def _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total) 
         raise ValueError(
             f"decompose_stream: need at least 2 contexts in total, got {int(state.n_contexts)}"
         )
-    with _x64_context(accum_dtype):
+    with x64_context(accum_dtype):
         ctx_shifted = jnp.concatenate(ctx_chunks, axis=0)
     return stream_finalize(state, ctx_shifted, shape_Td[0], accum_dtype)
 

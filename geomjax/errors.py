@@ -9,8 +9,12 @@ who already catch ``ValueError`` keep working.
 
 from __future__ import annotations
 
-__all__ = ["GeomjaxError"]
+__all__ = ["GeomjaxError", "GeomjaxTypeError"]
 
 
 class GeomjaxError(ValueError):
     """An anticipated, user-fixable error; its message names the problem and the fix."""
+
+
+class GeomjaxTypeError(GeomjaxError, TypeError):
+    """A GeomjaxError about a wrong dtype; also a ``TypeError`` (what NumPy/JAX raise for dtypes)."""

@@ -10,22 +10,20 @@ replicated, and the sums are combined with ``psum`` inside ``jax.shard_map``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache, partial
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
+from geomjax._checks import check_accum_dtype, compiled_cache, x64_context
 from geomjax.decomposition import (
     DecompositionStats,
     StreamState,
-    _add,
-    _local_update,
-    _mean_middle,
-    _sum_leading,
-    _x64_context,
     stream_finalize,
+    stream_init,
+    stream_update,
 )
 from geomjax.models.interface import model_interface
 from geomjax.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
@@ -85,61 +83,35 @@ def hidden_state_forward(model, which: str = "hidden_states", compute_dtype: str
     return mixed_precision(forward, compute_dtype)
 
 
-def _init_shifts(x: Array, dtype, reduce_mean) -> tuple[Array, Array]:
-    """Shifts (K (d,), p_hat (T, d)) from a batch (B, T, d), averaged across devices."""
-    x = x.astype(dtype)
-    B = x.shape[0]
-    m = _mean_middle(x)  # (B, d); GEMV-based reductions: see decomposition._sum_leading
-    return (reduce_mean(_sum_leading(m) / B),
-            reduce_mean(_sum_leading(x - m[:, None, :]) / B))
-
-
-def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype,
-               reduce_sum, reduce_mean, reduce_all):
+def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype, axis_name):
+    """One batch of windows: the forward pass, then :func:`~geomjax.decomposition.stream_update` of
+    every hidden state (vmapped over layers); the first batch also sets the shifts
+    (:func:`~geomjax.decomposition.stream_init`)."""
     states = forward(params, ids)
     x = jnp.stack(list(states))  # (L, B, T, d)
     if drop_first:
         x = x[:, :, 1:, :]
-    shift, pos_shift = jax.vmap(lambda xl: _init_shifts(xl, dtype, reduce_mean))(x)
-    state = state.replace(
-        shift=jnp.where(is_first, shift, state.shift),
-        pos_shift=jnp.where(is_first, pos_shift, state.pos_shift),
-    )
-    sums, m, finite = jax.vmap(_local_update)(state, x)
-    sums = jax.tree.map(reduce_sum, sums)
-    return jax.vmap(_add)(state, sums), m, reduce_all(jnp.all(finite))
+    fresh = jax.vmap(partial(stream_init, accum_dtype=dtype, axis_name=axis_name))(x)
+    state = jax.tree.map(lambda f, s: jnp.where(is_first, f, s), fresh, state)
+    state, m, finite = jax.vmap(partial(stream_update, axis_name=axis_name))(state, x)
+    return state, m, jnp.all(finite)
 
 
-def _empty_state(n_states: int, T: int, d: int, dtype) -> StreamState:
-    z = partial(jnp.zeros, dtype=dtype)
-    L = n_states
-    return StreamState(
-        shift=z((L, d)), pos_shift=z((L, T, d)), n_contexts=jnp.zeros((L,), jnp.int32),
-        sum_ctx=z((L, d)), sum_within=z((L, T, d)), s_within=z((L, d, d)),
-    )
+def _empty_state(n_states: int, T: int, d: int, dtype: str) -> StreamState:
+    """Zero state of the right shapes for ``n_states`` stacked layers (replaced on the first step)."""
+    shapes = jax.eval_shape(jax.vmap(partial(stream_init, accum_dtype=dtype)),
+                            jax.ShapeDtypeStruct((n_states, 1, T, d), dtype))
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-@lru_cache(maxsize=32)
+@compiled_cache(maxsize=32)
 def _make_step(forward, drop_first, dtype, mesh):
     """The jitted step for (forward, conventions, mesh); cached so a repeated call with the same
     forward function reuses its compilation instead of re-tracing."""
     if mesh is None:
-        ident = lambda a: a  # noqa: E731
-        body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype,
-                       reduce_sum=ident, reduce_mean=ident, reduce_all=ident)
+        body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, axis_name=None)
         return jax.jit(body, donate_argnums=(0,))
-
-    def psum(a):
-        return jax.lax.psum(a, AXIS)
-
-    def pmean(a):
-        return jax.lax.pmean(a, AXIS)
-
-    def pall(a):
-        return jax.lax.pmin(a.astype(jnp.int32), AXIS) > 0
-
-    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype,
-                   reduce_sum=psum, reduce_mean=pmean, reduce_all=pall)
+    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, axis_name=AXIS)
     mapped = jax.shard_map(
         body, mesh=mesh,
         in_specs=(P(), P(), P(AXIS), P()),
@@ -188,6 +160,7 @@ def decompose_model_stream(
       ValueError: empty stream, non-integer or non-2-D ids, T changing, fewer than 2 windows,
         NaN/Inf hidden states (names the batch).
     """
+    check_accum_dtype(accum_dtype, "decompose_model_stream")
     iterator = iter(id_batches)
     if progress:
         from tqdm.auto import tqdm
@@ -200,7 +173,7 @@ def decompose_model_stream(
     T_in = None
     if mesh is not None:
         params = replicate(params, mesh)
-    with _x64_context(accum_dtype):
+    with x64_context(accum_dtype):
         for i, ids in enumerate(iterator):
             ids_np = np.asarray(ids)
             if ids_np.ndim != 2 or not np.issubdtype(ids_np.dtype, np.integer):
@@ -250,7 +223,7 @@ def decompose_model_stream(
     n_ctx = int(state.n_contexts[0])
     if n_ctx < 2:
         raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")
-    with _x64_context(accum_dtype):
+    with x64_context(accum_dtype):
         ctx_all = jnp.concatenate(ctx_chunks, axis=1)  # (L, C, d)
     T_used = T_in - int(drop_first)
     out = []

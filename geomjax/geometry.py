@@ -27,7 +27,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import check_no_silent_float64, float64_aware, is_concrete as _is_concrete
+from geomjax._checks import (
+    HIGHEST as _HIGHEST,
+    as_float_array,
+    as_matrix as _matrix,
+    check_finite,
+    check_nonzero_rows,
+    float64_aware,
+    is_concrete as _is_concrete,
+)
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -41,85 +49,6 @@ __all__ = [
     "cluster_compactness",
     "pca_projections",
 ]
-
-_HIGHEST = jax.lax.Precision.HIGHEST
-
-
-# ----------------------------------------------------------------------------------------------
-# Validation and dtype helpers (shared with geomjax.spectral)
-# ----------------------------------------------------------------------------------------------
-
-
-def as_float_array(
-    x: ArrayLike, name: str, ndim: int, shape_doc: str, finite: bool = False
-) -> jax.Array:
-    """Checks rank, floating dtype (and optionally finiteness); returns a JAX array, same dtype."""
-    if not hasattr(x, "dtype"):
-        x = np.asarray(x)
-    if x.ndim != ndim:
-        raise ValueError(
-            f"{name} must be a rank-{ndim} array of shape {shape_doc}, got shape {tuple(x.shape)}"
-        )
-    dt = np.dtype(x.dtype)
-    if not (np.issubdtype(dt, np.floating) or dt.name == "bfloat16"):
-        raise TypeError(f"{name} must be a floating-point array, got dtype {dt}")
-    check_no_silent_float64(dt, "geomjax.geometry", name)  # float64_aware prevents it for public fns
-    if finite:
-        check_finite(x, name)
-    return jnp.asarray(x)
-
-
-@jax.jit
-def _count_nonfinite(x: jax.Array) -> jax.Array:
-    return jnp.sum(~jnp.isfinite(x))
-
-
-@jax.jit
-def _zero_rows(x: jax.Array) -> jax.Array:
-    return jnp.sum(x * x, axis=-1) == 0
-
-
-def check_finite(x: ArrayLike, name: str) -> None:
-    """Raises ValueError if a concrete ``x`` holds NaN or Inf (no-op under tracing)."""
-    if _is_concrete(x):
-        if isinstance(x, np.ndarray):
-            bad = int(np.count_nonzero(~np.isfinite(x)))
-        else:
-            bad = int(_count_nonfinite(x))
-        if bad:
-            raise ValueError(
-                f"{name} contains {bad} NaN/Inf value(s); remove or impute them before the metric"
-            )
-
-
-def check_min_rows(x: jax.Array, name: str, minimum: int, what: str) -> None:
-    if x.shape[0] < minimum:
-        raise ValueError(
-            f"{name} needs at least {minimum} {what} (rows), got shape {tuple(x.shape)}"
-        )
-
-
-def check_nonzero_rows(x: jax.Array, name: str) -> None:
-    """Raises ValueError if a concrete ``x`` has a row of zero norm (its cosine is undefined)."""
-    if _is_concrete(x):
-        if isinstance(x, np.ndarray):
-            zero = np.flatnonzero(np.einsum("...d,...d->...", x, x) == 0)
-        else:
-            zero = np.flatnonzero(np.asarray(_zero_rows(x)))
-        if zero.size:
-            raise ValueError(
-                f"{name} has {zero.size} row(s) of zero norm (first: row {int(zero[0])}); "
-                "their cosine similarity is undefined"
-            )
-
-
-def _matrix(x: ArrayLike, name: str, shape_doc: str, min_rows: int, what: str) -> jax.Array:
-    x = as_float_array(x, name, 2, shape_doc, finite=True)
-    check_min_rows(x, name, min_rows, what)
-    if x.shape[1] < 1:
-        raise ValueError(f"{name} must have width d >= 1, got shape {tuple(x.shape)}")
-    return x
-
 
 def _labels(labels: ArrayLike, n: int, name: str = "labels") -> jax.Array:
     if not hasattr(labels, "dtype"):

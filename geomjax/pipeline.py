@@ -410,7 +410,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True)
       ``summary`` (mean ± std across layers, Tables 1-2), singular values and timings.
     """
     from geomjax import extraction, geometry, plots, spectral, study
-    from geomjax.decomposition import _x64_context
+    from geomjax._checks import x64_context as _x64_context
 
     t0 = time.perf_counter()
     validate_geometry(cfg)

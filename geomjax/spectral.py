@@ -39,15 +39,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import float64_aware
-from geomjax.geometry import (
-    _is_concrete,
-    _matrix,
-    _normalized_gram,
+from geomjax._checks import (
+    HIGHEST as _HIGHEST,
     as_float_array,
+    as_matrix as _matrix,
     check_finite,
     check_nonzero_rows,
+    float64_aware,
+    is_concrete as _is_concrete,
 )
+from geomjax.geometry import normalized_gram
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -70,7 +71,6 @@ STRATEGIES = ("i", "0", "w")
 _N_BISECT = 64
 _LOG_GAP_LO = float(np.log(1e-14))
 _LOG_GAP_HI = float(np.log(1e12))
-_HIGHEST = jax.lax.Precision.HIGHEST
 
 
 # ----------------------------------------------------------------------------------------------
@@ -568,7 +568,7 @@ def _relative_norm_moments(P, S, c):
 
 @functools.partial(jax.jit, static_argnames="n_freq")
 def _dct_gram(P: jax.Array, n_freq: int | None) -> jax.Array:
-    F = jax.scipy.fft.dctn(_normalized_gram(P), type=2, norm="ortho")
+    F = jax.scipy.fft.dctn(normalized_gram(P), type=2, norm="ortho")
     return F if n_freq is None else F[:n_freq, :n_freq]
 
 

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import geometry, spectral
-from geomjax.decomposition import DecompositionStats, _x64_context
+from geomjax._checks import x64_context as _x64_context
+from geomjax.decomposition import DecompositionStats
 
 __all__ = ["StudyOptions", "layer_metrics", "summarize_layers", "theorem1_on_pos",
            "token_cluster_metrics", "top_singular_values"]
