@@ -28,8 +28,10 @@ cached globally.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -69,7 +71,9 @@ def has_float64(a: Any, _in_list: bool = False) -> bool:
     if _in_list and isinstance(a, float):
         return True
     dt = getattr(a, "dtype", None)
-    return dt is not None and np.dtype(dt) == np.float64
+    if dt is None or jax.dtypes.issubdtype(dt, jax.dtypes.extended):  # e.g. PRNG key arrays
+        return False
+    return np.dtype(dt) == np.float64
 
 
 def x64_context(*inputs) -> contextlib.AbstractContextManager:
@@ -81,16 +85,31 @@ def x64_context(*inputs) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
-def float64_aware(fn: _F) -> _F:
+def float64_aware(fn: _F | None = None, *, arrays: tuple[str, ...] = ()) -> Any:
     """Decorator applying the dtype rule: ``fn`` runs under :func:`x64_context` of its arguments, so
-    a NumPy float64 array or a Python list of floats is computed in float64."""
+    a NumPy float64 array or a Python list of floats is computed in float64.
+
+    ``arrays`` names the parameters that are arrays: a (nested) Python list or tuple passed there
+    becomes a NumPy array first (``np.asarray``: Python floats give float64), so that jitted
+    functions, which would read a list as a pytree of scalars, accept lists too. Use as
+    ``@float64_aware`` or ``@float64_aware(arrays=("x", "W"))`` (outside any ``jax.jit``).
+    """
+    if fn is None:
+        return functools.partial(float64_aware, arrays=arrays)
+    sig = inspect.signature(fn) if arrays else None
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if sig is not None:
+            bound = sig.bind(*args, **kwargs)
+            for name in arrays:
+                if isinstance(bound.arguments.get(name), (list, tuple)):
+                    bound.arguments[name] = np.asarray(bound.arguments[name])
+            args, kwargs = bound.args, bound.kwargs
         with x64_context(*args, *kwargs.values()):
             return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def check_accum_dtype(accum_dtype: str, where: str = "accum_dtype") -> str:
@@ -207,7 +226,7 @@ def as_matrix(x, name: str, shape_doc: str, min_rows: int, what: str) -> jax.Arr
 # Compiled-program caches
 # ----------------------------------------------------------------------------------------------
 
-COMPILED_CACHES: dict[str, Callable[..., Any]] = {}
+COMPILED_CACHES: dict[str, Any] = {}
 """Every module-level cache of compiled programs, by qualified name (module.function)."""
 
 
@@ -221,6 +240,40 @@ def compiled_cache(maxsize: int = 32) -> Callable[[_F], _F]:
         return cached  # type: ignore[return-value]
 
     return decorate
+
+
+class BoundedCache(collections.OrderedDict):
+    """A dict of compiled programs keyed by hashable configs, holding at most ``maxsize`` entries
+    (least recently used evicted), for programs built where ``compiled_cache`` cannot key them
+    (e.g. ``.lower(args).compile()`` on concrete arguments). Create it with :func:`bounded_cache`."""
+
+    def __init__(self, maxsize: int):
+        super().__init__()
+        self.maxsize = int(maxsize)
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.move_to_end(key)
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.maxsize:
+            self.popitem(last=False)
+
+    def cache_clear(self) -> None:
+        """Empty the cache (the ``functools.lru_cache`` spelling, for :func:`clear_compiled_caches`)."""
+        self.clear()
+
+
+def bounded_cache(name: str, maxsize: int = 8) -> BoundedCache:
+    """A :class:`BoundedCache` registered in :data:`COMPILED_CACHES` under ``name``."""
+    cache = COMPILED_CACHES[name] = BoundedCache(maxsize)
+    return cache
 
 
 def clear_compiled_caches() -> None:

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from geomjax._checks import as_real_array
+from geomjax._checks import as_real_array, float64_aware
 from geomjax.models.bloom import alibi_slopes
 from geomjax.models.common import check_input_ids
 from geomjax.models.interface import kv_expanded, model_interface
@@ -334,6 +334,7 @@ class QKParts:
         return self.pos_pos + self.pos_cvec + self.cvec_pos + self.cvec_cvec + self.mean + self.bias
 
 
+@float64_aware(arrays=('scores',))
 @functools.partial(jax.jit, static_argnames=("causal",))
 def causal_softmax(scores: Float[Array, "... T S"], causal: bool = True) -> Float[Array, "... T S"]:
     """Causal attention softmax(scores) per row (Vaswani et al. eq. 1), keys s > t masked when causal.
@@ -356,6 +357,7 @@ def _rotate(a: Float[Array, "T K"], cos: Array | None, sin: Array | None) -> Arr
     return a * cos + jnp.concatenate([-a[..., half:], a[..., :half]], axis=-1) * sin
 
 
+@float64_aware(arrays=('x', 'mean', 'pos', 'W_q', 'W_k', 'b_q', 'b_k', 'rope_inv_freq'))
 @functools.partial(jax.jit, static_argnames=("remove_mean", "causal"))
 def qk_decomposition(
     x: Float[Array, "T d"],
@@ -542,6 +544,7 @@ def _pattern_masks(ids: np.ndarray, window: int) -> dict[str, np.ndarray]:
     return {"self_token": same, "neighbours": neigh, "copying": copy}
 
 
+@float64_aware(arrays=('attn', 'ids'))
 def head_pattern_scores(attn: Float[Array, "H T T"], ids: Int[Array, " T"], *, window: int = 2,
                         causal: bool = True) -> dict[str, np.ndarray]:
     """Attention mass of each head on the three §4.1 patterns (Song & Zhong Fig. 4), per head.
@@ -623,6 +626,7 @@ def classify_heads(scores: dict[str, np.ndarray], *, min_lift: float = 0.15) -> 
     return [HEAD_TYPES[b] if lifts[b, h] >= min_lift else "other" for h, b in enumerate(best)]
 
 
+@float64_aware(arrays=('W_E', 'W_v', 'W_o', 'W_U'))
 def ov_copying_scores(W_E: Float[Array, "V d"], W_v: Float[Array, "H d K"], W_o: Float[Array, "H K d"],
                       W_U: Float[Array, "d V"]) -> np.ndarray:
     """Copying score of each head's OV circuit (Elhage et al. 2021): Σ Re λ / Σ |λ| of W_E W_v W_o W_U.
@@ -645,6 +649,7 @@ def ov_copying_scores(W_E: Float[Array, "V d"], W_v: Float[Array, "H d K"], W_o:
     return np.asarray(out)
 
 
+@float64_aware(arrays=('attn',))
 @functools.partial(jax.jit, static_argnames=("skip_first",))
 def attention_entropy(attn: Float[Array, "... T S"], *, skip_first: int = 1) -> Array:
     """Mean Shannon entropy (nats) of attention rows, −Σ_s p_s log p_s, over query rows t >= skip_first.
@@ -664,6 +669,7 @@ def attention_entropy(attn: Float[Array, "... T S"], *, skip_first: int = 1) -> 
 # ---------------------------------------------------------------------------------- W structure
 
 
+@float64_aware(arrays=('W_q', 'W_k'))
 @jax.jit
 def w_matrix(W_q: Float[Array, "... d K"], W_k: Float[Array, "... d K"]) -> Float[Array, "... d d"]:
     """W = W_q W_kᵀ / √d_head per head (Song & Zhong eq. (8)); LayerNorm and biases not folded in."""
@@ -671,6 +677,7 @@ def w_matrix(W_q: Float[Array, "... d K"], W_k: Float[Array, "... d K"]) -> Floa
     return jnp.einsum("...ik,...jk->...ij", W_q, W_k) / math.sqrt(K)
 
 
+@float64_aware(arrays=('W', 'V'))
 @jax.jit
 def rotate_offdiagonal(W: Float[Array, "d d"], V: Float[Array, "d d"]) -> Float[Array, "d d"]:
     """Vᵀ (W − diag W) V: the off-diagonal part of W in the basis of V's columns (Song & Zhong Fig. 5).
@@ -682,6 +689,7 @@ def rotate_offdiagonal(W: Float[Array, "d d"], V: Float[Array, "d d"]) -> Float[
     return V.T @ Wo @ V
 
 
+@float64_aware(arrays=('R',))
 def universal_threshold(R: Float[Array, "d d"], n: int | None = None) -> Array:
     """√(2 log n²) · std(R), the threshold of Song & Zhong Fig. 5 (REFERENCE.md: √(2 log C²)·std).
 
@@ -697,12 +705,14 @@ def _std(R):
     return jnp.std(R)
 
 
+@float64_aware(arrays=('R',))
 @jax.jit
 def hard_threshold(R: Array, tau) -> Array:
     """Hard-threshold a matrix (Song & Zhong Fig. 5 denoising): keep entries with |R| > tau, zero the rest."""
     return jnp.where(jnp.abs(R) > tau, R, 0.0)
 
 
+@float64_aware(arrays=('R',))
 def topleft_energy_fraction(R: Float[Array, "d d"], Ks: Sequence[int]) -> np.ndarray:
     """Energy fraction Σ_{i,j<K} R_ij² / Σ R_ij² of the top-left K×K block of R (d, d), per K (Song & Zhong §4.2).
 
@@ -737,6 +747,7 @@ def _low_rank_diag_fit(W, V_K, n_iter):
     return L, D, jnp.linalg.norm(res) / jnp.linalg.norm(W)
 
 
+@float64_aware(arrays=('W', 'V_K'))
 def low_rank_diag_fit(W: Float[Array, "d d"], V_K: Float[Array, "d K"], n_iter: int = 50
                       ) -> tuple[Array, Array, float]:
     """Least-squares fit W ≈ V_K L V_Kᵀ + D (Song & Zhong eq. (8)), D diagonal, by block coordinate descent.
@@ -758,6 +769,7 @@ def _surviving_fraction(R_thr, Ks) -> np.ndarray:
     return np.where(np.isnan(f), 0.0, f)
 
 
+@float64_aware(arrays=('W', 'P'))
 def w_structure(W: Float[Array, "d d"], P: Float[Array, "T d"], key: Key, *,
                 Ks: Sequence[int] = (10, 20, 30, 40, 50, 60), n_random: int = 8, fit_K: int = 20) -> dict[str, Any]:
     """Song & Zhong §4.2 / Fig. 5 analysis of one head's W against the positional basis P.
@@ -805,6 +817,7 @@ def w_structure(W: Float[Array, "d d"], P: Float[Array, "T d"], key: Key, *,
 # ------------------------------------------------------------------------------- smoothness
 
 
+@float64_aware(arrays=('M',))
 def matrix_smoothness(M: Float[Array, "T S"], *, hf_cutoff: float = 0.25) -> dict[str, float]:
     """Smoothness of a score map such as the pos-pos component (Song & Zhong §5.2 "fractured" patterns).
 

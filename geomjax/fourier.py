@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.models.toy import check_one_layer
 from geomjax.typing import Array, Float, Int
 
 __all__ = [
@@ -297,8 +298,6 @@ def clock_activations(params: dict, mcfg, p: int) -> ClockActivations:
       mcfg: its :class:`~geomjax.models.toy.ToyConfig` (vocab p + 1).
       p: modulus.
     """
-    from geomjax.train.grokking import check_one_layer
-
     check_one_layer(mcfg)
     if mcfg.vocab_size != p + 1:
         raise ValueError(f"clock_activations: the model's vocab_size is {mcfg.vocab_size}, expected p + 1 = {p + 1}")

@@ -85,7 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import as_real_array, is_concrete as _concrete
+from geomjax._checks import as_real_array, float64_aware, is_concrete as _concrete
 from geomjax.typing import Array, Float, Key
 
 __all__ = [
@@ -479,6 +479,7 @@ def _sparse_matrix(coef, U, V):
     return jnp.einsum("k,ki,kj->ij", coef, U, V)
 
 
+@float64_aware(arrays=('coef', 'U', 'V'))
 def sparse_matrix(coef: Float[Array, " s"], U: Float[Array, "s d"], V: Float[Array, "s d"]) -> Float[Array, "d d"]:
     """W = Σ_{k≤s} a_k u_k v_kᵀ: a matrix s-sparsely represented by two bases (Song & Zhong eq. (11)).
 
@@ -521,6 +522,7 @@ def _bilinear(W, z, z2):
     return jnp.dot(z, jnp.dot(W, z2))
 
 
+@float64_aware(arrays=('W', 'z', 'z2'))
 def log_kernel(W: Float[Array, "d d"], z: Float[Array, " d"], z2: Float[Array, " d"]) -> Float[Array, ""]:
     """log K_W(z, z') = zᵀ W z' (Song & Zhong §4.3, the kernel before eq. (9)).
 
@@ -537,6 +539,7 @@ def log_kernel(W: Float[Array, "d d"], z: Float[Array, " d"], z2: Float[Array, "
     return _bilinear(*_check_bilinear(W, z, z2, "log_kernel"))
 
 
+@float64_aware(arrays=('W', 'z', 'z2'))
 def kernel(W: Float[Array, "d d"], z: Float[Array, " d"], z2: Float[Array, " d"]) -> Float[Array, ""]:
     """K_W(z, z') = exp(zᵀ W z') (Song & Zhong §4.3, the kernel used in eq. (9)).
 
@@ -578,6 +581,7 @@ for _a in range(2):
         _KEPT[_a, _b, _a, _b] = True
 
 
+@float64_aware(arrays=('cq', 'tq', 'ck', 'tk'))
 def factorized_log_kernel(
     Ws: Float[Array, "2 2 d d"], cq: Float[Array, " d"], tq: Float[Array, " d"], ck: Float[Array, " d"], tk: Float[Array, " d"]
 ) -> Float[Array, ""]:
@@ -600,6 +604,7 @@ def factorized_log_kernel(
     return jnp.sum(jnp.where(jnp.asarray(_KEPT), F, 0.0))
 
 
+@float64_aware(arrays=('cq', 'tq', 'ck', 'tk'))
 def log_factorization_error(
     Ws: Float[Array, "2 2 d d"], cq: Float[Array, " d"], tq: Float[Array, " d"], ck: Float[Array, " d"], tk: Float[Array, " d"]
 ) -> Float[Array, ""]:
@@ -622,6 +627,7 @@ def log_factorization_error(
     return jnp.sum(jnp.where(jnp.asarray(_KEPT), 0.0, F))
 
 
+@float64_aware(arrays=('cq', 'tq', 'ck', 'tk'))
 def relative_error(
     Ws: Float[Array, "2 2 d d"], cq: Float[Array, " d"], tq: Float[Array, " d"], ck: Float[Array, " d"], tk: Float[Array, " d"]
 ) -> Float[Array, ""]:
@@ -641,6 +647,7 @@ def _incoherence(B1, B2):
     return jnp.max(jnp.abs(B1 @ B2.T))
 
 
+@float64_aware(arrays=('B1', 'B2'))
 def incoherence(B1: Float[Array, "n1 d"], B2: Float[Array, "n2 d"]) -> Float[Array, ""]:
     """Mutual incoherence incoh = max{|⟨c, t⟩| : c ∈ B_1⁰, t ∈ B_2⁰} (Song & Zhong §4.3, before eq. (10)).
 

@@ -55,6 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import compiled_cache
 from geomjax._repr import summarize
 from geomjax.convert import load_pretrained, minilm_path, resolve_checkpoint
 from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
@@ -271,7 +272,7 @@ def _hook_name(module: HookPoint) -> str:
     return module.hook_name
 
 
-@functools.lru_cache(maxsize=64)
+@compiled_cache(maxsize=64)
 def _compiled(iface: ModelInterface, keep, hooks: tuple):
     """``(jit(run), seen)``: run(params, ids) -> (out, {name: activation}); ``seen`` collects every
     hook-point name met while tracing (for the unknown-name check)."""

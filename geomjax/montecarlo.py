@@ -27,7 +27,6 @@ masked (its surplus draws are computed and discarded, never counted), so no samp
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +37,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
+from geomjax._checks import compiled_cache
 from geomjax._repr import with_compact_repr
 from geomjax.parallel import AXIS
 from geomjax.typing import Array, Float, Key
@@ -350,7 +350,7 @@ def _make_driver(sample_fn, n_samples: int, chunk: int, mesh, dtype: str):
     return jax.jit(jax.shard_map(run_chunks, mesh=mesh, in_specs=P(), out_specs=P()))
 
 
-@functools.lru_cache(maxsize=64)
+@compiled_cache(maxsize=64)
 def _cached_driver(sample_fn, n_samples: int, chunk: int, mesh, dtype: str):
     return _make_driver(sample_fn, n_samples, chunk, mesh, dtype)
 

@@ -28,7 +28,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
+
+from geomjax import data, parallel, pipeline
+from geomjax.extraction import decompose_model_stream, hidden_state_forward
+from geomjax.models.toy import ToyTransformer, nanogpt_config
 
 __all__ = ["main", "launch_local", "toy_problem", "stats_arrays"]
 
@@ -40,11 +45,6 @@ def toy_problem(n_contexts: int, seq_len: int, seed: int = 0):
       (forward, params, ids) with ``forward(params, ids (B, T)) -> L+1 states (B, T, d)`` and
       ``ids`` of shape (n_contexts, seq_len), identical in every process for the same seed.
     """
-    import jax
-
-    from geomjax.extraction import hidden_state_forward
-    from geomjax.models.toy import ToyTransformer, nanogpt_config
-
     cfg = nanogpt_config(61, n_layers=2, n_heads=2, d_model=32, d_mlp=64, max_len=max(seq_len, 8),
                          dropout=0.0)
     model = ToyTransformer(cfg)
@@ -135,13 +135,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _minilm_problem(n_contexts: int, seq_len: int, seed: int):
-    from geomjax import data, pipeline
-    from geomjax.extraction import hidden_state_forward
-
     model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
     docs = data.wikitext2()
     w = data.sample_windows([tok.encode(t) for _, t in docs[:8]], n_contexts, seq_len,
-                            __import__("jax").random.key(seed))
+                            jax.random.key(seed))
     return hidden_state_forward(model, "residual"), params, np.asarray(w.ids, np.int32)
 
 
@@ -157,11 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         res = launch_local(args.launch_local, args.devices_per_process, passed)
         sys.stdout.write(res[0].stdout)
         return 0
-
-    import jax
-
-    from geomjax import parallel
-    from geomjax.extraction import decompose_model_stream
 
     if args.model not in ("toy", "minilm"):
         raise ValueError(f"--model must be 'toy' or 'minilm', got {args.model!r}")

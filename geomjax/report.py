@@ -20,35 +20,10 @@ from typing import Any
 import numpy as np
 
 from geomjax.errors import GeomjaxError
+from geomjax.io import to_jsonable
 
 __all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
            "render_html", "render_run"]
-
-
-def to_jsonable(x: Any) -> Any:
-    """Convert arrays, NumPy/JAX scalars, dataclasses and paths into JSON-serialisable values."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: to_jsonable(getattr(x, f.name)) for f in dataclasses.fields(x)}
-    if isinstance(x, dict):
-        return {str(k): to_jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_jsonable(v) for v in x]
-    if isinstance(x, Path):
-        return str(x)
-    if hasattr(x, "__array__") and not isinstance(x, (str, bytes)):
-        a = np.asarray(x)
-        if a.ndim == 0:
-            return to_jsonable(a.item())
-        return [to_jsonable(v) for v in a.tolist()]
-    if isinstance(x, float):
-        if np.isnan(x):
-            return "NaN"
-        if np.isinf(x):
-            return "Infinity" if x > 0 else "-Infinity"
-        return x
-    if isinstance(x, (np.integer, np.floating, np.bool_)):
-        return to_jsonable(x.item())
-    return x
 
 
 @dataclasses.dataclass

@@ -55,7 +55,7 @@ import numpy as np
 
 from jaxtyping import Complex
 
-from geomjax._checks import as_real_array, is_concrete
+from geomjax._checks import as_real_array, float64_aware, is_concrete
 from geomjax.typing import Array, Float
 
 __all__ = [
@@ -154,6 +154,7 @@ def _double_center(G):
     return G - G.mean(axis=0, keepdims=True) - G.mean(axis=1, keepdims=True) + G.mean()
 
 
+@float64_aware(arrays=('G',))
 def double_center(G: Float[Array, "T T"]) -> Float[Array, "T T"]:
     """H G H with H = I − 11ᵀ/T: the Gram matrix of centred positions (Song & Zhong eq. (3)).
 
@@ -176,6 +177,7 @@ def _reflect(G):
     return jnp.concatenate([top, bottom], axis=0)
 
 
+@float64_aware(arrays=('G',))
 def reflected_gram(G: Float[Array, "T T"]) -> Float[Array, "2T 2T"]:
     """Extended and reflected Gram matrix G̃ (Song & Zhong eq. (4)).
 
@@ -204,6 +206,7 @@ def _fd(A, m: int, scale):
     return A
 
 
+@float64_aware(arrays=('G_tilde',))
 def finite_difference(
     G_tilde: Float[Array, "N N"], m: int, *, scale: float | None = None
 ) -> Float[Array, "N N"]:
@@ -235,6 +238,7 @@ def finite_difference(
     return _fd(A, int(m), jnp.asarray(s, A.dtype))
 
 
+@float64_aware(arrays=('G_tilde',))
 def finite_difference_rounding(G_tilde: Float[Array, "N N"], m: int) -> float:
     """Order-of-magnitude rounding error of the entries of Δ^{(m,m)} G̃ computed in its dtype.
 
@@ -342,6 +346,7 @@ def _best_fit(G, k: int, convention: str):
     return LowFrequencyFit(B=B, fit=fit, err_op=norms[0], err_op_lower=norms[1])
 
 
+@float64_aware(arrays=('G',))
 def best_low_frequency_fit(G: Float[Array, "T T"], k: int, *, convention: Basis = "printed") -> LowFrequencyFit:
     """Frobenius-optimal PSD fit (F_{≤k}B)(F_{≤k}B)ᵀ of G, with op-norm bounds (Song & Zhong eq. (6)).
 
@@ -407,6 +412,7 @@ def _proof_fit(G, k, index_set: str):
     return back.real.astype(G.dtype) if index_set == "symmetric" else back
 
 
+@float64_aware(arrays=('G',))
 def proof_fit(
     G: Float[Array, "T T"], k: int, *, index_set: Literal["symmetric", "printed"] = "symmetric"
 ) -> Float[Array, "T T"] | Complex[Array, "T T"]:
@@ -489,6 +495,7 @@ def _delta_max(G, m: int):
     return jnp.max(jnp.abs(_fd(Gt, int(m), jnp.asarray(G.shape[0] ** 2, G.dtype))))
 
 
+@float64_aware(arrays=('G',))
 def theorem1_rhs(
     G: Float[Array, "T T"], k: int, m: int, *, constant: Literal["printed", "corrected"] = "printed"
 ) -> Float[Array, ""]:
@@ -514,6 +521,7 @@ def theorem1_rhs(
     return c * _delta_max(G, int(m))
 
 
+@float64_aware(arrays=('G',))
 def theorem1_bound(
     G: Float[Array, "T T"],
     k: int,
@@ -653,6 +661,7 @@ class Theorem1Table:
         return out
 
 
+@float64_aware(arrays=('G',))
 def theorem1_table(
     G: Float[Array, "T T"], ks=tuple(range(1, 21)), ms=tuple(range(1, 5))
 ) -> Theorem1Table:

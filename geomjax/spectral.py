@@ -39,15 +39,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import (
-    HIGHEST as _HIGHEST,
-    as_float_array,
-    as_matrix as _matrix,
-    check_finite,
-    check_nonzero_rows,
-    float64_aware,
-    is_concrete as _is_concrete,
-)
+from geomjax._checks import HIGHEST as _HIGHEST, as_float_array, as_matrix as _matrix, check_finite
+from geomjax._checks import check_nonzero_rows, float64_aware, is_concrete as _is_concrete
 from geomjax.geometry import normalized_gram
 from geomjax.typing import Array, ArrayLike, Float, Int
 

@@ -3,6 +3,7 @@
 References are plain NumPy float64 computations from the definitions.
 """
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import geomjax as gj
+from geomjax import decomposition as dec
 from geomjax.parallel import data_mesh
 
 
@@ -255,3 +257,36 @@ def test_stream_errors():
         gj.decompose_stream([np.ones((3, 4, 2), np.float32)], mesh=data_mesh(2))
     with pytest.raises(ValueError, match="accum_dtype"):
         gj.decompose_stream([np.ones((3, 4, 2), np.float32)], accum_dtype="float16")
+
+
+# ------------------------------------------------------------------------------ the accumulator
+
+
+class TestStreamAccumulator(chex.TestCase):
+    """stream_init / stream_update / stream_merge / stream_finalize, the one streaming engine, with
+    and without jit (chex variants); two streams merged equal one stream and the NumPy reference."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_merge_of_two_streams_equals_one_stream(self):
+        rng = np.random.default_rng(3)
+        h = (rng.normal(size=(12, 6, 5)) + 30.0).astype(np.float32)
+        ref = numpy_reference(h)
+        init = self.variant(lambda b: dec.stream_init(b, "float32"))
+        update = self.variant(dec.stream_update)
+        merge = self.variant(dec.stream_merge)
+        s0 = init(jnp.asarray(h[:4]))
+        one, ctx_one = s0, []
+        for i in range(0, 12, 4):
+            one, m, finite = update(one, jnp.asarray(h[i:i + 4]))
+            ctx_one.append(m)
+            assert bool(finite)
+        a, ma, _ = update(s0, jnp.asarray(h[:8]))  # same shifts, different split
+        b, mb, _ = update(s0, jnp.asarray(h[8:]))
+        both = merge(a, b)
+        chex.assert_trees_all_close(both, one, rtol=2e-6, atol=2e-4)
+        st1 = dec.stream_finalize(one, jnp.concatenate(ctx_one), 6, "float32")
+        st2 = dec.stream_finalize(both, jnp.concatenate([ma, mb]), 6, "float32")
+        chex.assert_trees_all_close(st1, st2, rtol=2e-6, atol=2e-4)
+        assert st1.n_contexts == 12 and st2.n_contexts == 12
+        assert rel(st2.pos, ref["pos"]) < 1e-5 and rel(st2.resid_second_moment, ref["resid2"]) < 1e-4
+        assert rel(st2.centered_second_moment, ref["centered"]) < 1e-5

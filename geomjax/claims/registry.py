@@ -65,6 +65,7 @@ import jax
 import numpy as np
 
 from geomjax.errors import GeomjaxError
+from geomjax.io import to_jsonable
 
 __all__ = [
     "Claim",
@@ -1068,20 +1069,8 @@ def results_as_records(results: Sequence[ClaimResult]) -> dict:
 
 
 def _jsonable(x):
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (str, bool)) or x is None:
-        return x
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        f = float(x)
-        return f if math.isfinite(f) else str(f)
-    if isinstance(x, (np.ndarray, jax.Array)):
-        return _jsonable(np.asarray(x).tolist())
-    return repr(x)
+    """claims.json values under the one JSON rule (:func:`geomjax.io.to_jsonable`); other objects as their repr."""
+    return to_jsonable(x, unknown=repr)
 
 
 def _fmt(x) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from geomjax.convert import minilm_path
 from geomjax.errors import GeomjaxError
 
 __all__ = [
@@ -160,8 +161,6 @@ def bert_tokenizer(
     from tokenizers import BertWordPieceTokenizer
 
     if path is None:
-        from geomjax.convert import minilm_path
-
         path = minilm_path()
     p = Path(path)
     vocab = p / "vocab.txt" if p.is_dir() else p

@@ -29,6 +29,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import compiled_cache
 from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
 from geomjax.models.common import layer_norm
@@ -240,7 +241,7 @@ class ModelInterface:
         return p
 
 
-@functools.lru_cache(maxsize=64)
+@compiled_cache(maxsize=64)
 def _study_forward(iface: ModelInterface, final_norm: bool, bos: int | None):
     def forward(params, ids):
         if bos is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "ToyTransformer",
     "bao_config",
     "check_ids",
+    "check_one_layer",
     "head_weights",
     "nanda_config",
     "nanogpt_config",
@@ -443,3 +444,23 @@ def head_weights(params: dict, layer: int) -> dict[str, Array]:
 def param_count(params) -> int:
     """Total number of parameters in a pytree."""
     return int(sum(np.prod(np.shape(x)) for x in jax.tree_util.tree_leaves(params)))
+
+
+def check_one_layer(mcfg: ToyConfig) -> None:
+    """Raise ValueError unless ``mcfg`` is a 1-layer, LayerNorm-free, causal, learned-position model
+    without dropout (Nanda et al.'s architecture, which :func:`geomjax.train.grokking.last_position_logits` and
+    :func:`geomjax.fourier.clock_activations` implement)."""
+    bad = []
+    if mcfg.n_layers != 1:
+        bad.append(f"n_layers={mcfg.n_layers} (need 1)")
+    if mcfg.layer_norm != "none":
+        bad.append(f"layer_norm={mcfg.layer_norm!r} (need 'none')")
+    if not mcfg.causal:
+        bad.append("causal=False")
+    if mcfg.pos_embedding != "learned":
+        bad.append(f"pos_embedding={mcfg.pos_embedding!r} (need 'learned')")
+    if mcfg.tie_embeddings or mcfg.scale_embeddings or mcfg.dropout or mcfg.d_mlp == 0:
+        bad.append("tied/scaled embeddings, dropout or no MLP")
+    if bad:
+        raise ValueError("last_position_logits: the model is not Nanda et al.'s 1-layer architecture: "
+                         + "; ".join(bad) + "; use ToyTransformer.apply for other models")

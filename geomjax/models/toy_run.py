@@ -24,10 +24,10 @@ Shakespeare; the vocabulary is the sorted characters of the corpus, so it needs 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any
 
+from geomjax._checks import compiled_cache
 from geomjax.data.chars import CharTokenizer
 from geomjax.models.toy import ToyConfig, ToyTransformer
 
@@ -62,7 +62,7 @@ class ToyRun:
     checkpoint: Path | None = None
 
 
-@functools.lru_cache(maxsize=32)
+@compiled_cache(maxsize=32)
 def _forward(cfg: ToyConfig, which: str):
     model = ToyTransformer(cfg)
 

@@ -11,7 +11,6 @@ restored bit-for-bit.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -22,7 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["checkpoint_path", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"]
+from geomjax.io import to_jsonable
+
+__all__ = ["checkpoint_path", "config_jsonable", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"]
 
 FORMAT = "geomjax-npz-1"
 _NAME = re.compile(r"^ckpt_(\d{8})\.npz$")
@@ -43,16 +44,10 @@ def _is_key(x) -> bool:
     return hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {"__class__": type(obj).__name__} | {k: _jsonable(v) for k, v in dataclasses.asdict(obj).items()}
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.integer, np.floating)):
-        return obj.item()
-    return obj
+def config_jsonable(config: Any) -> Any:
+    """A config as stored in checkpoint and run metadata: :func:`geomjax.io.to_jsonable` with the
+    outermost dataclass tagged ``"__class__"`` (the loaders rebuild it from the tag)."""
+    return to_jsonable(config, class_tag=True)
 
 
 def checkpoint_path(ckpt_dir: str | os.PathLike, step: int) -> Path:
@@ -96,7 +91,7 @@ def save_checkpoint(ckpt_dir: str | os.PathLike, state, config: Any = None, *, k
         if name == "__meta__":
             raise ValueError("a state leaf may not be named '__meta__'")
         arrays[name] = np.asarray(jax.device_get(jax.random.key_data(leaf) if _is_key(leaf) else leaf))
-    meta = {"format": FORMAT, "step": step, "config": _jsonable(config)}
+    meta = {"format": FORMAT, "step": step, "config": config_jsonable(config)}
     arrays["__meta__"] = np.asarray(json.dumps(meta))
     out = checkpoint_path(d, step)
     tmp = out.with_name(out.name + ".tmp")

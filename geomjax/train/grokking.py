@@ -22,7 +22,6 @@ the blog's main run), ``cpu`` (a run that groks within minutes on a 2-core CPU),
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -35,9 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import bounded_cache, compiled_cache
 from geomjax.data import modular_addition_data
-from geomjax.models.toy import ToyConfig, ToyTransformer
-from geomjax.train.checkpoint import _jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer
+from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy
 from geomjax.train.loop import make_train_step
 from geomjax.train.optim import make_optimizer
@@ -162,7 +162,7 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
 
 def config_hash(cfg: GrokkingConfig) -> str:
     """Short SHA-256 of the config's JSON (cache key of trained runs)."""
-    s = json.dumps(_jsonable(cfg), sort_keys=True)
+    s = json.dumps(config_jsonable(cfg), sort_keys=True)
     return hashlib.sha256(s.encode()).hexdigest()[:16]
 
 
@@ -185,25 +185,6 @@ def grokking_data(cfg: GrokkingConfig) -> GrokkingData:
 
 def _sq(tree) -> jax.Array:
     return sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(tree))
-
-
-def check_one_layer(mcfg: ToyConfig) -> None:
-    """Raise ValueError unless ``mcfg`` is a 1-layer, LayerNorm-free, causal, learned-position model
-    without dropout (Nanda et al.'s architecture, which :func:`last_position_logits` implements)."""
-    bad = []
-    if mcfg.n_layers != 1:
-        bad.append(f"n_layers={mcfg.n_layers} (need 1)")
-    if mcfg.layer_norm != "none":
-        bad.append(f"layer_norm={mcfg.layer_norm!r} (need 'none')")
-    if not mcfg.causal:
-        bad.append("causal=False")
-    if mcfg.pos_embedding != "learned":
-        bad.append(f"pos_embedding={mcfg.pos_embedding!r} (need 'learned')")
-    if mcfg.tie_embeddings or mcfg.scale_embeddings or mcfg.dropout or mcfg.d_mlp == 0:
-        bad.append("tied/scaled embeddings, dropout or no MLP")
-    if bad:
-        raise ValueError("last_position_logits: the model is not Nanda et al.'s 1-layer architecture: "
-                         + "; ".join(bad) + "; use ToyTransformer.apply for other models")
 
 
 def last_position_logits(params, x: Int[Array, "B T"], mcfg: ToyConfig) -> Float[Array, "B V"]:
@@ -263,7 +244,7 @@ def last_position_logits(params, x: Int[Array, "B T"], mcfg: ToyConfig) -> Float
     return logits
 
 
-@functools.lru_cache(maxsize=8)
+@compiled_cache(maxsize=8)
 def _programs(cfg: GrokkingConfig):
     t = cfg.train
     model = ToyTransformer(t.model)
@@ -285,7 +266,7 @@ def _programs(cfg: GrokkingConfig):
     return model, tx, loss_fn, step
 
 
-@functools.lru_cache(maxsize=8)
+@compiled_cache(maxsize=8)
 def _init_fn(cfg: GrokkingConfig):
     model, tx, _, _ = _programs(cfg)
 
@@ -297,7 +278,7 @@ def _init_fn(cfg: GrokkingConfig):
     return init
 
 
-@functools.lru_cache(maxsize=8)
+@compiled_cache(maxsize=8)
 def _metrics_fn(cfg: GrokkingConfig):
     _, _, loss_fn, _ = _programs(cfg)
 
@@ -318,7 +299,7 @@ def grokking_init(cfg: GrokkingConfig) -> TrainState:
     return _init_fn(cfg)(jax.random.fold_in(base, 0), jax.random.fold_in(base, 2))
 
 
-@functools.lru_cache(maxsize=8)
+@compiled_cache(maxsize=8)
 def make_run_chunk(cfg: GrokkingConfig, n_epochs: int):
     """Jitted ``run(state, data) -> (state, metrics)``: ``n_epochs`` epochs as one ``lax.scan``.
 
@@ -416,7 +397,7 @@ def param_snapshots(run_dir: str | os.PathLike, template) -> list[tuple[int, Any
     return out
 
 
-_COMPILED: dict = {}  # (config, chunk) -> compiled executable (shapes are fixed by the config)
+_COMPILED = bounded_cache(__name__ + "._COMPILED", 8)  # (config, chunk) -> compiled executable (shapes fixed by the config)
 
 
 def train_grokking(
@@ -456,7 +437,7 @@ def train_grokking(
     hist = {k: [] for k in ("epoch", *METRICS, *DENSE)}
     resumed = None
     run_path = Path(run_dir) if run_dir is not None else None
-    cfg_json = _jsonable(cfg)
+    cfg_json = config_jsonable(cfg)
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=True)
         last = latest_checkpoint(run_path / "checkpoints") if resume else None
@@ -538,7 +519,7 @@ def load_grokking_run(run_dir: str | os.PathLike, cfg: GrokkingConfig) -> Grokki
     if last is None:
         raise FileNotFoundError(f"load_grokking_run: no checkpoint in {run_path / 'checkpoints'}; train first")
     state, meta = load_checkpoint(last, grokking_init(cfg))
-    if meta.get("config") != _jsonable(cfg):
+    if meta.get("config") != config_jsonable(cfg):
         raise ValueError(f"load_grokking_run: {last} was written by a different config")
     if int(meta["step"]) != cfg.epochs:
         raise ValueError(f"load_grokking_run: run at epoch {meta['step']} of {cfg.epochs}; resume it with train_grokking")

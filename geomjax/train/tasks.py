@@ -16,7 +16,6 @@ Presets: ``get_config(task, variant)`` with variant ``"smoke"`` (a few steps, fo
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import warnings
@@ -27,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from geomjax._checks import compiled_cache
 from geomjax.data import (
     CharTokenizer,
     addition_batch,
@@ -36,7 +36,7 @@ from geomjax.data import (
 )
 from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config, nanogpt_config
 from geomjax.parallel import replicated
-from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy, exact_match, shift_for_next_token
 from geomjax.train.loop import History, make_eval_fn, make_train_chunk, make_train_step, train_loop
 from geomjax.train.optim import OptimConfig, make_optimizer
@@ -321,7 +321,7 @@ def _batch_fn(cfg: TrainConfig):
     return batch_fn
 
 
-@functools.lru_cache(maxsize=16)
+@compiled_cache(maxsize=16)
 def build_programs(cfg: TrainConfig, mesh: Mesh | None = None) -> Programs:
     """Model, optimizer, loss, batch function and the jitted chunk/eval functions of a config (cached:
     the same config and mesh reuse one compilation)."""
@@ -399,9 +399,7 @@ def fit(
         run_dir = Path(run_dir)
         ckpt_dir = run_dir / "checkpoints"
         run_dir.mkdir(parents=True, exist_ok=True)
-        from geomjax.train.checkpoint import _jsonable
-
-        cfg_json = _jsonable(cfg)
+        cfg_json = config_jsonable(cfg)
         last = latest_checkpoint(ckpt_dir) if resume else None
         if last is not None:
             state, meta = load_checkpoint(last, state)

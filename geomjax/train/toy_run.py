@@ -23,7 +23,7 @@ from geomjax.data import addition_tokenizer
 from geomjax.data.chars import CharTokenizer
 from geomjax.models.toy import ToyConfig
 from geomjax.models.toy_run import TEXT_TASKS, ToyRun
-from geomjax.train.checkpoint import _jsonable, list_checkpoints, load_checkpoint
+from geomjax.train.checkpoint import config_jsonable, list_checkpoints, load_checkpoint
 from geomjax.train.optim import OptimConfig
 from geomjax.train.tasks import TrainConfig, build_programs, init_state, load_task_data
 
@@ -43,7 +43,7 @@ def _read_meta(path: Path) -> dict:
 
 
 def _config_from_json(d: Any, source: str):
-    """Rebuild a TrainConfig from its ``_jsonable`` form (checked to round-trip exactly)."""
+    """Rebuild a TrainConfig from its ``config_jsonable`` form (checked to round-trip exactly)."""
     if isinstance(d, dict) and "__class__" not in d and isinstance(d.get("config"), dict):
         d = d["config"]  # a report.RunDir config.json: {"config": ..., "environment": ...}
     if not isinstance(d, dict) or d.get("__class__") != "TrainConfig":
@@ -70,7 +70,7 @@ def _config_from_json(d: Any, source: str):
     top["model"] = build(ToyConfig, top["model"], "model")
     top["optim"] = build(OptimConfig, top["optim"], "optim")
     cfg = build(TrainConfig, top, "the TrainConfig")
-    if _jsonable(cfg) != d:
+    if config_jsonable(cfg) != d:
         raise ValueError(f"{source}: the config does not round-trip through TrainConfig exactly; the run was "
                          "written by another geomjax version — load it with that version")
     return cfg
