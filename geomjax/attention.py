@@ -56,6 +56,7 @@ import numpy as np
 from flax import struct
 
 from geomjax._checks import as_real_array, float64_aware
+from geomjax.errors import GeomjaxError
 from geomjax.models.bloom import alibi_slopes
 from geomjax.models.common import check_input_ids
 from geomjax.models.interface import kv_expanded, model_interface
@@ -150,21 +151,21 @@ def describe_model(model, *, causal: bool | None = None) -> AttentionModel:
     try:
         f = model_interface(model, causal=causal).facts
     except ValueError as e:
-        raise ValueError(f"describe_model: {e}") from None
+        raise GeomjaxError(f"describe_model: {e}") from None
     return AttentionModel(f.family, f.n_layers, f.n_heads, f.head_dim, f.d_model, f.max_positions, f.causal,
                           f.pre_norm, f.n_kv_heads, f.positions)
 
 
 def _check_layer(spec: AttentionModel, layer: int) -> int:
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= int(layer) < spec.n_layers:
-        raise ValueError(f"layer must be an int in [0, {spec.n_layers}) for this {spec.kind} model "
+        raise GeomjaxError(f"layer must be an int in [0, {spec.n_layers}) for this {spec.kind} model "
                          f"({spec.n_layers} layers), got {layer!r}")
     return int(layer)
 
 
 def _check_head(spec: AttentionModel, head: int) -> int:
     if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not 0 <= int(head) < spec.n_heads:
-        raise ValueError(f"head must be an int in [0, {spec.n_heads}) for this {spec.kind} model "
+        raise GeomjaxError(f"head must be an int in [0, {spec.n_heads}) for this {spec.kind} model "
                          f"({spec.n_heads} heads per layer), got {head!r}")
     return int(head)
 
@@ -289,20 +290,20 @@ def estimate_attention_basis(model, params, id_batches: Iterable[Int[Array, "B T
     for b, ids in enumerate(id_batches):
         ids = np.asarray(ids)
         if ids.ndim != 2:
-            raise ValueError(f"estimate_attention_basis: batch {b} must be (B, T) ids, got shape {ids.shape}")
+            raise GeomjaxError(f"estimate_attention_basis: batch {b} must be (B, T) ids, got shape {ids.shape}")
         if T is None:
             T = ids.shape[1]
         elif ids.shape[1] != T:
-            raise ValueError(f"estimate_attention_basis: batch {b} has T={ids.shape[1]}, earlier batches T={T}")
+            raise GeomjaxError(f"estimate_attention_basis: batch {b} has T={ids.shape[1]}, earlier batches T={T}")
         xs = np.stack([np.asarray(x, np.float64)
                        for x in attention_inputs_jit(model, params, ids, causal=causal)[0]])  # (L, B, T, d)
         if not np.isfinite(xs).all():
-            raise ValueError(f"estimate_attention_basis: non-finite attention inputs in batch {b}")
+            raise GeomjaxError(f"estimate_attention_basis: non-finite attention inputs in batch {b}")
         s = xs.sum(axis=1)
         total = s if total is None else total + s
         n += ids.shape[0]
     if n < 2:
-        raise ValueError(f"estimate_attention_basis: need at least 2 windows (contexts), got {n}")
+        raise GeomjaxError(f"estimate_attention_basis: need at least 2 windows (contexts), got {n}")
     per_pos = total / n  # (L, T, d)
     mean = per_pos.mean(axis=1)
     pos = per_pos - mean[:, None, :]
@@ -402,10 +403,10 @@ def qk_decomposition(
     """
     T, d = x.shape
     if pos.ndim != 2 or pos.shape[1] != d or mean.shape != (d,):
-        raise ValueError(f"qk_decomposition: x is (T, d) = {x.shape} but pos is {pos.shape} and mean {mean.shape}; "
+        raise GeomjaxError(f"qk_decomposition: x is (T, d) = {x.shape} but pos is {pos.shape} and mean {mean.shape}; "
                          "they must share d")
     if T > pos.shape[0]:
-        raise ValueError(f"qk_decomposition: the sequence has {T} positions but the positional basis was estimated "
+        raise GeomjaxError(f"qk_decomposition: the sequence has {T} positions but the positional basis was estimated "
                          f"on only {pos.shape[0]}; estimate pos on windows of at least {T} tokens "
                          "(estimate_attention_basis) or use a shorter sequence")
     K = W_q.shape[-1]
@@ -450,9 +451,9 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
       layer: index into ``basis``.
     """
     if not 0 <= layer < basis.mean.shape[0]:
-        raise ValueError(f"layer_qk_decomposition: layer must lie in [0, {basis.mean.shape[0]}), got {layer}")
+        raise GeomjaxError(f"layer_qk_decomposition: layer must lie in [0, {basis.mean.shape[0]}), got {layer}")
     if x.shape[0] > basis.n_positions:
-        raise ValueError(f"layer_qk_decomposition: the sequence has {x.shape[0]} positions but the positional basis "
+        raise GeomjaxError(f"layer_qk_decomposition: the sequence has {x.shape[0]} positions but the positional basis "
                          f"covers {basis.n_positions}; estimate it on longer windows or shorten the sequence")
     inv = weights.get("rope_inv_freq")
     slopes = weights.get("alibi_slope", jnp.zeros(weights["W_q"].shape[0], x.dtype))
@@ -484,12 +485,12 @@ def head_qk_decomposition(model, params, basis: AttentionBasis, ids: Int[Array, 
     layer, head = _check_layer(spec, layer), _check_head(spec, head)
     ids = np.asarray(ids)
     if ids.ndim != 1:
-        raise ValueError(f"head_qk_decomposition: ids must be one sequence (T,), got shape {ids.shape}")
+        raise GeomjaxError(f"head_qk_decomposition: ids must be one sequence (T,), got shape {ids.shape}")
     if basis.mean.shape[0] != spec.n_layers:
-        raise ValueError(f"head_qk_decomposition: the basis has {basis.mean.shape[0]} layers but the model "
+        raise GeomjaxError(f"head_qk_decomposition: the basis has {basis.mean.shape[0]} layers but the model "
                          f"{spec.n_layers}; estimate it with this model")
     if ids.shape[0] > basis.n_positions:
-        raise ValueError(f"head_qk_decomposition: the sequence has {ids.shape[0]} tokens but the positional basis was "
+        raise GeomjaxError(f"head_qk_decomposition: the sequence has {ids.shape[0]} tokens but the positional basis was "
                          f"estimated on {basis.n_positions} positions; estimate it on windows of at least "
                          f"{ids.shape[0]} tokens or shorten the sequence")
     xs, _ = attention_inputs_jit(model, params, ids[None], causal=causal)
@@ -516,10 +517,10 @@ def repeated_random_tokens(key: Key, n_tokens: int = 8, n_repeats: int = 3, *, l
       ValueError: fewer than n_tokens ids in the range, or n_repeats < 2.
     """
     if n_tokens < 2 or n_repeats < 2:
-        raise ValueError(f"repeated_random_tokens: need n_tokens >= 2 and n_repeats >= 2 (a repeat to copy from), "
+        raise GeomjaxError(f"repeated_random_tokens: need n_tokens >= 2 and n_repeats >= 2 (a repeat to copy from), "
                          f"got {n_tokens}, {n_repeats}")
     if high - low < n_tokens:
-        raise ValueError(f"repeated_random_tokens: the id range [{low}, {high}) has fewer than n_tokens={n_tokens} ids")
+        raise GeomjaxError(f"repeated_random_tokens: the id range [{low}, {high}) has fewer than n_tokens={n_tokens} ids")
     return _repeated(key, int(n_tokens), int(n_repeats), int(low), int(high), int(n_sequences))
 
 
@@ -568,11 +569,11 @@ def head_pattern_scores(attn: Float[Array, "H T T"], ids: Int[Array, " T"], *, w
     a = np.asarray(attn, np.float64)
     ids = np.asarray(ids)
     if a.ndim != 3 or a.shape[1:] != (ids.shape[0], ids.shape[0]):
-        raise ValueError(f"head_pattern_scores: attn must be (H, T, T) with T = len(ids) = {ids.shape[0]}, got {a.shape}")
+        raise GeomjaxError(f"head_pattern_scores: attn must be (H, T, T) with T = len(ids) = {ids.shape[0]}, got {a.shape}")
     masks = _pattern_masks(ids, window)
     rows = masks["self_token"].any(axis=1)
     if not rows.any():
-        raise ValueError("head_pattern_scores: no token occurs twice in ids; use a repeated sequence "
+        raise GeomjaxError("head_pattern_scores: no token occurs twice in ids; use a repeated sequence "
                          "(repeated_random_tokens)")
     T = ids.shape[0]
     visible = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
@@ -790,7 +791,7 @@ def w_structure(W: Float[Array, "d d"], P: Float[Array, "T d"], key: Key, *,
     P = as_real_array(P, "w_structure", "P")
     d = W.shape[0]
     if W.shape != (d, d) or P.ndim != 2 or P.shape[1] != d:
-        raise ValueError(f"w_structure: W must be (d, d) and P (T, d) with the same d, got {W.shape} and {P.shape}")
+        raise GeomjaxError(f"w_structure: W must be (d, d) and P (T, d) with the same d, got {W.shape} and {P.shape}")
     Ks = [int(k) for k in Ks if int(k) <= d]
     _, _, Vh = jnp.linalg.svd(P, full_matrices=True)
     V = Vh.T
@@ -839,9 +840,9 @@ def matrix_smoothness(M: Float[Array, "T S"], *, hf_cutoff: float = 0.25) -> dic
 
     M = np.asarray(M, np.float64)
     if M.ndim != 2 or min(M.shape) < 2:
-        raise ValueError(f"matrix_smoothness: M must be 2-D with both sides >= 2, got shape {M.shape}")
+        raise GeomjaxError(f"matrix_smoothness: M must be 2-D with both sides >= 2, got shape {M.shape}")
     if not np.isfinite(M).all():
-        raise ValueError("matrix_smoothness: M has NaN/Inf entries; mask with a finite value instead")
+        raise GeomjaxError("matrix_smoothness: M has NaN/Inf entries; mask with a finite value instead")
     sd = M.std()
     diffs = np.concatenate([np.abs(np.diff(M, axis=0)).ravel(), np.abs(np.diff(M, axis=1)).ravel()])
     tv = float(diffs.mean() / sd) if sd > 0 else 0.0

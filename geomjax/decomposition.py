@@ -56,6 +56,7 @@ from geomjax._checks import (
     x64_context,
 )
 from geomjax._repr import with_compact_repr
+from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.parallel import AXIS, check_divisible, shard_batch
 from geomjax.typing import Array, Float
 
@@ -80,29 +81,29 @@ __all__ = [
 def _check_dtype(x, where: str) -> None:
     dt = np.dtype(x.dtype)
     if not np.issubdtype(dt, np.floating) and dt.name not in ("bfloat16",):
-        raise TypeError(f"{where}: hidden states must be floating point, got dtype {dt}")
+        raise GeomjaxTypeError(f"{where}: hidden states must be floating point, got dtype {dt}")
     check_no_silent_float64(dt, where, "hidden states")
 
 
 def _check_finite(x, where: str) -> None:
     if _is_concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
         bad = int(jnp.sum(~jnp.isfinite(x)))
-        raise ValueError(f"{where}: hidden states contain {bad} NaN/Inf values")
+        raise GeomjaxError(f"{where}: hidden states contain {bad} NaN/Inf values")
 
 
 def _check_shape(shape, where: str, drop_first: bool, want_ndim: int = 3) -> tuple[int, int, int]:
     if len(shape) != want_ndim:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: expected hidden states of shape (C, T, d) (rank 3), got shape {tuple(shape)}"
         )
     C, T, d = (int(s) for s in shape)
     T_used = T - 1 if drop_first else T
     if T_used < 2:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: need at least 2 positions after drop_first={drop_first}, got T={T}"
         )
     if d < 1:
-        raise ValueError(f"{where}: width d must be >= 1, got shape {tuple(shape)}")
+        raise GeomjaxError(f"{where}: width d must be >= 1, got shape {tuple(shape)}")
     return C, T_used, d
 
 
@@ -182,7 +183,7 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
     _check_dtype(h, "decompose")
     C, _, _ = _check_shape(np.shape(h), "decompose", drop_first)
     if C < 2:
-        raise ValueError(f"decompose: need at least 2 contexts (C >= 2), got C={C}")
+        raise GeomjaxError(f"decompose: need at least 2 contexts (C >= 2), got C={C}")
     _check_finite(h, "decompose")
     h = jnp.asarray(h)
     if drop_first:
@@ -463,7 +464,7 @@ def decompose_stream(
     iterator = iter(batches)
     first = next(iterator, None)
     if first is None:
-        raise ValueError("decompose_stream: the stream of batches is empty")
+        raise GeomjaxError("decompose_stream: the stream of batches is empty")
     iterator = itertools.chain([first], iterator)
     check_accum_dtype(accum_dtype, "decompose_stream")
     with x64_context(first):
@@ -491,12 +492,12 @@ def _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total) 
             if shape_Td is None:
                 shape_Td = (T_used, d)
             elif shape_Td != (T_used, d):
-                raise ValueError(
+                raise GeomjaxError(
                     f"decompose_stream: batch {i} has (T, d) = {(T_used, d)} but earlier batches "
                     f"had {shape_Td}; every batch must have the same positions and width"
                 )
             if B == 0:
-                raise ValueError(f"decompose_stream: batch {i} is empty (B = 0)")
+                raise GeomjaxError(f"decompose_stream: batch {i} is empty (B = 0)")
             x = batch[:, 1:, :] if drop_first else batch
             if mesh is not None:
                 check_divisible(B, mesh, f"decompose_stream: batch {i} size")
@@ -514,13 +515,13 @@ def _decompose_stream(iterator, drop_first, accum_dtype, mesh, progress, total) 
                 # every batch on the device (peak memory would grow with C·T·d again).
                 finite_flags[-2].block_until_ready()
     if state is None:
-        raise ValueError("decompose_stream: the stream of batches is empty")
+        raise GeomjaxError("decompose_stream: the stream of batches is empty")
     flags = np.asarray(jax.device_get(finite_flags))
     if not flags.all():
         first = int(np.argmin(flags))
-        raise ValueError(f"decompose_stream: batch {first} contains NaN/Inf hidden states")
+        raise GeomjaxError(f"decompose_stream: batch {first} contains NaN/Inf hidden states")
     if int(state.n_contexts) < 2:
-        raise ValueError(
+        raise GeomjaxError(
             f"decompose_stream: need at least 2 contexts in total, got {int(state.n_contexts)}"
         )
     with x64_context(accum_dtype):
@@ -543,7 +544,7 @@ def decompose_sharded(
     C = int(np.shape(h)[0])
     bs = C if batch_size is None else int(batch_size)
     if bs < 1 or C % bs:
-        raise ValueError(
+        raise GeomjaxError(
             f"decompose_sharded: batch_size {bs} must divide the number of contexts C={C}"
         )
     return decompose_stream(

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.errors import GeomjaxError
 from geomjax.models.toy import check_one_layer
 from geomjax.typing import Array, Float, Int
 
@@ -64,7 +65,7 @@ __all__ = [
 
 def _check_p(p: int, who: str) -> int:
     if int(p) != p or p < 3:
-        raise ValueError(f"{who}: p must be an integer >= 3, got {p}")
+        raise GeomjaxError(f"{who}: p must be an integer >= 3, got {p}")
     return int(p)
 
 
@@ -120,7 +121,7 @@ def fourier_coefficients(W: Float[Array, "V d"], p: int) -> Float[Array, "P d"]:
     """
     W = jnp.asarray(W)
     if W.ndim != 2 or W.shape[0] < p:
-        raise ValueError(f"fourier_coefficients: W must be (V >= {p}, d), got shape {W.shape}")
+        raise GeomjaxError(f"fourier_coefficients: W must be (V >= {p}, d), got shape {W.shape}")
     with jax.default_matmul_precision("highest"):
         return fourier_basis(p) @ W[:p].astype(jnp.float32)
 
@@ -199,7 +200,7 @@ def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction
     """
     post = jnp.asarray(post, jnp.float32)
     if post.ndim != 3 or post.shape[:2] != (p, p):
-        raise ValueError(f"key_frequencies_neurons: post must be (p, p, F) = ({p}, {p}, F), got {post.shape}")
+        raise GeomjaxError(f"key_frequencies_neurons: post must be (p, p, F) = ({p}, {p}, F), got {post.shape}")
     B = fourier_basis(p)
     A = post - jnp.mean(post, axis=(0, 1), keepdims=True)
     with jax.default_matmul_precision("highest"):
@@ -234,7 +235,7 @@ def circle_basis(coeffs: Float[Array, "P d"], k: int) -> Float[Array, "2 d"]:
       k: frequency in 1..P//2.
     """
     if not 1 <= k <= _n_freq(coeffs.shape[0]):
-        raise ValueError(f"circle_basis: k must lie in 1..{_n_freq(coeffs.shape[0])}, got {k}")
+        raise GeomjaxError(f"circle_basis: k must lie in 1..{_n_freq(coeffs.shape[0])}, got {k}")
     b = jnp.asarray(coeffs)[jnp.asarray([2 * k - 1, 2 * k])]
     return b / jnp.linalg.norm(b, axis=1, keepdims=True)
 
@@ -300,10 +301,10 @@ def clock_activations(params: dict, mcfg, p: int) -> ClockActivations:
     """
     check_one_layer(mcfg)
     if mcfg.vocab_size != p + 1:
-        raise ValueError(f"clock_activations: the model's vocab_size is {mcfg.vocab_size}, expected p + 1 = {p + 1}")
+        raise GeomjaxError(f"clock_activations: the model's vocab_size is {mcfg.vocab_size}, expected p + 1 = {p + 1}")
     act = {"relu": jax.nn.relu, "none": lambda v: v}.get(mcfg.activation)
     if act is None:
-        raise ValueError(f"clock_activations: activation must be 'relu' or 'none', got {mcfg.activation!r}")
+        raise GeomjaxError(f"clock_activations: activation must be 'relu' or 'none', got {mcfg.activation!r}")
     return _clock_forward(params, mcfg, int(p))
 
 
@@ -535,7 +536,7 @@ def restricted_logits(logits: Float[Array, "N C"], p: int, freqs) -> tuple[Array
     """
     L = jnp.asarray(logits, jnp.float32)
     if L.shape[0] != p * p:
-        raise ValueError(f"restricted_logits: logits must have p² = {p * p} rows (all inputs), got {L.shape}")
+        raise GeomjaxError(f"restricted_logits: logits must have p² = {p * p} rows (all inputs), got {L.shape}")
     U = _sum_waves(p, freqs)
     with jax.default_matmul_precision("highest"):
         proj = U.T @ (U @ L)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Float, Key
 
 __all__ = [
@@ -55,14 +56,14 @@ def _float(dtype=None):
 def xavier_variance(n_in: int, n_out: int) -> float:
     """Xavier/Glorot variance 2/(n_in + n_out) (thesis §2.5; 1/n for square n×n matrices)."""
     if n_in < 1 or n_out < 1:
-        raise ValueError(f"xavier_variance: dimensions must be >= 1, got ({n_in}, {n_out})")
+        raise GeomjaxError(f"xavier_variance: dimensions must be >= 1, got ({n_in}, {n_out})")
     return 2.0 / (n_in + n_out)
 
 
 def xavier_normal(key: Key, shape: tuple[int, int], dtype=None) -> Float[Array, "n m"]:
     """An n×m matrix with i.i.d. N(0, 2/(n+m)) entries (thesis §2.5 "Xavier"; N(0, 1/n) if square)."""
     if len(shape) != 2:
-        raise ValueError(f"xavier_normal: shape must be (n, m), got {shape}")
+        raise GeomjaxError(f"xavier_normal: shape must be (n, m), got {shape}")
     s = math.sqrt(xavier_variance(shape[0], shape[1]))
     return s * jax.random.normal(key, shape, _float(dtype))
 
@@ -108,7 +109,7 @@ def sphere_pair(key: Key, n: int, k: float, l1: float = 1.0, l2: float = 1.0, dt
     (the rotation-invariant measure on the constrained set). Returns two (n,) arrays.
     """
     if n < 2:
-        raise ValueError(f"sphere_pair: n must be >= 2, got {n}")
+        raise GeomjaxError(f"sphere_pair: n must be >= 2, got {n}")
     kx, ku = jax.random.split(key)
     xh = sphere_uniform(kx, n, 1.0, dtype)
     z = jax.random.normal(ku, (n,), xh.dtype)

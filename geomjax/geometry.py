@@ -36,6 +36,7 @@ from geomjax._checks import (
     float64_aware,
     is_concrete as _is_concrete,
 )
+from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -54,15 +55,15 @@ def _labels(labels: ArrayLike, n: int, name: str = "labels") -> jax.Array:
     if not hasattr(labels, "dtype"):
         labels = np.asarray(labels)
     if labels.ndim != 1:
-        raise ValueError(f"{name} must be a rank-1 array of length {n}, got shape {labels.shape}")
+        raise GeomjaxError(f"{name} must be a rank-1 array of length {n}, got shape {labels.shape}")
     if labels.shape[0] != n:
-        raise ValueError(
+        raise GeomjaxError(
             f"{name} has length {labels.shape[0]} but there are {n} rows to label; "
             "give exactly one label per row"
         )
     dt = np.dtype(labels.dtype)
     if not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.bool_)):
-        raise TypeError(f"{name} must hold integers (one class id per row), got dtype {dt}")
+        raise GeomjaxTypeError(f"{name} must hold integers (one class id per row), got dtype {dt}")
     return jnp.asarray(labels)
 
 
@@ -163,7 +164,7 @@ def _incoherence_inputs(pos, ctx):
     pos = _matrix(pos, "pos", "(T, d)", 1, "positions")
     ctx = _matrix(ctx, "ctx", "(C, d)", 1, "contexts")
     if pos.shape[1] != ctx.shape[1]:
-        raise ValueError(
+        raise GeomjaxError(
             f"pos and ctx must have the same width d, got pos {tuple(pos.shape)} and "
             f"ctx {tuple(ctx.shape)}"
         )
@@ -198,7 +199,7 @@ def incoherence_stats(
       ValueError: wrong rank, different widths, NaN/Inf, or a zero row.
     """
     if int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        raise GeomjaxError(f"chunk_size must be >= 1, got {chunk_size}")
     pos, ctx = _incoherence_inputs(pos, ctx)
     mx, mean = _incoherence_parts(pos, ctx, int(chunk_size))
     return IncoherenceStats(mx, mean)
@@ -282,14 +283,14 @@ def cluster_similarity(
     labels = _labels(labels, ctx.shape[0])
     k = _n_distinct(labels)
     if k is not None and k < 2:
-        raise ValueError(
+        raise GeomjaxError(
             "labels hold a single distinct value, so the inter-cluster similarity is undefined; "
             "give contexts from at least two topics"
         )
     if n_components is not None:
         n_components = int(n_components)
         if not 1 <= n_components <= min(ctx.shape):
-            raise ValueError(
+            raise GeomjaxError(
                 f"n_components must be in [1, min(C, d) = {min(ctx.shape)}], got {n_components}"
             )
     else:
@@ -359,7 +360,7 @@ def cluster_compactness(
     labels = _labels(labels, X.shape[0])
     if num_classes is None:
         if not _is_concrete(labels):
-            raise ValueError(
+            raise GeomjaxError(
                 "labels are traced: pass num_classes=K (static) with labels already in [0, K)"
             )
         uniq, codes = np.unique(np.asarray(labels), return_inverse=True)
@@ -370,7 +371,7 @@ def cluster_compactness(
         if _is_concrete(labels):
             lab = np.asarray(labels)
             if lab.min() < 0 or lab.max() >= num_classes:
-                raise ValueError(
+                raise GeomjaxError(
                     f"labels must lie in [0, num_classes={num_classes}), got range "
                     f"[{lab.min()}, {lab.max()}]"
                 )
@@ -380,7 +381,7 @@ def cluster_compactness(
         if num_present < 2:
             num_classes = num_present
     if num_classes < 2:
-        raise ValueError(
+        raise GeomjaxError(
             "cluster compactness needs at least two distinct classes in labels, got "
             f"{num_classes}"
         )
@@ -448,13 +449,13 @@ def pca_projections(
     P = _matrix(P, "P", "(T, d)", 1, "positions")
     k = int(n_components)
     if not 1 <= k <= min(P.shape):
-        raise ValueError(f"n_components must be in [1, min(T, d) = {min(P.shape)}], got {k}")
+        raise GeomjaxError(f"n_components must be in [1, min(T, d) = {min(P.shape)}], got {k}")
     others = []
     for i, x in enumerate(X_list):
         if not hasattr(x, "dtype"):
             x = np.asarray(x)
         if x.ndim < 1 or x.shape[-1] != P.shape[1]:
-            raise ValueError(
+            raise GeomjaxError(
                 f"X_list[{i}] must have last axis d = {P.shape[1]}, got shape {tuple(x.shape)}"
             )
         x = as_float_array(x, f"X_list[{i}]", x.ndim, "(..., d)")

@@ -86,6 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax._checks import as_real_array, float64_aware, is_concrete as _concrete
+from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.typing import Array, Float, Key
 
 __all__ = [
@@ -153,10 +154,10 @@ class Theorem2Setting:
         for name in ("n1", "n2", "s"):
             v = getattr(self, name)
             if not _is_int(v) or int(v) < 1:
-                raise ValueError(f"Theorem2Setting: {name} must be an integer >= 1, got {v!r}")
+                raise GeomjaxError(f"Theorem2Setting: {name} must be an integer >= 1, got {v!r}")
         nz = self.noise
         if isinstance(nz, bool) or not isinstance(nz, (int, float, np.floating, np.integer)) or not (0.0 <= float(nz) <= 1.0):
-            raise ValueError(
+            raise GeomjaxError(
                 f"Theorem2Setting: noise must be a number in [0, 1] (entries of Z are N(0, noise²); the "
                 f"paper's footnote needs E exp(λξ) ≤ exp(λ²/2)), got {nz!r}"
             )
@@ -201,11 +202,11 @@ class Theorem2Instance:
 def _check_key(key, where: str) -> None:
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
-            raise ValueError(f"{where}: expected ONE PRNG key, got a key array of shape {key.shape}")
+            raise GeomjaxError(f"{where}: expected ONE PRNG key, got a key array of shape {key.shape}")
         return
     if np.shape(key) == (2,) and np.dtype(getattr(key, "dtype", None)) == np.uint32:
         return
-    raise TypeError(
+    raise GeomjaxTypeError(
         f"{where}: `key` must be a PRNG key (jax.random.key(seed)), got {type(key).__name__} "
         f"with shape {np.shape(key)}"
     )
@@ -214,7 +215,7 @@ def _check_key(key, where: str) -> None:
 def _float_array(x, where: str, name: str):
     x = as_real_array(x, where, name)
     if _concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
-        raise ValueError(f"{where}: {name} contains {int(jnp.sum(~jnp.isfinite(x)))} NaN/Inf entries")
+        raise GeomjaxError(f"{where}: {name} contains {int(jnp.sum(~jnp.isfinite(x)))} NaN/Inf entries")
     return x
 
 
@@ -226,7 +227,7 @@ def _check_norms(B, where: str, name: str) -> None:
     tol = 1e3 * float(jnp.finfo(B.dtype).eps)
     worst = float(jnp.max(norms)) if norms.size else 0.0
     if worst > 1.0 + tol:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: the rows of {name} must have norm <= 1 (Song & Zhong §4.3 assume ‖u‖₂ ≤ 1), "
             f"largest norm is {worst:.6g}; normalize the vectors first"
         )
@@ -237,9 +238,9 @@ def _check_d(d, setting: Theorem2Setting, where: str) -> None:
         return
     dv = np.asarray(d)
     if dv.shape != () or not np.issubdtype(dv.dtype, np.number) or not np.isfinite(dv) or float(dv) != math.floor(float(dv)):
-        raise ValueError(f"{where}: d must be one integer dimension, got {d!r}")
+        raise GeomjaxError(f"{where}: d must be one integer dimension, got {d!r}")
     if float(dv) < setting.n:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: need d >= n1 + n2 = {setting.n} so that the {setting.n} basis vectors are linearly "
             f"independent (the frame representation), got d = {int(dv)}"
         )
@@ -250,7 +251,7 @@ def _check_coherence(rho, where: str) -> None:
         return
     r = np.asarray(rho)
     if r.shape != () or not np.issubdtype(r.dtype, np.number) or not np.isfinite(r) or not (0.0 <= float(r) < 1.0):
-        raise ValueError(f"{where}: coherence (planted incoherence ρ) must be one number in [0, 1), got {rho!r}")
+        raise GeomjaxError(f"{where}: coherence (planted incoherence ρ) must be one number in [0, 1), got {rho!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -367,7 +368,7 @@ def sample_instance(
     """
     _check_key(key, "sample_instance")
     if not isinstance(setting, Theorem2Setting):
-        raise TypeError(f"sample_instance: setting must be a Theorem2Setting, got {type(setting).__name__}")
+        raise GeomjaxTypeError(f"sample_instance: setting must be a Theorem2Setting, got {type(setting).__name__}")
     _check_d(d, setting, "sample_instance")
     _check_coherence(coherence, "sample_instance")
     rho = 0.0 if coherence is None else coherence
@@ -415,7 +416,7 @@ def with_planted_coherence(inst: Theorem2Instance, coherence) -> Theorem2Instanc
         n1, n2 = inst.basis1.shape[0], inst.basis2.shape[0]
         off = float(jnp.max(jnp.abs(jnp.sum(inst.basis2 * inst.basis1[jnp.arange(n2) % n1], axis=1))))
         if off > 1e3 * float(jnp.finfo(inst.basis2.dtype).eps):
-            raise ValueError(
+            raise GeomjaxError(
                 f"with_planted_coherence: the instance must be drawn with coherence=0.0 (t_j ⊥ c_(j mod n1)), "
                 f"but max |⟨c, t⟩| on the planted pairs is {off:.3g}"
             )
@@ -445,11 +446,11 @@ def embed(inst: Theorem2Instance, frame: Float[Array, "d n"]):
     O = _float_array(frame, "embed", "frame")
     n = inst.basis1.shape[1]
     if O.ndim != 2 or O.shape[1] != n or O.shape[0] < n:
-        raise ValueError(f"embed: frame must have shape (d, {n}) with d >= {n}, got {tuple(O.shape)}")
+        raise GeomjaxError(f"embed: frame must have shape (d, {n}) with d >= {n}, got {tuple(O.shape)}")
     if _concrete(O):
         err = float(jnp.max(jnp.abs(O.T @ O - jnp.eye(n, dtype=O.dtype))))
         if err > 1e3 * float(jnp.finfo(O.dtype).eps) * n:
-            raise ValueError(f"embed: frame columns are not orthonormal (max |OᵀO − I| = {err:.3g}); use a QR factor")
+            raise GeomjaxError(f"embed: frame columns are not orthonormal (max |OᵀO − I| = {err:.3g}); use a QR factor")
     return _embed(inst, O)
 
 
@@ -498,11 +499,11 @@ def sparse_matrix(coef: Float[Array, " s"], U: Float[Array, "s d"], V: Float[Arr
     U = _float_array(U, "sparse_matrix", "U")
     V = _float_array(V, "sparse_matrix", "V")
     if a.ndim != 1 or U.ndim != 2 or V.shape != U.shape or U.shape[0] != a.shape[0]:
-        raise ValueError(
+        raise GeomjaxError(
             f"sparse_matrix: expected coef (s,), U (s, d), V (s, d); got {tuple(a.shape)}, {tuple(U.shape)}, {tuple(V.shape)}"
         )
     if _concrete(a) and a.size and float(jnp.max(jnp.abs(a))) > 1.0:
-        raise ValueError(f"sparse_matrix: eq. (11) needs a_k ∈ [−1, 1], got max |a_k| = {float(jnp.max(jnp.abs(a))):.6g}")
+        raise GeomjaxError(f"sparse_matrix: eq. (11) needs a_k ∈ [−1, 1], got max |a_k| = {float(jnp.max(jnp.abs(a))):.6g}")
     _check_norms(U, "sparse_matrix", "U")
     _check_norms(V, "sparse_matrix", "V")
     return _sparse_matrix(a, U, V)
@@ -513,7 +514,7 @@ def _check_bilinear(W, z, z2, where: str):
     z = _float_array(z, where, "z")
     z2 = _float_array(z2, where, "z'")
     if W.ndim != 2 or W.shape[0] != W.shape[1] or z.shape != (W.shape[0],) or z2.shape != (W.shape[0],):
-        raise ValueError(f"{where}: expected W (d, d), z (d,), z' (d,); got {tuple(W.shape)}, {tuple(z.shape)}, {tuple(z2.shape)}")
+        raise GeomjaxError(f"{where}: expected W (d, d), z (d,), z' (d,); got {tuple(W.shape)}, {tuple(z.shape)}, {tuple(z2.shape)}")
     return W, z, z2
 
 
@@ -560,7 +561,7 @@ def _check_factor_inputs(Ws, cq, tq, ck, tk, where: str):
     vs = [_float_array(v, where, name) for v, name in ((cq, "cq"), (tq, "tq"), (ck, "ck"), (tk, "tk"))]
     m = Ws.shape[-1] if Ws.ndim == 4 else -1
     if Ws.ndim != 4 or Ws.shape[:2] != (2, 2) or Ws.shape[2] != m or any(v.shape != (m,) for v in vs):
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: expected Ws (2, 2, d, d) = [[W11, W12], [W21, W22]] and cq, tq, ck, tk of shape (d,); "
             f"got Ws {tuple(Ws.shape)} and vectors {[tuple(v.shape) for v in vs]}"
         )
@@ -667,7 +668,7 @@ def incoherence(B1: Float[Array, "n1 d"], B2: Float[Array, "n2 d"]) -> Float[Arr
     B1 = _float_array(B1, "incoherence", "B1")
     B2 = _float_array(B2, "incoherence", "B2")
     if B1.ndim != 2 or B2.ndim != 2 or B1.shape[1] != B2.shape[1] or B1.shape[0] < 1 or B2.shape[0] < 1:
-        raise ValueError(f"incoherence: expected B1 (n1, d) and B2 (n2, d), n1, n2 >= 1; got {tuple(B1.shape)} and {tuple(B2.shape)}")
+        raise GeomjaxError(f"incoherence: expected B1 (n1, d) and B2 (n2, d), n1, n2 >= 1; got {tuple(B1.shape)} and {tuple(B2.shape)}")
     _check_norms(B1, "incoherence", "B1")
     _check_norms(B2, "incoherence", "B2")
     return _incoherence(B1, B2)
@@ -680,16 +681,16 @@ def incoherence(B1: Float[Array, "n1 d"], B2: Float[Array, "n2 d"]) -> Float[Arr
 
 def _check_instance(inst, where: str) -> None:
     if not isinstance(inst, Theorem2Instance):
-        raise TypeError(f"{where}: expected a Theorem2Instance (from sample_instance), got {type(inst).__name__}")
+        raise GeomjaxTypeError(f"{where}: expected a Theorem2Instance (from sample_instance), got {type(inst).__name__}")
     if inst.basis1.ndim != 2 or inst.basis2.ndim != 2:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: expected ONE instance (basis1 (n1, n), basis2 (n2, n)), got shapes {tuple(inst.basis1.shape)} "
             f"and {tuple(inst.basis2.shape)}; vmap over a batch of instances"
         )
     n1, n = inst.basis1.shape
     n2 = inst.basis2.shape[0]
     if inst.basis2.shape[1] != n or n != n1 + n2 or inst.noise.shape != (2, 2, n, n):
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: inconsistent instance shapes basis1 {tuple(inst.basis1.shape)}, basis2 "
             f"{tuple(inst.basis2.shape)}, noise {tuple(inst.noise.shape)} (frame dimension must be n1 + n2)"
         )
@@ -871,7 +872,7 @@ def noise_cross_max(inst: Theorem2Instance, pairs: Pairs = "all") -> Float[Array
     """
     _check_instance(inst, "noise_cross_max")
     if pairs not in ("all", "printed"):
-        raise ValueError(f"noise_cross_max: pairs must be 'all' or 'printed', got {pairs!r}")
+        raise GeomjaxError(f"noise_cross_max: pairs must be 'all' or 'printed', got {pairs!r}")
     return _noise_max(inst, pairs)
 
 
@@ -879,12 +880,12 @@ def n_noise_cross_terms(n1: int, n2: int, pairs: Pairs = "all") -> int:
     """Number of noise cross terms: 3(n1 + n2)² ("all") or 6·n1·n2 ("printed"), App. F.2."""
     for name, v in (("n1", n1), ("n2", n2)):
         if not _is_int(v) or int(v) < 1:
-            raise ValueError(f"n_noise_cross_terms: {name} must be an integer >= 1, got {v!r}")
+            raise GeomjaxError(f"n_noise_cross_terms: {name} must be an integer >= 1, got {v!r}")
     if pairs == "all":
         return 3 * (int(n1) + int(n2)) ** 2
     if pairs == "printed":
         return 6 * int(n1) * int(n2)
-    raise ValueError(f"n_noise_cross_terms: pairs must be 'all' or 'printed', got {pairs!r}")
+    raise GeomjaxError(f"n_noise_cross_terms: pairs must be 'all' or 'printed', got {pairs!r}")
 
 
 def proof_event(inst: Theorem2Instance, pairs: Pairs = "all") -> Array:
@@ -922,7 +923,7 @@ def theorem_event(inst: Theorem2Instance, constant: float = 12 * PROOF_NOISE_CON
       ValueError: constant not a positive number.
     """
     if isinstance(constant, bool) or not (isinstance(constant, (int, float, np.floating, np.integer)) and float(constant) > 0):
-        raise ValueError(f"theorem_event: constant must be a positive number, got {constant!r}")
+        raise GeomjaxError(f"theorem_event: constant must be a positive number, got {constant!r}")
     sup = worst_case_log_error(inst, include_noise=True)
     inc = _incoherence(inst.basis1, inst.basis2)
     return sup > _det_bound(inst) + float(constant) * inc
@@ -948,7 +949,7 @@ def union_bound(incoh, d, n1: int, n2: int, count: Count = "corrected") -> Array
       ValueError: unknown count, n1 or n2 not a positive integer.
     """
     if count not in ("printed", "corrected"):
-        raise ValueError(f"union_bound: count must be 'printed' or 'corrected', got {count!r}")
+        raise GeomjaxError(f"union_bound: count must be 'printed' or 'corrected', got {count!r}")
     N = n_noise_cross_terms(n1, n2, "printed" if count == "printed" else "all")
     incoh = jnp.asarray(incoh)
     if not jnp.issubdtype(incoh.dtype, jnp.floating):

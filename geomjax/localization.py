@@ -56,6 +56,7 @@ import optax
 from jax.scipy.special import erf
 
 from geomjax._checks import is_concrete
+from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, ArrayLike, Float, Key
 
 __all__ = [
@@ -110,14 +111,14 @@ def _check_lambda(lam, where: str) -> None:
     if is_concrete(lam):
         a = np.asarray(lam, dtype=float)
         if not np.all(np.isfinite(a)) or np.any(a <= 0):
-            raise ValueError(f"{where}: the temperature λ must be finite and > 0 (commonly √d), got {lam}")
+            raise GeomjaxError(f"{where}: the temperature λ must be finite and > 0 (commonly √d), got {lam}")
 
 
 def _check_T(T, where: str) -> int:
     if not isinstance(T, (int, np.integer)) or isinstance(T, bool):
-        raise ValueError(f"{where}: T (number of tokens) must be a Python int, got {T!r}")
+        raise GeomjaxError(f"{where}: T (number of tokens) must be a Python int, got {T!r}")
     if T < 2:
-        raise ValueError(f"{where}: T (number of tokens) must be >= 2, got {T}; ρ_i compares tokens "
+        raise GeomjaxError(f"{where}: T (number of tokens) must be >= 2, got {T}; ρ_i compares tokens "
                          "of a sequence, so use sequences of at least 2 tokens")
     return int(T)
 
@@ -126,27 +127,27 @@ def _check_theta(theta, where: str) -> None:
     if is_concrete(theta):
         a = np.asarray(theta, dtype=float)
         if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1):
-            raise ValueError(f"{where}: θ (relative token position i/T) must lie in [0, 1], got "
+            raise GeomjaxError(f"{where}: θ (relative token position i/T) must lie in [0, 1], got "
                              f"values in [{np.nanmin(a)}, {np.nanmax(a)}]")
 
 
 def _check_square(W, where: str, what: str = "W_QK") -> None:
     s = np.shape(W)
     if len(s) < 2 or s[-1] != s[-2]:
-        raise ValueError(f"{where}: {what} must be a square (..., d, d) matrix, got shape {s}")
+        raise GeomjaxError(f"{where}: {what} must be a square (..., d, d) matrix, got shape {s}")
 
 
 def _check_pair(W_qk, Sigma, where: str) -> None:
     _check_square(W_qk, where, "W_QK")
     _check_square(Sigma, where, "Σ")
     if np.shape(W_qk)[-1] != np.shape(Sigma)[-1]:
-        raise ValueError(f"{where}: W_QK is {np.shape(W_qk)[-2:]} but Σ is {np.shape(Sigma)[-2:]}; "
+        raise GeomjaxError(f"{where}: W_QK is {np.shape(W_qk)[-2:]} but Σ is {np.shape(Sigma)[-2:]}; "
                          "both must be (d, d) with the same token dimension d")
 
 
 def _check_finite(x, where: str, what: str) -> None:
     if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-        raise ValueError(f"{where}: {what} contains NaN or Inf")
+        raise GeomjaxError(f"{where}: {what} contains NaN or Inf")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,7 +204,7 @@ def piecewise_coefficients(omega: Float[Array, "T"]) -> tuple[Float[Array, "T T"
     """
     omega = jnp.asarray(omega)
     if omega.ndim != 1:
-        raise ValueError(f"piecewise_coefficients: ω must be one vector (T,), got shape {omega.shape}; vmap over batches")
+        raise GeomjaxError(f"piecewise_coefficients: ω must be one vector (T,), got shape {omega.shape}; vmap over batches")
     T = _check_T(int(omega.shape[0]), "piecewise_coefficients")
     gamma, gamma0 = taylor_coefficients(T, omega.dtype)
     s = gamma @ omega + gamma0
@@ -253,7 +254,7 @@ def anisotropic_covariance(key: Key, d: int, half_width: float = 2.5, dtype=jnp.
       (Sigma (d, d), factor F = Rᵀ/√d (d, d)) with Σ = F Fᵀ.
     """
     if d < 1:
-        raise ValueError(f"anisotropic_covariance: d must be >= 1, got {d}")
+        raise GeomjaxError(f"anisotropic_covariance: d must be >= 1, got {d}")
     R = jax.random.uniform(key, (d, d), dtype, -half_width, half_width)
     F = R.T / math.sqrt(d)
     return F @ F.T, F
@@ -323,7 +324,7 @@ def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam) ->
     per draw and sequence, M = Fᵀ W_QK F (D, d, d); ω_j = Z_j M Z_T / λ. Same math as :func:`empirical_rho`."""
     _check_lambda(lam, "rho_from_walks")
     if np.ndim(Z) != 4 or np.ndim(M) != 3 or np.shape(Z)[0] != np.shape(M)[0] or np.shape(Z)[-1] != np.shape(M)[-1]:
-        raise ValueError(f"rho_from_walks: need Z (D, S, T, d) and M (D, d, d), got {np.shape(Z)} and {np.shape(M)}")
+        raise GeomjaxError(f"rho_from_walks: need Z (D, S, T, d) and M (D, d, d), got {np.shape(Z)} and {np.shape(M)}")
     _check_T(int(np.shape(Z)[2]), "rho_from_walks")
     return _rho_from_walks(jnp.asarray(Z), jnp.asarray(M), jnp.asarray(lam, jnp.asarray(Z).dtype))
 
@@ -359,7 +360,7 @@ def empirical_rho(
     """
     T = _check_T(T, "empirical_rho")
     if not isinstance(n_seq, (int, np.integer)) or n_seq < 2:
-        raise ValueError(f"empirical_rho: n_seq must be an int >= 2, got {n_seq!r}")
+        raise GeomjaxError(f"empirical_rho: n_seq must be an int >= 2, got {n_seq!r}")
     _check_lambda(lam, "empirical_rho")
     W = jnp.asarray(W_qk)
     _check_pair(W, factor, "empirical_rho")
@@ -413,7 +414,7 @@ def xi_eta(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam) -> tuple[
     _check_lambda(lam, "xi_eta")
     t = w_traces(W_qk, Sigma)
     if is_concrete(t["trW2"]) and not float(t["trW2"]) > 0:
-        raise ValueError(f"xi_eta: tr(W²) = {float(t['trW2'])} is not > 0, so ξ and η are undefined; "
+        raise GeomjaxError(f"xi_eta: tr(W²) = {float(t['trW2'])} is not > 0, so ξ and η are undefined; "
                          "use a nonzero symmetric W_QK (symmetrise an asymmetric one)")
     s = jnp.sqrt(t["trW2"])
     return t["trW"] / s, s / lam
@@ -425,7 +426,7 @@ def variance_profile(theta, form: str = "printed"):
         return 2 * theta**2 + 7.0 / 12.0
     if form == "corrected":
         return 2 * theta**2 - 2 * theta + 7.0 / 12.0
-    raise ValueError(f"variance_profile: form must be one of {VARIANCE_FORMS}, got {form!r}")
+    raise GeomjaxError(f"variance_profile: form must be one of {VARIANCE_FORMS}, got {form!r}")
 
 
 def _positions(T, positions, dtype, where):
@@ -433,7 +434,7 @@ def _positions(T, positions, dtype, where):
         return jnp.arange(1, T + 1, dtype=dtype)
     p = jnp.asarray(positions, dtype)
     if is_concrete(p) and (np.any(np.asarray(p) < 1) or np.any(np.asarray(p) > T)):
-        raise ValueError(f"{where}: positions must lie in 1..T = {T}")
+        raise GeomjaxError(f"{where}: positions must lie in 1..T = {T}")
     return p
 
 
@@ -503,7 +504,7 @@ def rho_theta(theta, xi, eta, form: str = "printed"):
     if is_concrete(eta):
         e = np.asarray(eta, dtype=float)
         if np.any(~(e > 0)):
-            raise ValueError(f"rho_theta: η = √tr(W²)/λ must be > 0, got {eta}")
+            raise GeomjaxError(f"rho_theta: η = √tr(W²)/λ must be > 0, got {eta}")
     a = (theta - 0.5) * xi
     return _Phi(a, theta, form) - _Phi(a - 1.0 / eta, theta, form)
 
@@ -612,7 +613,7 @@ def one_vs_rest_entropy(gap, T):
 def qk_matrix(W_q: Float[Array, "*H d K"], W_k: Float[Array, "*H d K"]) -> Float[Array, "*H d d"]:
     """W_QK = W_q W_kᵀ (d, d) per head, scoring query i against key j as x_i W_QK x_jᵀ (Bao §6)."""
     if np.shape(W_q) != np.shape(W_k) or len(np.shape(W_q)) < 2:
-        raise ValueError(f"qk_matrix: W_q and W_k must have the same shape (..., d, K), got {np.shape(W_q)} and {np.shape(W_k)}")
+        raise GeomjaxError(f"qk_matrix: W_q and W_k must have the same shape (..., d, K), got {np.shape(W_q)} and {np.shape(W_k)}")
     return jnp.einsum("...dk,...ek->...de", W_q, W_k)
 
 
@@ -644,7 +645,7 @@ def find_qk_heads(params) -> list[tuple[str, str, str]]:
 
     walk(params, ())
     if not found:
-        raise ValueError("find_qk_heads: no attention layer with q/kernel and k/kernel of shape (d, H, K) "
+        raise GeomjaxError("find_qk_heads: no attention layer with q/kernel and k/kernel of shape (d, H, K) "
                          "in these params; pass a geomjax toy/GPT-2/BERT parameter tree")
     return found
 
@@ -686,7 +687,7 @@ def locater_penalty(params, kappa1: float, kappa2: float) -> Array:
     add it to a training loss (:func:`locater_loss`).
     """
     if kappa1 < 0 or kappa2 < 0:
-        raise ValueError(f"locater_penalty: κ1 and κ2 must be >= 0, got {kappa1}, {kappa2}")
+        raise GeomjaxError(f"locater_penalty: κ1 and κ2 must be >= 0, got {kappa1}, {kappa2}")
     total = 0.0
     for t in locater_terms(params).values():
         total = total + jnp.sum(kappa1 * t["scale"] + kappa2 * (t["trace"] - 1.0) ** 2)
@@ -723,7 +724,7 @@ def add_locater_gradient(kappa1: float, kappa2: float) -> optax.GradientTransfor
 
     def update_fn(updates, state, params=None):
         if params is None:
-            raise ValueError("add_locater_gradient: update needs params (call tx.update(grads, state, params))")
+            raise GeomjaxError("add_locater_gradient: update needs params (call tx.update(grads, state, params))")
         g = jax.grad(locater_penalty)(params, kappa1, kappa2)
         return jax.tree_util.tree_map(jnp.add, updates, g), state
 
@@ -732,7 +733,7 @@ def add_locater_gradient(kappa1: float, kappa2: float) -> optax.GradientTransfor
 
 def _check_qk_paper(W_Q, W_K, where):
     if np.ndim(W_Q) != 2 or np.shape(W_Q) != np.shape(W_K):
-        raise ValueError(f"{where}: W_Q and W_K must be matrices of the same shape (K, d), got {np.shape(W_Q)} and {np.shape(W_K)}")
+        raise GeomjaxError(f"{where}: W_Q and W_K must be matrices of the same shape (K, d), got {np.shape(W_Q)} and {np.shape(W_K)}")
 
 
 def locater_grads_printed(W_Q: Float[Array, "K d"], W_K: Float[Array, "K d"]) -> dict[str, Array]:

@@ -26,7 +26,6 @@ masked (its surplus draws are computed and discarded, never counted), so no samp
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -37,21 +36,15 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import compiled_cache
+from geomjax._checks import compiled_cache, x64_context
 from geomjax._repr import with_compact_repr
+from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.parallel import AXIS
 from geomjax.typing import Array, Float, Key
 
 __all__ = ["Estimate", "merge", "merge_all", "from_samples", "estimate"]
 
 _DTYPES = ("float32", "float64")
-
-
-def _x64(dtype: str):
-    """Enable float64 locally when ``dtype`` is float64 and JAX x64 is off (no-op otherwise)."""
-    if dtype == "float64" and not jax.config.jax_enable_x64:
-        return jax.enable_x64(True)
-    return contextlib.nullcontext()
 
 
 def _count_dtype():
@@ -67,7 +60,7 @@ def _stats_from_samples(x, valid=None, dtype=None):
     """(n, mean, m2) of a pytree whose leaves have a leading sample axis; ``valid`` masks rows."""
     leaves = jax.tree_util.tree_leaves(x)
     if not leaves:
-        raise ValueError("Estimate: the sample pytree has no array leaves")
+        raise GeomjaxError("Estimate: the sample pytree has no array leaves")
     s = leaves[0].shape[0]
     if valid is None:
         valid = jnp.ones((s,), bool)
@@ -163,7 +156,7 @@ class Estimate:
 
     # -- derived quantities --------------------------------------------------------------------
     def _map(self, fn, *trees):
-        with _x64(self.dtype):
+        with x64_context(self.dtype):
             return jax.tree_util.tree_map(fn, *trees)
 
     @property
@@ -222,12 +215,12 @@ def merge(a: Estimate, b: Estimate) -> Estimate:
       ValueError: different pytree structures or leaf shapes.
     """
     if jax.tree_util.tree_structure(a.mean) != jax.tree_util.tree_structure(b.mean):
-        raise ValueError("merge: the two estimates have different pytree structures")
+        raise GeomjaxError("merge: the two estimates have different pytree structures")
     for x, y in zip(jax.tree_util.tree_leaves(a.mean), jax.tree_util.tree_leaves(b.mean)):
         if jnp.shape(x) != jnp.shape(y):
-            raise ValueError(f"merge: leaf shapes differ, {jnp.shape(x)} vs {jnp.shape(y)}")
+            raise GeomjaxError(f"merge: leaf shapes differ, {jnp.shape(x)} vs {jnp.shape(y)}")
     dtype = "float64" if "float64" in (a.dtype, b.dtype) else "float32"
-    with _x64(dtype):
+    with x64_context(dtype):
         cast = lambda t: jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), t)
         cd = _count_dtype()
         n, mean, m2 = _merge_jit(
@@ -241,7 +234,7 @@ def merge_all(estimates) -> Estimate:
     """Merge a non-empty sequence of estimates left to right (exact, see :func:`merge`)."""
     estimates = list(estimates)
     if not estimates:
-        raise ValueError("merge_all: got no estimates")
+        raise GeomjaxError("merge_all: got no estimates")
     out = estimates[0]
     for e in estimates[1:]:
         out = merge(out, e)
@@ -269,22 +262,22 @@ def from_samples(samples, dtype: str | None = None) -> Estimate:
     """
     leaves = jax.tree_util.tree_leaves(samples)
     if not leaves:
-        raise ValueError("from_samples: the sample pytree has no array leaves")
+        raise GeomjaxError("from_samples: the sample pytree has no array leaves")
     sizes = {int(np.shape(l)[0]) if np.ndim(l) else -1 for l in leaves}
     if len(sizes) != 1 or -1 in sizes:
-        raise ValueError(f"from_samples: every leaf needs the same leading sample axis, got {sizes}")
+        raise GeomjaxError(f"from_samples: every leaf needs the same leading sample axis, got {sizes}")
     if sizes == {0}:
-        raise ValueError("from_samples: no samples (S = 0)")
+        raise GeomjaxError("from_samples: no samples (S = 0)")
     kinds = {np.dtype(getattr(l, "dtype", np.asarray(l).dtype)).kind for l in leaves}
     if not kinds <= {"f", "i", "u", "b"}:
-        raise TypeError(f"from_samples: samples must be real (float/int/bool) arrays, got dtype kinds {sorted(kinds)}")
+        raise GeomjaxTypeError(f"from_samples: samples must be real (float/int/bool) arrays, got dtype kinds {sorted(kinds)}")
     inferred = _leaf_dtype_name(leaves)
     dtype = inferred if dtype is None else dtype
     if dtype not in _DTYPES:
-        raise ValueError(f"from_samples: dtype must be one of {_DTYPES}, got {dtype!r}")
+        raise GeomjaxError(f"from_samples: dtype must be one of {_DTYPES}, got {dtype!r}")
     if inferred == "float64" and dtype == "float32":
-        raise ValueError("from_samples: float64 samples with dtype='float32' would lose precision")
-    with _x64(dtype):
+        raise GeomjaxError("from_samples: float64 samples with dtype='float32' would lose precision")
+    with x64_context(dtype):
         samples = jax.tree_util.tree_map(lambda l: jnp.asarray(l, dtype), samples)
         n, mean, m2 = _stats_jit(samples, dtype=dtype)
     return Estimate(mean=mean, m2=m2, n=n, dtype=dtype)
@@ -300,11 +293,11 @@ def _check_key(key) -> None:
     legacy raw key (``jax.random.PRNGKey``), uint32 of shape (2,)."""
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
-            raise ValueError(f"estimate: expected a single PRNG key, got a key array of shape {key.shape}")
+            raise GeomjaxError(f"estimate: expected a single PRNG key, got a key array of shape {key.shape}")
         return
     if np.shape(key) == (2,) and np.dtype(getattr(key, "dtype", None)) == np.uint32:
         return
-    raise TypeError(
+    raise GeomjaxTypeError(
         "estimate: `key` must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
         f"got {type(key).__name__} with shape {np.shape(key)}"
     )
@@ -414,59 +407,59 @@ def estimate(
     """
     _check_key(key)
     if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)):
-        raise ValueError(f"estimate: n_samples must be an integer, got {n_samples!r}")
+        raise GeomjaxError(f"estimate: n_samples must be an integer, got {n_samples!r}")
     n_samples = int(n_samples)
     if n_samples < 2:
-        raise ValueError(f"estimate: n_samples must be >= 2 to have a standard error, got {n_samples}")
+        raise GeomjaxError(f"estimate: n_samples must be >= 2 to have a standard error, got {n_samples}")
     if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or int(chunk) < 1:
-        raise ValueError(f"estimate: chunk must be a positive integer, got {chunk!r}")
+        raise GeomjaxError(f"estimate: chunk must be a positive integer, got {chunk!r}")
     chunk = int(chunk)
     n_dev = 1
     if mesh is not None:
         if not isinstance(mesh, Mesh) or AXIS not in mesh.shape:
-            raise ValueError(
+            raise GeomjaxError(
                 f"estimate: `mesh` must be a jax Mesh with a {AXIS!r} axis "
                 f"(geomjax.parallel.data_mesh()), got {mesh!r}"
             )
         n_dev = int(mesh.shape[AXIS])
         if chunk % n_dev:
-            raise ValueError(
+            raise GeomjaxError(
                 f"estimate: chunk={chunk} is not a multiple of the {n_dev} devices of the "
                 f"{AXIS!r} mesh; use a multiple of {n_dev} (e.g. {math.ceil(chunk / n_dev) * n_dev})"
             )
     if chunk > n_samples:
         chunk = math.ceil(n_samples / n_dev) * n_dev
     if math.ceil(n_samples / chunk) * chunk >= 2**31:
-        raise ValueError(
+        raise GeomjaxError(
             f"estimate: n_samples={n_samples} with chunk={chunk} needs sample indices >= 2**31 "
             "(int32); use fewer samples per call and merge the estimates"
         )
     if dtype is not None and dtype not in _DTYPES:
-        raise ValueError(f"estimate: dtype must be one of {_DTYPES} or None, got {dtype!r}")
+        raise GeomjaxError(f"estimate: dtype must be one of {_DTYPES} or None, got {dtype!r}")
     tracing = isinstance(key, jax.core.Tracer)
     if tracing and dtype == "float64" and not jax.config.jax_enable_x64:
-        raise ValueError(
+        raise GeomjaxError(
             "estimate: dtype='float64' inside jit needs JAX x64 enabled globally "
             "(jax.config.update('jax_enable_x64', True)); or call estimate outside jit"
         )
 
-    with _x64(dtype or "float32"):
+    with x64_context(dtype or "float32"):
         probe = jax.eval_shape(sample_fn, jax.random.fold_in(key, 0))
     leaves = jax.tree_util.tree_leaves(probe)
     if not leaves:
-        raise ValueError("estimate: sample_fn returned no array leaves")
+        raise GeomjaxError("estimate: sample_fn returned no array leaves")
     bad = [l.dtype for l in leaves if not (jnp.issubdtype(l.dtype, jnp.floating) or jnp.issubdtype(l.dtype, jnp.integer) or l.dtype == bool)]
     if bad:
-        raise TypeError(f"estimate: sample_fn must return real (float/int/bool) arrays, got dtypes {bad}")
+        raise GeomjaxTypeError(f"estimate: sample_fn must return real (float/int/bool) arrays, got dtypes {bad}")
     inferred = _leaf_dtype_name(leaves)
     if dtype is None:
         dtype = inferred
     elif inferred == "float64" and dtype == "float32":
-        raise ValueError(
+        raise GeomjaxError(
             "estimate: sample_fn returns float64 but dtype='float32' would truncate it; "
             "pass dtype='float64' (or return float32)"
         )
 
-    with _x64(dtype):
+    with x64_context(dtype):
         n, mean, m2 = _driver(sample_fn, n_samples, chunk, mesh, dtype)(key)
     return Estimate(mean=mean, m2=m2, n=n, dtype=dtype)

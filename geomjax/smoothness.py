@@ -56,6 +56,7 @@ import numpy as np
 from jaxtyping import Complex
 
 from geomjax._checks import as_real_array, float64_aware, is_concrete
+from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Float
 
 __all__ = [
@@ -89,19 +90,19 @@ def _as_array(G, where: str):
 def _check_square(G, where: str, *, min_size: int = 2, symmetric: bool = True):
     G = _as_array(G, where)
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
-        raise ValueError(f"{where}: expected a square matrix (T, T), got shape {tuple(G.shape)}")
+        raise GeomjaxError(f"{where}: expected a square matrix (T, T), got shape {tuple(G.shape)}")
     if G.shape[0] < min_size:
-        raise ValueError(f"{where}: need a matrix of size at least {min_size}, got {tuple(G.shape)}")
+        raise GeomjaxError(f"{where}: need a matrix of size at least {min_size}, got {tuple(G.shape)}")
     if is_concrete(G):
         if not bool(jnp.all(jnp.isfinite(G))):
             bad = int(jnp.sum(~jnp.isfinite(G)))
-            raise ValueError(f"{where}: matrix contains {bad} NaN/Inf entries")
+            raise GeomjaxError(f"{where}: matrix contains {bad} NaN/Inf entries")
         if symmetric:
             scale = float(jnp.max(jnp.abs(G))) or 1.0
             asym = float(jnp.max(jnp.abs(G - G.T)))
             tol = 100 * float(jnp.finfo(G.dtype).eps) * scale
             if asym > tol:
-                raise ValueError(
+                raise GeomjaxError(
                     f"{where}: matrix is not symmetric (max |G - Gᵀ| = {asym:.3g} > {tol:.3g}); "
                     "a Gram matrix PᵀP is symmetric"
                 )
@@ -116,7 +117,7 @@ def _check_centred(G, where: str) -> None:
     row = float(jnp.max(jnp.abs(jnp.sum(G, axis=1))))
     tol = 1e3 * float(jnp.finfo(G.dtype).eps) * T * scale
     if row > tol:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: G is not doubly centred (max |G 1| = {row:.3g} > {tol:.3g}); Theorem 1 assumes "
             "pos_1 + ... + pos_T = 0. Centre it first with geomjax.smoothness.double_center(G)."
         )
@@ -129,7 +130,7 @@ def _check_psd(G, where: str) -> None:
     scale = float(jnp.max(jnp.abs(ev))) or 1.0
     tol = 1e3 * float(jnp.finfo(G.dtype).eps) * G.shape[0] * scale
     if float(ev[0]) < -tol:
-        raise ValueError(
+        raise GeomjaxError(
             f"{where}: G is not positive semi-definite (smallest eigenvalue {float(ev[0]):.3g}); "
             "a Gram matrix PᵀP is PSD"
         )
@@ -138,10 +139,10 @@ def _check_psd(G, where: str) -> None:
 def _check_km(T: int, k: int | None = None, m: int | None = None, where: str = "") -> None:
     if k is not None:
         if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= T:
-            raise ValueError(f"{where}: k must be an integer with 1 <= k <= T = {T}, got {k!r}")
+            raise GeomjaxError(f"{where}: k must be an integer with 1 <= k <= T = {T}, got {k!r}")
     if m is not None:
         if isinstance(m, bool) or int(m) != m or int(m) < 1:
-            raise ValueError(f"{where}: m must be a positive integer, got {m!r}")
+            raise GeomjaxError(f"{where}: m must be a positive integer, got {m!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,7 +179,7 @@ def _reflect(G):
 
 
 @float64_aware(arrays=('G',))
-def reflected_gram(G: Float[Array, "T T"]) -> Float[Array, "2T 2T"]:
+def reflected_gram(G: Float[Array, "T T"]) -> Float[Array, "2*T 2*T"]:
     """Extended and reflected Gram matrix G̃ (Song & Zhong eq. (4)).
 
     G̃ = [[G⁽¹⁾, G⁽²⁾], [G⁽³⁾, G⁽⁴⁾]] with G⁽²⁾_{t,t'} = G_{t,T+1-t'}, G⁽³⁾_{t,t'} = G_{T+1-t,t'},
@@ -232,7 +233,7 @@ def finite_difference(
     A = _check_square(G_tilde, "finite_difference", min_size=4, symmetric=False)
     N = A.shape[0]
     if N % 2:
-        raise ValueError(f"finite_difference: G̃ must have even size N = 2T, got {N}")
+        raise GeomjaxError(f"finite_difference: G̃ must have even size N = 2T, got {N}")
     _check_km(N // 2, m=m, where="finite_difference")
     s = (N // 2) ** 2 if scale is None else scale
     return _fd(A, int(m), jnp.asarray(s, A.dtype))
@@ -283,7 +284,7 @@ def low_frequency_basis(T: int, k: int, *, convention: Basis = "printed", dtype=
       ValueError: T < 2, k out of range, unknown convention.
     """
     if isinstance(T, bool) or int(T) != T or int(T) < 2:
-        raise ValueError(f"low_frequency_basis: T must be an integer >= 2, got {T!r}")
+        raise GeomjaxError(f"low_frequency_basis: T must be an integer >= 2, got {T!r}")
     T = int(T)
     _check_km(T, k=k, where="low_frequency_basis")
     dtype = jnp.result_type(float) if dtype is None else dtype
@@ -293,7 +294,7 @@ def low_frequency_basis(T: int, k: int, *, convention: Basis = "printed", dtype=
         return jnp.cos((s - 0.5) * (t - 1) * jnp.pi / T)
     if convention == "dct":
         return jnp.cos((s - 1) * (t - 0.5) * jnp.pi / T)
-    raise ValueError(f"low_frequency_basis: convention must be 'printed' or 'dct', got {convention!r}")
+    raise GeomjaxError(f"low_frequency_basis: convention must be 'printed' or 'dct', got {convention!r}")
 
 
 def _op_sym(A):
@@ -371,7 +372,7 @@ def best_low_frequency_fit(G: Float[Array, "T T"], k: int, *, convention: Basis 
     _check_km(G.shape[0], k=k, where="best_low_frequency_fit")
     _check_psd(G, "best_low_frequency_fit")
     if convention not in ("printed", "dct"):
-        raise ValueError(f"best_low_frequency_fit: convention must be 'printed' or 'dct', got {convention!r}")
+        raise GeomjaxError(f"best_low_frequency_fit: convention must be 'printed' or 'dct', got {convention!r}")
     return _best_fit(G, int(k), convention)
 
 
@@ -382,7 +383,7 @@ def _index_mask(N: int, k: int, index_set: str) -> np.ndarray:
         return np.abs(signed) <= k - 1
     if index_set == "printed":  # I = {1..k} ∪ {N-k+1..N}: frequencies 0..k-1 and -k..-1
         return (freq < k) | (freq >= N - k)
-    raise ValueError(f"proof_fit: index_set must be 'symmetric' or 'printed', got {index_set!r}")
+    raise GeomjaxError(f"proof_fit: index_set must be 'symmetric' or 'printed', got {index_set!r}")
 
 
 def _dft_matrix(N: int, dtype):
@@ -459,7 +460,7 @@ def dft_gamma(N: int, dtype=None) -> Complex[Array, " N"]:
       (N,) complex array; index 0 holds γ_1.
     """
     if isinstance(N, bool) or int(N) != N or int(N) < 2:
-        raise ValueError(f"dft_gamma: N must be an integer >= 2, got {N!r}")
+        raise GeomjaxError(f"dft_gamma: N must be an integer >= 2, got {N!r}")
     N = int(N)
     dtype = jnp.result_type(complex) if dtype is None else dtype
     j = jnp.arange(1, N)
@@ -517,7 +518,7 @@ def theorem1_rhs(
     elif constant == "corrected":
         c = corrected_constant(T, k, m)
     else:
-        raise ValueError(f"theorem1_rhs: constant must be 'printed' or 'corrected', got {constant!r}")
+        raise GeomjaxError(f"theorem1_rhs: constant must be 'printed' or 'corrected', got {constant!r}")
     return c * _delta_max(G, int(m))
 
 
@@ -559,11 +560,11 @@ def theorem1_bound(
         lhs = best_low_frequency_fit(G, k, convention=basis).err_op / T
     elif fit == "proof":
         if basis != "dct":
-            raise ValueError("theorem1_bound: the proof's fit lives in the 'dct' basis; pass basis='dct'")
+            raise GeomjaxError("theorem1_bound: the proof's fit lives in the 'dct' basis; pass basis='dct'")
         _check_psd(G, "theorem1_bound")
         lhs = _op_sym(G - _proof_fit(G, jnp.asarray(int(k), jnp.int32), "symmetric")) / T
     else:
-        raise ValueError(f"theorem1_bound: fit must be 'best' or 'proof', got {fit!r}")
+        raise GeomjaxError(f"theorem1_bound: fit must be 'best' or 'proof', got {fit!r}")
     return lhs, theorem1_rhs(G, k, m, constant=constant)
 
 

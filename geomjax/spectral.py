@@ -40,7 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax._checks import HIGHEST as _HIGHEST, as_float_array, as_matrix as _matrix, check_finite
-from geomjax._checks import check_nonzero_rows, float64_aware, is_concrete as _is_concrete
+from geomjax._checks import check_nonzero_rows, float64_aware, is_concrete as _is_concrete, x64_context
+from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.geometry import normalized_gram
 from geomjax.typing import Array, ArrayLike, Float, Int
 
@@ -87,16 +88,16 @@ class ScreeNOTResult(NamedTuple):
 
 def _check_screenot_args(p: int, k, strategy) -> tuple[int, str]:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise TypeError(f"k (upper bound on the signal rank) must be a Python int, got {k!r}")
+        raise GeomjaxTypeError(f"k (upper bound on the signal rank) must be a Python int, got {k!r}")
     k = int(k)
     if strategy not in STRATEGIES:
-        raise ValueError(f"unknown ScreeNOT strategy {strategy!r}; use one of {STRATEGIES}")
+        raise GeomjaxError(f"unknown ScreeNOT strategy {strategy!r}; use one of {STRATEGIES}")
     if k < 0:
-        raise ValueError(f"k must be >= 0, got {k}")
+        raise GeomjaxError(f"k must be >= 0, got {k}")
     if k >= p:
-        raise ValueError(f"k too large: ScreeNOT needs k < min(n, m) = {p}, got k = {k}")
+        raise GeomjaxError(f"k too large: ScreeNOT needs k < min(n, m) = {p}, got k = {k}")
     if strategy == "i" and 2 * k + 1 >= p:
-        raise ValueError(
+        raise GeomjaxError(
             f"k too large for the imputation strategy 'i': it needs 2k + 1 < min(n, m) = {p}, "
             f"got k = {k} (2k + 1 = {2 * k + 1}); use k <= {(p - 2) // 2} or strategy 'w'/'0'"
         )
@@ -107,9 +108,9 @@ def _check_shape(shape) -> tuple[int, int]:
     try:
         n, m = (int(s) for s in shape)
     except (TypeError, ValueError):
-        raise ValueError(f"shape must be a pair (n, m) of matrix dimensions, got {shape!r}")
+        raise GeomjaxError(f"shape must be a pair (n, m) of matrix dimensions, got {shape!r}")
     if n < 1 or m < 1:
-        raise ValueError(f"shape must have positive dimensions, got {(n, m)}")
+        raise GeomjaxError(f"shape must have positive dimensions, got {(n, m)}")
     return n, m
 
 
@@ -176,7 +177,7 @@ def _screenot_core(sigma: jax.Array, gamma: float, k: int, strategy: str):
 
 def _screenot_from_sorted(sigma: jax.Array, n: int, m: int, k: int, strategy: str):
     gamma = min(n / m, m / n)
-    with jax.enable_x64(True):
+    with x64_context("float64"):
         s64 = jnp.asarray(sigma).astype(jnp.float64)
         return _screenot_core(s64, gamma, k, strategy)
 
@@ -262,13 +263,13 @@ def screenot_from_singular_values(
     sigma = as_float_array(sigma, "sigma", 1, "(p,) with p = min(n, m)", finite=True)
     p = min(n, m)
     if sigma.shape[0] != p:
-        raise ValueError(
+        raise GeomjaxError(
             f"sigma must hold all min(n, m) = {p} singular values of a {n}x{m} matrix, got "
             f"{sigma.shape[0]}"
         )
     k, strategy = _check_screenot_args(p, k, strategy)
     if _is_concrete(sigma) and bool(jnp.any(sigma < 0)):
-        raise ValueError("sigma holds negative values; singular values are >= 0")
+        raise GeomjaxError("sigma holds negative values; singular values are >= 0")
     sigma = jnp.sort(sigma)[::-1]
     rank, thr = _screenot_from_sorted(sigma, n, m, k, strategy)
     return ScreeNOTResult(rank, thr, sigma)
@@ -284,7 +285,7 @@ def _check_top(top, p: int) -> int | None:
         return None
     top = int(top)
     if not 1 <= top <= p:
-        raise ValueError(f"top must be in [1, {p}] (number of singular values), got {top}")
+        raise GeomjaxError(f"top must be in [1, {p}] (number of singular values), got {top}")
     return top
 
 
@@ -344,7 +345,7 @@ def singular_values_from_second_moment(
     """
     S = _matrix(S, "S", "(d, d)", 1, "rows")
     if S.shape[0] != S.shape[1]:
-        raise ValueError(f"S must be a square (d, d) second moment, got shape {tuple(S.shape)}")
+        raise GeomjaxError(f"S must be a square (d, d) second moment, got shape {tuple(S.shape)}")
     top = _check_top(top, S.shape[0])
     s = _sv_from_moment(S)
     return s if top is None else s[:top]
@@ -365,7 +366,7 @@ def stable_rank_from_singular_values(sigma: Float[Array, " p"]) -> Float[Array, 
     """
     sigma = as_float_array(sigma, "sigma", 1, "(p,)", finite=True)
     if sigma.shape[0] < 1:
-        raise ValueError("sigma is empty")
+        raise GeomjaxError("sigma is empty")
     return _stable_rank_sv(sigma)
 
 
@@ -391,7 +392,7 @@ def stable_rank(X: Float[Array, "n m"]) -> Float[Array, ""]:
     X = _matrix(X, "X", "(n, m)", 1, "rows")
     s = _svals(X)
     if _is_concrete(s) and float(s[0]) == 0.0:
-        raise ValueError("X is all zeros; its stable rank is undefined")
+        raise GeomjaxError("X is all zeros; its stable rank is undefined")
     return _stable_rank_sv(s)
 
 
@@ -417,9 +418,9 @@ def explained_ratio(sigma: Float[Array, " p"], r: int | Int[Array, ""]) -> Float
     if _is_concrete(r):
         r_int = int(r)
         if not 0 <= r_int <= p:
-            raise ValueError(f"r must be in [0, {p}], got {r_int}")
+            raise GeomjaxError(f"r must be in [0, {p}], got {r_int}")
     if _is_concrete(sigma) and bool(jnp.any(sigma < 0)):
-        raise ValueError("sigma holds negative values; singular values are >= 0")
+        raise GeomjaxError("sigma holds negative values; singular values are >= 0")
     return _explained_ratio(sigma, jnp.asarray(r, jnp.int32))
 
 
@@ -481,18 +482,18 @@ def relative_norm(
     T, d = P.shape
     N = M.shape[0]
     if M.shape[1] != d:
-        raise ValueError(f"P and M must have the same width d, got P {P.shape} and M {M.shape}")
+        raise GeomjaxError(f"P and M must have the same width d, got P {P.shape} and M {M.shape}")
     if N % T:
-        raise ValueError(
+        raise GeomjaxError(
             f"M has {N} rows, not a multiple of T = {T}: its rows must be (context, position) "
             "hidden states so that P can be tiled once per context"
         )
     if mean is not None:
         if not centered:
-            raise ValueError("mean was given but centered=False; pass centered=True to use it")
+            raise GeomjaxError("mean was given but centered=False; pass centered=True to use it")
         mean = as_float_array(mean, "mean", 1, "(d,)", finite=True)
         if mean.shape[0] != d:
-            raise ValueError(f"mean must have shape ({d},), got {tuple(mean.shape)}")
+            raise GeomjaxError(f"mean must have shape ({d},), got {tuple(mean.shape)}")
     dtype = jnp.result_type(P.dtype, M.dtype)
     if mean is not None:
         mean = mean.astype(dtype)
@@ -538,12 +539,12 @@ def relative_norm_from_moments(
     S = _matrix(centered_second_moment, "centered_second_moment", "(d, d)", 1, "rows")
     d = P.shape[1]
     if S.shape != (d, d):
-        raise ValueError(
+        raise GeomjaxError(
             f"centered_second_moment must have shape (d, d) = ({d}, {d}) to match pos, got "
             f"{tuple(S.shape)}"
         )
     if _is_concrete(n_contexts) and int(n_contexts) < 1:
-        raise ValueError(f"n_contexts must be >= 1, got {n_contexts}")
+        raise GeomjaxError(f"n_contexts must be >= 1, got {n_contexts}")
     dtype = jnp.result_type(P.dtype, S.dtype)
     return _relative_norm_moments(P.astype(dtype), S.astype(dtype), jnp.asarray(n_contexts, dtype))
 
@@ -593,7 +594,7 @@ def dct_gram(P: Float[Array, "T d"], n_freq: int | None = None) -> Float[Array, 
     if n_freq is not None:
         n_freq = int(n_freq)
         if not 1 <= n_freq <= T:
-            raise ValueError(f"n_freq must be in [1, T = {T}] or None, got {n_freq}")
+            raise GeomjaxError(f"n_freq must be in [1, T = {T}] or None, got {n_freq}")
     return _dct_gram(P, n_freq)
 
 
@@ -620,12 +621,12 @@ def low_frequency_energy(
     """
     F = as_float_array(F, "F", 2, "(T, T)", finite=True)
     if F.shape[0] != F.shape[1]:
-        raise ValueError(f"F must be a square (T, T) DCT matrix, got shape {tuple(F.shape)}")
+        raise GeomjaxError(f"F must be a square (T, T) DCT matrix, got shape {tuple(F.shape)}")
     T = F.shape[0]
     kmax = T if include_dc else T - 1
     k = int(k)
     if not 1 <= k <= kmax:
-        raise ValueError(
+        raise GeomjaxError(
             f"k must be in [1, {kmax}] for a {T}x{T} F with include_dc={include_dc}, got {k}"
         )
     return _low_frequency_energy(F, k, bool(include_dc))
