@@ -694,8 +694,10 @@ def record_quick_seconds(results: Sequence[ClaimResult], path: str | Path = QUIC
         raise GeomjaxError("record_quick_seconds: every result must come from budget 'quick'")
     rec = load_quick_seconds(path) | {r.id: float(r.details["seconds"]) for r in results if "seconds" in r.details}
     known = {c.id for c in all_claims()}
-    Path(path).write_text(json.dumps({"budget": "quick", "seconds": {k: rec[k] for k in sorted(rec) if k in known}},
-                                     indent=1) + "\n")
+    note = ("wall-clock seconds of each claim's check at budget quick (`geomjax verify --budget quick`, "
+            "details.seconds) on a 2-core CPU, often under load: a rough cost, not a benchmark")
+    Path(path).write_text(json.dumps({"budget": "quick", "note": note,
+                                      "seconds": {k: rec[k] for k in sorted(rec) if k in known}}, indent=1) + "\n")
     return Path(path)
 
 
