@@ -95,3 +95,17 @@ def test_table_selection_and_cost_classes():
         gj.claims.table("nosuchsource")
     text = R.format_table(rows)
     assert text.splitlines()[0].split()[:3] == ["id", "kind", "rule"] and len(text.splitlines()) == len(rows) + 1
+
+
+def test_verify_list_prints_the_table_without_a_run_directory(capsys, tmp_path, monkeypatch):
+    from geomjax import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(R, "run_claim", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran a check")))
+    assert cli.main(["verify", "--list", "--source", "wertich.s4_3_2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["id", "kind", "rule"]
+    assert [line.split()[0] for line in out[1:]] == [r.id for r in gj.claims.table("wertich.s4_3_2")]
+    assert list(tmp_path.iterdir()) == []  # no run directory
+    assert cli.main(["verify", "--list", "--source", "nosuchsource"]) == 2
+    assert "match no claim" in capsys.readouterr().err
