@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--out", default=None)
     p_ver.add_argument("--overwrite", action="store_true", help="replace whatever --out holds")
     p_ver.add_argument("--no-progress", action="store_true")
+    p_ver.add_argument("--list", action="store_true",
+                       help="print the selected claims (id, kind, rule, recorded seconds, cost, source) and exit "
+                            "without checking anything")
     p_ver.add_argument("--erratum", nargs="?", const="", default=None, metavar="PATH",
                        help="also write the erratum (statements that do not hold, with both witnesses) to PATH "
                             "(default: ERRATA.md in the run directory); with --budget full the recorded full "
@@ -237,6 +240,11 @@ def _run(args) -> int:
     if args.command == "report":
         out = report.render_run(args.run_dir)
         print(f"report: {out}")
+        return 0
+    if args.command == "verify" and args.list:
+        from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
+
+        print(registry.format_table(registry.table(args.source)), end="")
         return 0
     from geomjax import pipeline
 

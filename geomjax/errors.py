@@ -13,7 +13,16 @@ __all__ = ["GeomjaxError", "GeomjaxTypeError"]
 
 
 class GeomjaxError(ValueError):
-    """An anticipated, user-fixable error; its message names the problem and the fix."""
+    """An anticipated, user-fixable error; its message names the problem and the fix.
+
+    Example:
+      >>> import geomjax as gj
+      >>> try:
+      ...     gj.claims.table("no_such_source")
+      ... except gj.GeomjaxError as e:
+      ...     print(str(e).split(";")[0])
+      table: select pattern(s) ['no_such_source'] match no claim
+    """
 
 
 class GeomjaxTypeError(GeomjaxError, TypeError):

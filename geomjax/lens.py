@@ -86,6 +86,15 @@ def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
       GeomjaxError / FileNotFoundError: as :func:`geomjax.convert.load_pretrained` and
         :func:`geomjax.train.load_toy_run` (unknown name, missing files, unsupported config);
         ValueError: the tokenizer's ids do not fit the model's vocabulary.
+
+    Example (the bundled MiniLM, hidden states of every layer through the cache):
+      >>> import geomjax as gj
+      >>> model = gj.load("minilm")
+      >>> model.to_str_tokens("The cat sat.")
+      ['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']
+      >>> out, cache = model.run_with_cache("The cat sat.")
+      >>> out.shape, len(cache.hidden_states())
+      ((1, 6, 384), 7)
     """
     name = os.fspath(name)
     if name.startswith("toy:"):

@@ -620,8 +620,9 @@ def qk_matrix(W_q: Float[Array, "*H d K"], W_k: Float[Array, "*H d K"]) -> Float
 def find_qk_heads(params) -> list[tuple[str, str, str]]:
     """Paths of every attention layer's q and k kernels in a geomjax parameter tree.
 
-    Recognises the common layout of :mod:`geomjax.models` (toy, GPT-2, BERT): a sub-dict with
-    entries ``q`` and ``k`` each holding a ``kernel`` of shape (d, H, K).
+    Recognises the common layout of :mod:`geomjax.models` (toy, GPT-2, BERT, Llama, Mistral, BLOOM): a
+    sub-dict with entries ``q`` and ``k`` each holding a ``kernel``, q of shape (d, H, K) and k of shape
+    (d, H_kv, K) (H_kv = H, or fewer key heads shared by groups of query heads: grouped-query attention).
 
     Returns:
       list of (layer path, q kernel path, k kernel path), "/"-joined, in tree order.
@@ -656,13 +657,30 @@ def _get(tree, path: str):
     return tree
 
 
+def _qk_kernels(params, qp: str, kp: str) -> tuple[Array, Array]:
+    """q and k kernels (d, H, K) of one layer, k's H_kv heads repeated to one per query head (query head
+    h reads key head h // (H / H_kv), Hugging Face's ``repeat_kv``)."""
+    q, k = _get(params, qp), _get(params, kp)
+    H, H_kv = np.shape(q)[1], np.shape(k)[1]
+    if H_kv != H:
+        if H_kv < 1 or H % H_kv:
+            raise ValueError(f"{qp}: {H} query heads cannot share {H_kv} key heads (H must be a multiple of H_kv)")
+        k = jnp.repeat(k, H // H_kv, axis=1)
+    return q, k
+
+
 def qk_matrices(params) -> dict[str, Float[Array, "H d d"]]:
-    """W_QK = W_q,h W_k,hᵀ (H, d, d) for every attention layer of a geomjax model (Bao §6)."""
+    """W_QK = W_q,h W_k,hᵀ (H, d, d) for every attention layer of a geomjax model (Bao §6).
+
+    With grouped-query attention (Llama, Mistral: H_kv < H key heads) head h pairs with key head
+    h // (H / H_kv). For rotary families W_QK is the position-free part of the score (the rotation by the
+    offset i − j sits between W_q and W_kᵀ). :meth:`geomjax.models.ModelInterface.qk_matrices` gives the same
+    matrices through the model interface, by block index.
+    """
     out = {}
     for layer, qp, kp in find_qk_heads(params):
-        Wq = jnp.moveaxis(_get(params, qp), 1, 0)  # (H, d, K)
-        Wk = jnp.moveaxis(_get(params, kp), 1, 0)
-        out[layer] = qk_matrix(Wq, Wk)
+        q, k = _qk_kernels(params, qp, kp)
+        out[layer] = qk_matrix(jnp.moveaxis(q, 1, 0), jnp.moveaxis(k, 1, 0))  # (H, d, K) each
     return out
 
 
@@ -673,7 +691,7 @@ def locater_terms(params) -> dict[str, dict[str, Array]]:
     """
     out = {}
     for layer, qp, kp in find_qk_heads(params):
-        q, k = _get(params, qp), _get(params, kp)  # (d, H, K)
+        q, k = _qk_kernels(params, qp, kp)  # (d, H, K), shared key heads repeated
         gq = jnp.einsum("dhk,dhl->hkl", q, q)
         gk = jnp.einsum("dhk,dhl->hkl", k, k)
         out[layer] = {"scale": jnp.einsum("hkl,hkl->h", gq, gk), "trace": jnp.einsum("dhk,dhk->h", q, k)}

@@ -1,4 +1,4 @@
-"""geomjax.claims.wertich: registration, a few verdicts at small budgets, and the report hook."""
+"""geomjax.claims.wertich (one module per chapter): registration, a few verdicts at small budgets, the report hook."""
 
 from __future__ import annotations
 
@@ -89,6 +89,17 @@ def test_eq6_12_holds_as_a_limit_with_the_finite_n_deviation_observed(wertich):
     assert "finite_n_deviation" in r.observations and r.detectable_error < r.margin
 
 
+def test_each_claim_is_registered_once_by_its_chapter_module(wertich):
+    """The package splits the thesis by chapter: every id is registered exactly once, ch4-ch7 each own some."""
+    ids = [c.id for c in R.select_claims("wertich")]
+    assert len(ids) == len(set(ids))
+    origins = {R._REGISTRY[i][1] for i in ids}
+    assert origins <= {f"geomjax.claims.wertich.{m}" for m in ("_shared", "ch5", "ch6")}, origins
+    sections = {i.split(".")[1] for i in ids}
+    for m, prefix in ((wertich.ch4, "s4_"), (wertich.ch5, "s5_"), (wertich.ch6, "s6_"), (wertich.ch7, "s7_")):
+        assert any(s.startswith(prefix) for s in sections) and m.__name__.startswith("geomjax.claims.wertich.ch")
+
+
 def test_every_wertich_claim_declares_its_margin_origin(wertich):
     for c in R.select_claims("wertich"):
         assert c.margin_origin.strip(), c.id
@@ -100,7 +111,7 @@ def test_printed_and_corrected_lognormal_differ_by_the_right_amount(wertich):
     """The printed mean exp((μ+σ²)/2) and the estimate differ by exp(μ/2) (independent arithmetic)."""
     r = R.run_claim(_small(_claim("wertich.s5_1_2.lognormal_mean_printed"), 4096), budget="quick", seed=1)
     ratio = r.estimate / r.predicted
-    assert abs(ratio - np.exp(wertich._MU_LN / 2)) < 5 * r.sem / r.predicted
+    assert abs(ratio - np.exp(wertich.ch5._LOGNORMAL_MU / 2)) < 5 * r.sem / r.predicted
 
 
 @pytest.mark.slow
@@ -108,24 +119,19 @@ def test_random_orientation_nonflat_printed_fails(wertich):
     r = R.run_claim(_small(_claim("wertich.s6_2_5.random_orientation_printed"), 2048), budget="quick", seed=0)
     assert r.verdict == "does not hold"
     # the estimate agrees with the corrected variance (Σσ_a²)(Σσ_b²)/n² instead
-    corr = (wertich._SA_NF**2).sum() * (wertich._SB_NF**2).sum() / wertich._N_RO**2
+    ch6 = wertich.ch6
+    corr = (ch6._ORIENT_SPECTRUM_A**2).sum() * (ch6._ORIENT_SPECTRUM_B**2).sum() / ch6._ORIENT_N**2
     assert abs(r.estimate[1] - corr) < 5 * r.sem[1]
 
 
 @pytest.mark.slow
-def test_report_sections_writes_figures(wertich, tmp_path, monkeypatch):
+def test_report_sections_writes_figures(wertich, tmp_path):
     from geomjax.report import RunDir
 
-    monkeypatch.setattr(wertich, "_FIG51_PAIRS", 200)
-    monkeypatch.setattr(wertich, "_VARIANTS", {"no_skip": dict(beta=1.0, layernorm=False)})
-    monkeypatch.setattr(wertich, "_FIG51_N", 4)
-    monkeypatch.setattr(wertich, "_GRID_N", (4,))
-    monkeypatch.setattr(wertich, "_GRID_L", (0.5, 2.0))
-    monkeypatch.setattr(wertich, "_ALPHA_NS", (8,))
-    monkeypatch.setattr(wertich, "_L723", 4)
-    monkeypatch.setattr(wertich, "_N_HIST", 60)
+    sizes = wertich.ReportSizes(fig5_1_n=4, fig5_1_pairs=200, grid_n=(4,), grid_l=(0.5, 2.0), alpha_ns=(8,),
+                                mp_hist_n=60, stack_layers=4, stack_variants=("no_skip",))
     run = RunDir(tmp_path / "verify", command="verify")
-    sections, metrics = wertich.report_sections(run, budget="quick", seed=3)
+    sections, metrics = wertich.report_sections(run, budget="quick", seed=3, sizes=sizes)
     assert len(sections) == 4
     for s in sections:
         for f in s.figures:

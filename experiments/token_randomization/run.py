@@ -26,6 +26,7 @@ from experiments.token_randomization.config import PRESETS, RandomizationConfig,
 from experiments.token_randomization.source import SOURCE
 from geomjax.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
+from geomjax.models import model_interface
 from geomjax.report import RunDir, Section
 from geomjax.train.anomalies import describe, detect_loss_spikes
 
@@ -142,7 +143,8 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     ekey = jax.random.fold_in(jax.random.key(cfg.seed), 77)
     val_noisy = {j: np.asarray(randomize_tokens(jax.random.fold_in(ekey, j), val, V, j)) for j in cfg.levels}
     ploss = jax.jit(lambda p, i: per_position_loss(model, p, i))
-    states = jax.jit(lambda p, i: model.apply({"params": p}, i)[1].residual)
+    iface = model_interface(model)  # the residual stream through the one model interface (every family)
+    states = jax.jit(lambda p, i: iface.hidden_states(p, i, final_norm=False))
     T = tc.seq_len
     metrics = {"preset": cfg.preset, "train_seconds": {}, "loss": {}, "half_metrics": {}, "final_train_loss": {},
                "anomalies": []}

@@ -64,6 +64,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
+from geomjax._repr import summarize
 from geomjax.errors import GeomjaxError
 from geomjax.io import to_jsonable
 
@@ -98,6 +99,12 @@ __all__ = [
     "to_erratum",
     "erratum_summary",
     "results_as_records",
+    "ClaimInfo",
+    "table",
+    "format_table",
+    "cost_class",
+    "load_quick_seconds",
+    "record_quick_seconds",
 ]
 
 BUDGETS = ("quick", "full")
@@ -379,17 +386,23 @@ class Claim:
         return r.margin.origin if isinstance(r, MonteCarloRule) else r.margin_origin
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ClaimResult:
     """Outcome of checking one claim.
 
+    Numbers are NumPy values: a scalar quantity is a Python ``float``, a vector one a float64
+    ``numpy.ndarray`` (the shape of the claim's quantity). :meth:`to_dict` is the one place that
+    turns them into JSON lists (``claims.json``); :meth:`from_dict` turns them back.
+
     Attributes:
       id, source, statement: copied from the claim.
-      predicted: closed-form value (or for inequalities the rhs at the worst instance).
-      estimate: Monte Carlo mean / evaluated value / lhs at the worst instance.
-      sem: standard error (Monte Carlo, or of a Monte Carlo number inside an evaluation) or None.
-      verdict: "holds", "does not hold" or "inconclusive".
-      details: rule, z-score or worst margin/ratio, sample count, dtype, seconds, extra tables.
+      predicted: closed-form value (float or array; for inequalities the rhs at the worst instance).
+      estimate: Monte Carlo mean / evaluated value / lhs at the worst instance (float or array).
+      sem: standard error (Monte Carlo, or of a Monte Carlo number inside an evaluation) or None
+        (an exact evaluation).
+      verdict: "holds", "does not hold" or "inconclusive" (see :attr:`holds`).
+      details: JSON-able extras: ``kind`` (see :attr:`kind`), rule, z-score or worst margin/ratio,
+        sample count, dtype, seconds, budget, seed, extra tables.
       margin: δ at the worst element (the size of error that would make the statement wrong).
       margin_origin: where δ comes from.
       detectable_error: k·sem, the smallest error the test resolves at its sample size (0 for an
@@ -397,8 +410,15 @@ class ClaimResult:
       n: Monte Carlo sample count, or the number of compared elements / instances.
       reason: why a result is "inconclusive" (or what refuted it); "" for "holds".
       witnesses: for a refutation, the two independent computations that both reject the statement
-        (dicts with method, estimate, sem, predicted, verdict).
+        (JSON dicts with method, estimate, sem, predicted, verdict).
       observations: labelled facts that are not the verdict (e.g. a limit's finite-n deviation).
+
+    Example:
+      >>> r = ClaimResult(id="demo.mean", source="demo", statement="E U = 1/2", predicted=0.5,
+      ...                 estimate=np.array([0.49, 0.51]), sem=np.array([0.01, 0.01]), verdict="inconclusive",
+      ...                 details={"kind": "monte_carlo"})
+      >>> r.holds is None, r.kind, r.estimate.shape
+      (True, 'monte_carlo', (2,))
     """
 
     id: str
@@ -417,11 +437,29 @@ class ClaimResult:
     witnesses: tuple = ()
     observations: dict = field(default_factory=dict)
 
+    @property
+    def holds(self) -> bool | None:
+        """The verdict as a three-valued boolean: True ("holds"), False ("does not hold") or None
+        ("inconclusive": not enough samples at the stated margin, a precondition not met, a refutation
+        without its second witness, or the check raised — :attr:`reason` says which)."""
+        return {"holds": True, "does not hold": False}.get(self.verdict)
+
+    @property
+    def kind(self) -> str:
+        """How the claim was checked: "monte_carlo" (the mean of a sampler, estimated by
+        :func:`geomjax.montecarlo.estimate`) or "deterministic" (an evaluator's :class:`Evaluation`, judged
+        by a :class:`Tolerance` or :class:`Inequality`); "" when the check raised before either ran."""
+        return str(self.details.get("kind", ""))
+
+    def __repr__(self) -> str:
+        return _result_repr(self)
+
     @classmethod
     def from_dict(cls, d: Mapping) -> "ClaimResult":
-        """Inverse of :meth:`to_dict` (numbers as stored in claims.json)."""
-        return cls(id=d["id"], source=d["source"], statement=d["statement"], predicted=d.get("predicted"),
-                   estimate=d.get("estimate"), sem=d.get("sem"), verdict=d["verdict"], details=dict(d.get("details", {})),
+        """Inverse of :meth:`to_dict` (numbers as stored in claims.json; vectors back to arrays)."""
+        return cls(id=d["id"], source=d["source"], statement=d["statement"], predicted=_value(d.get("predicted")),
+                   estimate=_value(d.get("estimate")), sem=_value(d.get("sem")), verdict=d["verdict"],
+                   details=dict(d.get("details", {})),
                    margin=d.get("margin"), margin_origin=d.get("margin_origin", ""),
                    detectable_error=d.get("detectable_error"), n=d.get("n"), reason=d.get("reason", ""),
                    witnesses=tuple(d.get("witnesses", ())), observations=dict(d.get("observations", {})))
@@ -449,6 +487,41 @@ class ClaimResult:
                 "details": self.details,
             }
         )
+
+
+def _value(x):
+    """A result's number: None, a string (non-numeric) and scalars as they are (floats), anything with more
+    than one element as a float64 array (JSON lists and "nan"/"inf" strings from claims.json included)."""
+    if x is None or isinstance(x, str) and x not in ("nan", "inf", "-inf"):
+        return x
+    try:
+        a = np.asarray(x, dtype=float)
+    except (TypeError, ValueError):
+        return x
+    return float(a.reshape(())) if a.size == 1 and a.ndim == 0 else a
+
+
+def _result_repr(r: "ClaimResult") -> str:
+    """At most 12 lines: id and verdict, reason, source, statement (shortened), the numbers, kind, n, seconds."""
+    def short(text: str, n: int = 90) -> str:
+        text = " ".join(str(text).split())
+        return text if len(text) <= n else text[: n - 3] + "..."
+
+    lines = [f"ClaimResult({r.id}: {r.verdict}, holds={r.holds}"]
+    if r.reason:
+        lines.append(f"  reason: {short(r.reason)}")
+    lines += [f"  source: {short(r.source)}", f"  statement: {short(r.statement)}"]
+    for name in ("predicted", "estimate", "sem"):
+        v = getattr(r, name)
+        lines.append(f"  {name}: {summarize(v) if isinstance(v, np.ndarray) else _fmt(v)}")
+    lines.append(f"  margin: {_fmt(r.margin)}, detectable_error: {_fmt(r.detectable_error)}, n: {_fmt(r.n)}")
+    lines.append(f"  kind: {r.kind or '—'}, budget: {r.details.get('budget', '—')}, seconds: {_fmt(r.details.get('seconds'))}")
+    if r.witnesses:
+        lines.append(f"  witnesses: {len(r.witnesses)} ({', '.join(short(w.get('method', ''), 40) for w in r.witnesses)})")
+    if r.observations:
+        lines.append(f"  observations: {summarize(r.observations)}")
+    lines.append(")")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -554,6 +627,115 @@ def select_claims(select: str | Sequence[str] | None = None) -> list[Claim]:
     return [c for c in claims if any(_matches(c, p) for p in patterns)]
 
 
+def _select_strict(select, who: str) -> list[Claim]:
+    """:func:`select_claims`, raising GeomjaxError for a pattern that matches no claim."""
+    selected = select_claims(select)
+    if select is not None:
+        patterns = [select] if isinstance(select, str) else list(select)
+        registered = all_claims()
+        unmatched = [p for p in patterns if not any(_matches(c, p) for c in registered)]
+        if unmatched:
+            groups = sorted({c.group for c in registered})
+            raise GeomjaxError(
+                f"{who}: select pattern(s) {unmatched} match no claim; use an exact id, an id prefix "
+                f"(a source module {groups}, e.g. 'bao.lemma1') or an id glob"
+            )
+    return selected
+
+
+# ----------------------------------------------------------------------------------------------
+# The table of claims (nothing is run)
+# ----------------------------------------------------------------------------------------------
+
+QUICK_SECONDS = Path(__file__).with_name("quick_seconds.json")
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """One row of :func:`table`: what a claim is and what checking it costs, known without running it.
+
+    Attributes:
+      id, source: the claim's id and where it is printed.
+      kind: "monte_carlo" (the mean of ``sampler``, :class:`MonteCarloRule`) or "deterministic"
+        (``evaluate`` judged by its rule).
+      rule: "monte_carlo", "tolerance" or "inequality".
+      seconds_quick, seconds_full: recorded wall-clock seconds of the check at each budget (2-core CPU):
+        quick from ``quick_seconds.json``, full from the recorded full verdicts (``full_verdicts.json``);
+        None where not recorded.
+      cost: the cost class at ``full`` (else ``quick``) from those seconds: "< 1 s", "seconds" (< 1 min),
+        "minutes" (< 1 h), "hours", or "not recorded".
+    """
+
+    id: str
+    source: str
+    kind: str
+    rule: str
+    seconds_quick: float | None
+    seconds_full: float | None
+    cost: str
+
+
+def cost_class(seconds: float | None) -> str:
+    """"< 1 s", "seconds" (< 60 s), "minutes" (< 1 h), "hours"; "not recorded" for None."""
+    if seconds is None:
+        return "not recorded"
+    return "< 1 s" if seconds < 1 else "seconds" if seconds < 60 else "minutes" if seconds < 3600 else "hours"
+
+
+def load_quick_seconds(path: str | Path = QUICK_SECONDS) -> dict[str, float]:
+    """{id: seconds} of the recorded quick-budget checks ({} if none)."""
+    p = Path(path)
+    return {k: float(v) for k, v in json.loads(p.read_text())["seconds"].items()} if p.is_file() else {}
+
+
+def record_quick_seconds(results: Sequence[ClaimResult], path: str | Path = QUICK_SECONDS) -> Path:
+    """Store the seconds of quick-budget results (``run(budget="quick")``) for :func:`table`; other ids keep
+    their earlier record, ids no longer registered are dropped."""
+    if any(r.details.get("budget") != "quick" for r in results):
+        raise GeomjaxError("record_quick_seconds: every result must come from budget 'quick'")
+    rec = load_quick_seconds(path) | {r.id: float(r.details["seconds"]) for r in results if "seconds" in r.details}
+    known = {c.id for c in all_claims()}
+    note = ("wall-clock seconds of each claim's check at budget quick (`geomjax verify --budget quick`, "
+            "details.seconds) on a 2-core CPU, often under load: a rough cost, not a benchmark")
+    Path(path).write_text(json.dumps({"budget": "quick", "note": note,
+                                      "seconds": {k: rec[k] for k in sorted(rec) if k in known}}, indent=1) + "\n")
+    return Path(path)
+
+
+def table(select: str | Sequence[str] | None = None) -> list[ClaimInfo]:
+    """Every registered claim (or those matching ``select``, see :func:`select_claims`) with its source,
+    kind, rule and recorded cost — read from the registry and the recorded timings, without checking
+    (or compiling) anything. A pattern that matches no claim raises :class:`GeomjaxError`.
+
+    Example:
+      >>> rows = table("wertich.s4_3_2")
+      >>> [(r.id, r.kind, r.rule) for r in rows][:1]
+      [('wertich.s4_3_2.approx_corrected', 'deterministic', 'tolerance')]
+    """
+    quick, full = load_quick_seconds(), load_full_verdicts()
+    rows = []
+    for c in _select_strict(select, "table"):
+        rule = {MonteCarloRule: "monte_carlo", Tolerance: "tolerance", Inequality: "inequality"}[type(c.rule)]
+        sq = quick.get(c.id)
+        sf = full.get(c.id, {}).get("seconds")
+        sf = None if sf is None else float(sf)
+        rows.append(ClaimInfo(id=c.id, source=c.source, kind=c.kind, rule=rule, seconds_quick=sq,
+                              seconds_full=sf, cost=cost_class(sf if sf is not None else sq)))
+    return rows
+
+
+def format_table(rows: Sequence[ClaimInfo]) -> str:
+    """Plain-text columns of :func:`table` rows (``geomjax verify --list``)."""
+    def sec(x):
+        return "—" if x is None else f"{x:.3g}"
+
+    head = ("id", "kind", "rule", "quick s", "full s", "cost", "source")
+    body = [(r.id, r.kind, r.rule, sec(r.seconds_quick), sec(r.seconds_full), r.cost, r.source) for r in rows]
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(x[i].ljust(widths[i]) for i in range(len(widths))) + "  " + x[-1]
+                     for x in [head, *body]) + "\n"
+
+
 # ----------------------------------------------------------------------------------------------
 # Running claims
 # ----------------------------------------------------------------------------------------------
@@ -570,9 +752,9 @@ def _resolve_predicted(claim: Claim, budget: str):
 
 
 def _summary(x):
-    """Scalar if size 1, else a list (JSON-friendly)."""
-    a = np.asarray(x, dtype=float)
-    return float(a.reshape(())) if a.size == 1 else a.tolist()
+    """A float if size 1, else a float64 array (:meth:`ClaimResult.to_dict` makes lists of it)."""
+    a = np.array(x, dtype=float)
+    return float(a.reshape(())) if a.size == 1 else a
 
 
 def _flat_tree(t) -> np.ndarray:
@@ -604,7 +786,7 @@ def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult
     details = {
         "kind": "monte_carlo",
         "rule": rule.describe(),
-        "z": _summary(z),
+        "z": _jsonable(_summary(z)),
         "worst_abs_z": float(np.abs(z.reshape(-1)[dec.worst])) if z.size else float("nan"),
         "n_samples": int(out["n"]),
         "dtype": out["dtype"],
@@ -798,17 +980,7 @@ def run(
         raise ValueError(f"run: budget must be one of {BUDGETS}, got {budget!r}")
     if errors not in ("raise", "record"):
         raise ValueError(f"run: errors must be 'raise' or 'record', got {errors!r}")
-    selected = select_claims(select)
-    if select is not None:
-        patterns = [select] if isinstance(select, str) else list(select)
-        registered = all_claims()
-        unmatched = [p for p in patterns if not any(_matches(c, p) for c in registered)]
-        if unmatched:
-            groups = sorted({c.group for c in registered})
-            raise GeomjaxError(
-                f"run: select pattern(s) {unmatched} match no claim; use an exact id, an id prefix "
-                f"(a source module {groups}, e.g. 'bao.lemma1') or an id glob"
-            )
+    selected = _select_strict(select, "run")
     results = []
     bar = None
     if progress:
@@ -1076,6 +1248,8 @@ def _jsonable(x):
 def _fmt(x) -> str:
     if x is None:
         return "—"
+    if isinstance(x, np.ndarray):
+        x = x.reshape(-1).tolist() if x.size != 1 else float(x.reshape(()))
     if isinstance(x, (list, tuple)):
         if len(x) > 4:
             return "[" + ", ".join(_fmt(v) for v in x[:3]) + f", … ({len(x)} values)]"

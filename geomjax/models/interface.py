@@ -8,6 +8,7 @@ and the Wertich experiments ask a model the same questions; each family answers 
     hs = m.hidden_states(params, ids)       # L+1 (B, T, d), Hugging Face output_hidden_states
     xs, att = m.attention_inputs(params, ids)   # what W_q / W_k multiply; probabilities (B, H, T, T)
     w = m.head_weights(params, layer)       # W_q (H, d, K), W_k, W_v (H_kv, d, K), W_o (H, K, d), ...
+    qk = m.qk_matrices(params)              # W_QK (H, d, d) per block, GQA key heads shared
     f = m.mlp_weights(params, layer)        # W_in (d, F) [, W_gate (d, F)], W_out (F, d)
 
 Conventions: ``hidden_states(final_norm=True)`` is Hugging Face's (the embedding output, then
@@ -30,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax._checks import compiled_cache
+from geomjax.localization import qk_matrix
 from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
 from geomjax.models.common import layer_norm
@@ -198,6 +200,16 @@ class ModelInterface:
         out["b_o"] = a["o"]["bias"] if "bias" in a["o"] else jnp.zeros((f.d_model,), dt)
         out["kv_head"] = jnp.arange(f.n_heads) // (f.n_heads // f.n_kv_heads)
         return out
+
+    def qk_matrices(self, params) -> tuple[Array, ...]:
+        """W_QK = W_q,h W_k,kv(h)ᵀ, (H, d, d) per block (Bao §6; :func:`geomjax.localization.qk_matrix`): the
+        bilinear form x_i W_QK x_jᵀ of the attention score (before the 1/√K scale, biases and, for rotary
+        families, the rotation by i − j). Grouped-query attention: head h reads key head ``kv_head[h]``."""
+        out = []
+        for layer in range(self.facts.n_layers):
+            w = kv_expanded(self.head_weights(params, layer))
+            out.append(qk_matrix(w["W_q"], w["W_k"]))
+        return tuple(out)
 
     def norm_weights(self, params, layer: int) -> dict[str, Array]:
         """The block's norm parameters (d,), named by role: GPT-2 / BLOOM / toy ``ln_1_*`` (feeds the

@@ -1,0 +1,111 @@
+"""The researcher's view of claims: ClaimResult.holds/kind/arrays/repr and gj.claims.table() (nothing run)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+import geomjax as gj
+from geomjax.claims import Claim, Evaluation, Inequality, Tolerance
+from geomjax.claims import registry as R
+from geomjax.errors import GeomjaxError
+
+ORIGIN = "test: an exact evaluation"
+
+
+def _vector_claim(offset: float) -> Claim:
+    """value = (1, 2, 3) + offset against the printed (1, 2, 3) within 1e-6."""
+    return Claim(id="testapi.vector", source="Test doc eq. (2)", statement="v = (1, 2, 3)",
+                 predicted=np.array([1.0, 2.0, 3.0]),
+                 evaluate=lambda budget, key: Evaluation(value=np.array([1.0, 2.0, 3.0]) + offset, method="plain"),
+                 rule=Tolerance(atol=1e-6, rtol=0.0, origin=ORIGIN),
+                 witness=lambda budget, key: Evaluation(value=np.array([1.0, 2.0, 3.0]) + offset, method="again"))
+
+
+def test_holds_is_three_valued_and_kind_is_reported():
+    good = R.run_claim(_vector_claim(0.0))
+    bad = R.run_claim(_vector_claim(1.0))
+    assert (good.verdict, good.holds) == ("holds", True)
+    assert (bad.verdict, bad.holds) == ("does not hold", False)
+    undecided = dataclasses.replace(good, verdict="inconclusive")
+    assert undecided.holds is None
+    assert good.kind == "deterministic"
+    assert R.ClaimResult(id="x", source="s", statement="t", predicted=None, estimate=None, sem=None,
+                         verdict="inconclusive").kind == ""
+
+
+def test_vectors_are_arrays_in_the_result_and_lists_in_json(tmp_path):
+    r = R.run_claim(_vector_claim(0.5))
+    assert isinstance(r.estimate, np.ndarray) and r.estimate.dtype == np.float64
+    np.testing.assert_array_equal(r.estimate, [1.5, 2.5, 3.5])
+    np.testing.assert_array_equal(r.predicted, [1.0, 2.0, 3.0])
+    jpath, _ = R.write_results([r], tmp_path)
+    stored = json.loads(jpath.read_text())["results"][0]
+    assert stored["estimate"] == [1.5, 2.5, 3.5] and stored["predicted"] == [1.0, 2.0, 3.0]
+    back = R.ClaimResult.from_dict(stored)
+    assert isinstance(back.estimate, np.ndarray)
+    np.testing.assert_array_equal(back.estimate, r.estimate)
+    assert back.holds is r.holds and back.witnesses == r.witnesses
+    # scalars stay floats; non-finite numbers survive the JSON round trip
+    assert R.ClaimResult.from_dict({**stored, "estimate": 2.0, "sem": "nan"}).estimate == 2.0
+    assert np.isnan(R.ClaimResult.from_dict({**stored, "sem": "nan"}).sem)
+
+
+def test_repr_is_short_and_names_the_verdict():
+    r = R.run_claim(_vector_claim(1.0))
+    text = repr(r)
+    assert len(text.splitlines()) <= 15, text
+    assert "testapi.vector: does not hold, holds=False" in text and "f64[3]" in text
+    assert "witnesses: 2" in text
+
+
+def test_table_lists_every_claim_without_running_any(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("table() must not run a check")
+
+    for c in R.all_claims():
+        origin = R._REGISTRY[c.id][1]
+        fake = dataclasses.replace(c, witness=boom if c.witness is not None else None,
+                                   predicted=boom if callable(c.predicted) else c.predicted,
+                                   **({"sampler": boom} if c.sampler is not None else {"evaluate": boom}))
+        monkeypatch.setitem(R._REGISTRY, c.id, (fake, origin))
+    monkeypatch.setattr(R, "run_claim", boom)
+    rows = gj.claims.table()
+    claims = R.all_claims()
+    assert [r.id for r in rows] == [c.id for c in claims]
+    by_id = {c.id: c for c in claims}
+    for row in rows:
+        c = by_id[row.id]
+        assert row.source == c.source and row.kind == c.kind
+        assert row.rule == {R.MonteCarloRule: "monte_carlo", Tolerance: "tolerance", Inequality: "inequality"}[type(c.rule)]
+        assert row.cost == R.cost_class(row.seconds_full if row.seconds_full is not None else row.seconds_quick)
+    recorded = R.load_full_verdicts()
+    assert any(r.seconds_full == pytest.approx(recorded[r.id]["seconds"]) for r in rows if r.id in recorded)
+    assert {r.kind for r in rows} == {"monte_carlo", "deterministic"}
+
+
+def test_table_selection_and_cost_classes():
+    rows = gj.claims.table("wertich.s4_3_2")
+    assert rows and all(r.id.startswith("wertich.s4_3_2.") for r in rows)
+    assert [R.cost_class(s) for s in (None, 0.2, 5, 600, 7200)] == ["not recorded", "< 1 s", "seconds", "minutes", "hours"]
+    with pytest.raises(GeomjaxError, match="match no claim"):
+        gj.claims.table("nosuchsource")
+    text = R.format_table(rows)
+    assert text.splitlines()[0].split()[:3] == ["id", "kind", "rule"] and len(text.splitlines()) == len(rows) + 1
+
+
+def test_verify_list_prints_the_table_without_a_run_directory(capsys, tmp_path, monkeypatch):
+    from geomjax import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(R, "run_claim", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran a check")))
+    assert cli.main(["verify", "--list", "--source", "wertich.s4_3_2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:3] == ["id", "kind", "rule"]
+    assert [line.split()[0] for line in out[1:]] == [r.id for r in gj.claims.table("wertich.s4_3_2")]
+    assert list(tmp_path.iterdir()) == []  # no run directory
+    assert cli.main(["verify", "--list", "--source", "nosuchsource"]) == 2
+    assert "match no claim" in capsys.readouterr().err
