@@ -31,7 +31,8 @@ import numpy as np
 from geomjax import fourier as fx
 from geomjax.claims.registry import Claim, Evaluation, Inequality, register
 
-__all__ = ["analyze", "analysis_sections", "cache_dir", "claim_config", "report_sections", "trained_run"]
+__all__ = ["analyze", "analysis_sections", "cache_dir", "claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
+           "numpy_key_frequencies", "numpy_summed_petal_fraction", "report_sections", "trained_run"]
 
 SRC_BLOG = "Clock blog"
 
@@ -259,6 +260,12 @@ _TRAINED_ORIGIN = ("a threshold fixed in the statement before looking at results
                    "computed exactly from the trained weights, so the margin is the threshold itself")
 
 
+def _threshold(margin: float, admits: str) -> Inequality:
+    """The rule of a threshold statement about the trained model: ``margin`` is the tolerance the threshold
+    admits from the ideal value (``admits`` says which), reported as the claim's margin."""
+    return Inequality(origin=f"{_TRAINED_ORIGIN}; the threshold admits {admits}", margin=margin)
+
+
 def _grok_precondition(an: dict, budget: str, what: str) -> str | None:
     """None when the run reached 99% test accuracy, else what was not met and the budget that suffices."""
     if an["milestones"]["test_99"] is not None:
@@ -280,6 +287,130 @@ def _needs_grokked(evaluate, relu: bool = True):
         return ev
 
     return wrapped
+
+
+# ------------------------------------------------------------------------------------------ second witnesses
+# A refutation of a trained-model statement must be confirmed by a computation that shares no code with the
+# first (geomjax.fourier on a jitted float32 forward pass): the forward pass written out again in NumPy
+# float64 from the parameter arrays, key frequencies from np.fft, restriction by a 2-D DFT of the logits.
+
+
+@functools.lru_cache(maxsize=2)
+def _params_np(budget: str, seed: int = 0) -> tuple[dict, int]:
+    """The ReLU run's parameters as float64 NumPy arrays (nested dict) and p, for the witnesses."""
+    res = trained_run(claim_config(budget, True, seed))
+    tree = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), jax.device_get(res.state.params))
+    return tree, res.config.train.p
+
+
+def numpy_clock_forward(P: dict, p: int, relu: bool = True) -> dict[str, np.ndarray]:
+    """Nanda et al.'s 1-layer, LayerNorm-free model on all p² inputs "a b =", in NumPy float64 (the second
+    witness of the clock claims; independent of :func:`geomjax.fourier.clock_activations`).
+
+    Args:
+      P: parameters as nested dicts of float64 arrays (embed, pos_embed, block_0/attn q,k,v (d, H, K) and
+        o (H, K, d) kernels, block_0/mlp fc (d, F) and proj (F, d) with biases, unembed (d, V_out)).
+      p: modulus; inputs are ordered row-major (a, b).
+      relu: apply the MLP's ReLU (False: identity, the "ReLU removed" model).
+
+    Returns:
+      dict ``logits`` (p², p) over the answers 0..p−1 and ``o_heads`` (p², H, d), the per-head attention
+      outputs at the "=" position.
+    """
+    a, b = np.divmod(np.arange(p * p), p)
+    E, pos = P["embed"]["embedding"], P["pos_embed"]["embedding"]
+    x = np.stack([E[a], E[b], np.broadcast_to(E[p], (p * p, E.shape[1]))], 1) + pos[None, :3]  # (N, 3, d)
+    at = P["block_0"]["attn"]
+    lin = lambda h, n: np.tensordot(h, at[n]["kernel"], axes=(-1, 0)) + at[n].get("bias", 0.0)  # (..., H, K)
+    q, k, v = lin(x[:, 2], "q"), lin(x, "k"), lin(x, "v")  # (N, H, K), (N, 3, H, K) ×2
+    sc = np.einsum("nhk,nthk->nht", q, k) / math.sqrt(q.shape[-1])
+    w = np.exp(sc - sc.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)
+    z = np.einsum("nht,nthk->nhk", w, v)
+    o_heads = np.einsum("nhk,hkd->nhd", z, at["o"]["kernel"])
+    r = x[:, 2] + o_heads.sum(1) + at["o"].get("bias", 0.0)
+    m = P["block_0"]["mlp"]
+    pre = r @ m["fc"]["kernel"] + m["fc"].get("bias", 0.0)
+    post = np.maximum(pre, 0.0) if relu else pre
+    resid = r + post @ m["proj"]["kernel"] + m["proj"].get("bias", 0.0)
+    logits = resid @ P["unembed"]["kernel"] + P["unembed"].get("bias", 0.0)
+    return {"logits": logits[:, :p], "o_heads": o_heads}
+
+
+def numpy_key_frequencies(P: dict, p: int, ratio: float = 10.0) -> list[int]:
+    """Key frequencies by the blog's §5 rule from np.fft: energy |DFT_k|² of W_E[:p] and of W_L[:p] = (W_out W_U)ᵀ
+    summed over columns, above ``ratio`` × the median over k = 1..(p−1)/2, in both (else W_E's alone)."""
+    m = P["block_0"]["mlp"]
+    W_L = (m["proj"]["kernel"] @ P["unembed"]["kernel"]).T
+    strong = []
+    for W in (P["embed"]["embedding"], W_L):
+        e = np.sum(np.abs(np.fft.rfft(W[:p], axis=0)) ** 2, axis=1)[1: (p - 1) // 2 + 1]
+        strong.append([int(k) + 1 for k in np.flatnonzero(e > ratio * np.median(e))])
+    both = [k for k in strong[0] if k in strong[1]]
+    return both or strong[0]
+
+
+def dft_restricted_accuracy(logits: np.ndarray, p: int, freqs) -> float:
+    """Accuracy over all p² pairs of logits restricted to the waves of a + b at ``freqs`` (Nanda et al. §5.1),
+    by a 2-D DFT over (a, b): the bins (0, 0) (the mean) and (±w, ±w) are kept, every other bin zeroed."""
+    F = np.fft.fft2(logits.reshape(p, p, -1), axes=(0, 1))
+    keep = np.zeros((p, p), bool)
+    keep[0, 0] = True
+    for w in freqs:
+        keep[w % p, w % p] = keep[-w % p, -w % p] = True
+    rest = np.real(np.fft.ifft2(np.where(keep[..., None], F, 0.0), axes=(0, 1))).reshape(p * p, -1)
+    a, b = np.divmod(np.arange(p * p), p)
+    return float(np.mean(np.argmax(rest, 1) == (a + b) % p))
+
+
+def _witness_affine(budget, key):
+    P, p = _params_np(budget)
+    a, b = np.divmod(np.arange(p * p), p)
+    acc = float(np.mean(np.argmax(numpy_clock_forward(P, p, relu=False)["logits"], 1) == (a + b) % p))
+    return Evaluation(lhs=np.array([0.99]), rhs=np.array([acc]),
+                      method="NumPy float64 forward pass with the ReLU replaced by the identity (clock.numpy_clock_forward)")
+
+
+def _witness_two(budget, key):
+    P, p = _params_np(budget)
+    ks = numpy_key_frequencies(P, p)
+    L = numpy_clock_forward(P, p)["logits"]
+    pairs = {f"{k1},{k2}": dft_restricted_accuracy(L, p, [k1, k2])
+             for i, k1 in enumerate(ks) for k2 in ks[i + 1:] if math.gcd(k1, k2) == 1}
+    return Evaluation(lhs=np.array([0.99]), rhs=np.array([max(pairs.values()) if pairs else 0.0]),
+                      details={"key_frequencies": ks, "accuracy_coprime_pairs": pairs},
+                      method="NumPy float64 forward pass; key frequencies by np.fft; restriction by a 2-D DFT of the logits")
+
+
+def numpy_summed_petal_fraction(o_heads: np.ndarray, p: int, a0: int, k: int) -> float:
+    """The blog §7 in NumPy: for fixed a = a0, the head-summed o(b) projected on its own cos-k/sin-k plane
+    (normalized coefficient vectors); the share of the mean-removed |DFT|² of x + iy over b in the peak bin
+    and its mirror (1 for any single-frequency ellipse)."""
+    o = o_heads.reshape(p, p, *o_heads.shape[1:])[a0].sum(1)  # (p, d)
+    c = np.exp(-2j * np.pi * k * np.arange(p) / p) @ o  # Σ_b o(b) e^{−2πikb/p}
+    U = np.stack([c.real, -c.imag])
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    xy = o @ U.T
+    s = np.abs(np.fft.fft((xy[:, 0] - xy[:, 0].mean()) + 1j * (xy[:, 1] - xy[:, 1].mean()))) ** 2
+    i = int(np.argmax(s))
+    j = (p - i) % p
+    return float((s[i] + (s[j] if j != i else 0.0)) / s.sum())
+
+
+def _witness_petals(used_only: bool):
+    def witness(budget, key):
+        P, p = _params_np(budget)
+        an, _ = _bundle(budget)
+        ks = numpy_key_frequencies(P, p)
+        if used_only:  # the MLP-used frequencies (Nanda's neuron frequencies): a definition, taken from the first
+            ks = [k for k in ks if k in an["key_neurons"]]
+        o = numpy_clock_forward(P, p)["o_heads"]
+        fr = {str(k): numpy_summed_petal_fraction(o, p, 70 % p, k) for k in ks}
+        return Evaluation(lhs=np.full(max(len(ks), 1), 0.8), rhs=np.array(list(fr.values()) or [0.0]),
+                          details={"key_frequencies": ks, "summed_o_single_frequency_fraction": fr},
+                          method="NumPy float64 forward pass; o plane from the DFT over b; np.fft spectrum of the sum")
+
+    return witness
 
 
 # ------------------------------------------------------------------------------------------ claims
@@ -321,7 +452,8 @@ register(Claim(
     id="clock.embed_sparse", source=f"{SRC_BLOG} §5; Nanda et al. §4.1",
     statement="W_E's Fourier spectrum is sparse: the cos/sin components of the key frequencies hold >= 80% of its "
               "squared Fourier norm (constant excluded), where a random W_E gives about 2k/(p-1) for k key frequencies",
-    predicted="key fraction >= 0.8", evaluate=_needs_grokked(_ev_sparse), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="key fraction >= 0.8", evaluate=_needs_grokked(_ev_sparse),
+    rule=_threshold(0.2, "0.2 of the energy off the key frequencies ('sparse': ideally all of it on them)"),
     notes="Key frequencies: energy above 10x the median frequency energy (the blog's bar plot read as a rule)."))
 
 
@@ -343,7 +475,7 @@ register(Claim(
               ">= 50% of its variance over (a, b) lies in 2D Fourier components with a- and b-frequencies in the key "
               "set (or 0), and its dominant frequency is a key frequency (instances: fractions, then 1/0 flags vs 0.5)",
     predicted="per head: key fraction >= 0.5 and dominant frequency in key set", evaluate=_needs_grokked(_ev_attention),
-    rule=Inequality(origin=_TRAINED_ORIGIN)))
+    rule=_threshold(0.5, "half of a head's variance outside the key components ('periodic': most of it inside)")))
 
 
 def _ev_petals(budget, key):
@@ -364,7 +496,8 @@ register(Claim(
     statement="Per-head petals sum to circles: for a fixed a (the blog's a = 70, mod p) and every key frequency k, "
               "the head-summed o vectors projected on their frequency-k Fourier plane have >= 80% of their "
               "(mean-removed) energy at the single frequency ±k over b",
-    predicted="single-frequency fraction >= 0.8 for every key k", evaluate=_needs_grokked(_ev_petals), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="single-frequency fraction >= 0.8 for every key k", evaluate=_needs_grokked(_ev_petals),
+    rule=_threshold(0.2, "0.2 of the summed curve's energy off its frequency (a circle: all of it)"), witness=_witness_petals(False),
     notes="Per-head fractions are reported for comparison (petals have several frequencies)."))
 
 
@@ -382,7 +515,8 @@ register(Claim(
     id="clock.petals_sum_to_circles.used", source=f"{SRC_BLOG} §7 (restricted to frequencies the MLP uses)",
     statement="Per-head petals sum to circles for the key frequencies that the MLP uses (W_E key frequencies that are "
               "also Nanda's neuron frequencies): summed-o single-frequency fraction >= 0.8 for each",
-    predicted="single-frequency fraction >= 0.8 for every used key k", evaluate=_needs_grokked(_ev_petals_used), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="single-frequency fraction >= 0.8 for every used key k", evaluate=_needs_grokked(_ev_petals_used),
+    rule=_threshold(0.2, "0.2 of the summed curve's energy off its frequency (a circle: all of it)"), witness=_witness_petals(True),
     notes="Second form of clock.petals_sum_to_circles: W_E can keep partially decayed frequencies (the blog's "
           "'somewhat in-between' norms, §5) that no neuron and no W_L row uses; their o projections need not be circles."))
 
@@ -399,7 +533,8 @@ register(Claim(
     id="clock.planes_far", source=f"{SRC_BLOG} §8",
     statement="The o circle planes and the W_E circle planes are far apart: for every pair (W_E plane of key k, "
               "o plane of key k') the smallest principal (dihedral) angle is >= 45 degrees",
-    predicted="all smallest principal angles >= 45°", evaluate=_needs_grokked(_ev_planes), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="all smallest principal angles >= 45°", evaluate=_needs_grokked(_ev_planes),
+    rule=_threshold(45.0, "45° from orthogonal planes ('far apart': ideally 90°)"),
     notes="o plane of k: top-2 right singular vectors of the stacked per-a cos/sin-k Fourier coefficients of o(a, ·)."))
 
 
@@ -436,7 +571,8 @@ register(Claim(
     id="clock.few_negative_b_in", source=f"{SRC_BLOG} §8",
     statement="Few strongly negative MLP input biases (no superposition): fewer than p of the b_in are below "
               "-0.25·max|b_in| (the blog: 'way fewer than 113 are significantly negative')",
-    predicted="count < p", evaluate=_needs_grokked(_ev_bias), rule=Inequality(origin=_TRAINED_ORIGIN)))
+    predicted="count < p", evaluate=_needs_grokked(_ev_bias),
+    rule=_threshold(1.0, "one bias (counts are integers: 'fewer than p' is count ≤ p − 1)")))
 
 
 def _ev_affine(budget, key):
@@ -450,7 +586,8 @@ register(Claim(
     id="clock.mlp_affine", source=f"{SRC_BLOG} §8 ('The MLP layer is just an affine transformation')",
     statement="The trained ReLU model does not use the ReLU: removing it (identity activation, same weights) keeps "
               ">= 99% accuracy on all p² pairs",
-    predicted="accuracy without ReLU >= 0.99", evaluate=_needs_grokked(_ev_affine), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="accuracy without ReLU >= 0.99", evaluate=_needs_grokked(_ev_affine),
+    rule=_threshold(0.01, "1% of the p² pairs read wrong (the model with ReLU reads all of them right)"), witness=_witness_affine,
     notes="The blog infers this from the b_in signs and from the ReLU-free variant grokking (a separately trained "
           "model); this claim tests the trained ReLU model itself. clock.relu_free_groks checks the variant."))
 
@@ -468,7 +605,8 @@ register(Claim(
     id="clock.one_circle_insufficient", source=f"{SRC_BLOG} §11.1",
     statement="One circle is not sufficient (trained-model reading): the logits restricted (Nanda et al. §5.1) to any single key frequency "
               "give < 99% accuracy on all p² pairs",
-    predicted="best single-frequency accuracy < 0.99", evaluate=_needs_grokked(_ev_one), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="best single-frequency accuracy < 0.99", evaluate=_needs_grokked(_ev_one),
+    rule=_threshold(0.01, "1% of the p² pairs read wrong (the full model reads all of them right)"),
     notes="For prime p every nonzero frequency generates Z_p, so one ideal circle determines a+b exactly; the "
           "blog's gcd condition is always met and insufficiency can only come from the readout's margins."))
 
@@ -486,7 +624,8 @@ register(Claim(
     id="clock.two_coprime_sufficient", source=f"{SRC_BLOG} §11.2",
     statement="Two coprime circles are sufficient (trained-model reading): for some pair of key frequencies with gcd 1, the logits "
               "restricted to them give >= 99% accuracy on all p² pairs",
-    predicted="best coprime-pair accuracy >= 0.99", evaluate=_needs_grokked(_ev_two), rule=Inequality(origin=_TRAINED_ORIGIN),
+    predicted="best coprime-pair accuracy >= 0.99", evaluate=_needs_grokked(_ev_two),
+    rule=_threshold(0.01, "1% of the p² pairs read wrong (the full model reads all of them right)"), witness=_witness_two,
     notes="The trained-model reading. The in-principle reading (two ideal circles decide a + b) is "
           "clock.two_coprime_sufficient.in_principle."))
 
@@ -504,7 +643,8 @@ register(Claim(
     id="clock.all_key_sufficient", source="Nanda et al. §5.1 (restricted loss); corrects Clock blog §11.2",
     statement="The logits restricted to ALL key frequencies (Nanda's restricted logits) give >= 99% accuracy on all p² "
               "pairs — the form of the sufficiency statement that the trained model supports when two circles do not",
-    predicted="accuracy >= 0.99", evaluate=_needs_grokked(_ev_all), rule=Inequality(origin=_TRAINED_ORIGIN)))
+    predicted="accuracy >= 0.99", evaluate=_needs_grokked(_ev_all),
+    rule=_threshold(0.01, "1% of the p² pairs read wrong (the full model reads all of them right)")))
 
 
 # ----------------------------------------------------------------- in-principle readings (exact computation)

@@ -26,7 +26,9 @@ Three verdicts (:func:`decide`, one pure function, is the whole rule for equalit
 * Deterministic claims (``evaluate`` given): the evaluator returns an :class:`Evaluation`, judged
   by the claim's rule: :class:`Tolerance` (margin δ = atol + rtol·|predicted|, judged by
   :func:`decide` with the evaluation's ``sem`` when a Monte Carlo number is inside) or
-  :class:`Inequality` (lhs ≤ rhs for every instance: margin 0 beyond the certified ``slack``; with a
+  :class:`Inequality` (lhs ≤ rhs for every instance: the margin is the certified ``slack``, at least
+  the float64 rounding floor rtol·max(|lhs|, |rhs|), or for a threshold statement the tolerance its
+  threshold already contains (``Inequality.margin``, reported, not added twice); with a
   certified interval [lhs_lower, lhs] widened by k·sem it is "holds" when lhs + k·sem ≤ rhs − slack
   everywhere, "does not hold" when lhs_lower − k·sem > rhs + slack somewhere, and "inconclusive"
   otherwise).
@@ -203,10 +205,30 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Inequality:
-    """lhs ≤ rhs for every instance (``slack`` per instance absorbs certified rounding)."""
+    """lhs ≤ rhs for every instance (``slack`` per instance absorbs certified rounding).
 
-    origin: str = "inequality: any certified violation refutes it; margin = the certified rounding slack"
+    Attributes:
+      origin: where the margin comes from.
+      n_sigma: k for the Monte Carlo error band.
+      rtol: float64 rounding floor of the certified slack: the slack of an instance is at least
+        rtol·max(|lhs|, |rhs|) (default 1e-12: a few hundred ulps, the rounding of an evaluation of
+        moderate depth), so an exact inequality has a nonzero margin that a rounding error cannot
+        cross. 0 for integer/epoch comparisons.
+      margin: for a threshold statement (rhs = the ideal value minus a tolerance fixed in the
+        statement, e.g. "accuracy ≥ 0.99" for "the model is accurate"), the tolerance the threshold
+        already contains (absolute, in lhs units). It is reported as the claim's margin and is NOT
+        added again to the comparison. 0 for an exact inequality (the margin is then the slack).
+    """
+
+    origin: str = ("inequality: any certified violation refutes it; margin = the certified rounding slack "
+                   "(at least 1e-12 relative: float64 rounding)")
     n_sigma: float = N_SIGMA
+    rtol: float = 1e-12
+    margin: float = 0.0
+
+    def __post_init__(self):
+        if self.rtol < 0 or self.margin < 0:
+            raise ValueError(f"Inequality: rtol and margin must be >= 0, got {self.rtol}, {self.margin}")
 
     @property
     def margin_origin(self) -> str:
@@ -827,7 +849,8 @@ def _judge_inequality(rule: Inequality, ev: Evaluation, claim_id: str, details: 
     sem = np.broadcast_to(np.asarray(0.0 if ev.sem is None else ev.sem, dtype=float), lhs.shape)
     upper = lhs + k * sem
     lower = (lhs if ev.lhs_lower is None else np.asarray(ev.lhs_lower, dtype=float)) - k * sem
-    slack = np.broadcast_to(np.asarray(ev.slack, dtype=float), lhs.shape)
+    slack = np.maximum(np.broadcast_to(np.asarray(ev.slack, dtype=float), lhs.shape),
+                       rule.rtol * np.maximum(np.abs(lhs), np.abs(rhs)))
     finite = np.all(np.isfinite(upper)) and np.all(np.isfinite(rhs)) and np.all(np.isfinite(lower))
     if not finite:
         verdict, reason = "inconclusive", "a number is not finite"
@@ -850,8 +873,8 @@ def _judge_inequality(rule: Inequality, ev: Evaluation, claim_id: str, details: 
         n_violations_certified=int(np.sum(lower > rhs + slack)),
         n_not_certified=int(np.sum(upper > rhs - slack)),
     )
-    dec = Decision(verdict, reason, float(np.max(k * sem)) if sem.size else 0.0,
-                   float(slack.reshape(-1)[worst]) if slack.size else 0.0, worst)
+    slack_w = float(slack.reshape(-1)[worst]) if slack.size and np.isfinite(slack.reshape(-1)[worst]) else 0.0
+    dec = Decision(verdict, reason, float(np.max(k * sem)) if sem.size else 0.0, max(rule.margin, slack_w), worst)
     predicted = float(rhs.reshape(-1)[worst]) if rhs.size else None
     estimate = float((lower if verdict == "does not hold" else upper).reshape(-1)[worst]) if lhs.size else None
     n = ev.n if ev.n is not None else int(lhs.size)

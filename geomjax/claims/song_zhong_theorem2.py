@@ -265,7 +265,8 @@ register(
         ),
         predicted=0.0,
         evaluate=_deterministic_evaluate,
-        rule=Tolerance(rtol=0.0, atol=0.0),
+        rule=Tolerance(rtol=0.0, atol=0.5, origin=("a count of violating instances: any one refutes the bound; 0.5 is "
+                                                   "the resolution of an integer count (0 holds, ≥ 1 does not)")),
         notes=(
             "value = number of instances violating the bound, per grid point (384 instances each in the quick "
             "budget, 32768 in the full one); it must be 0 everywhere. The supremum "
@@ -375,7 +376,7 @@ register(
         ),
         predicted="1 − fitted exponent ≤ 0.1",
         evaluate=_incoh_evaluate,
-        rule=Inequality(origin=_EXPONENT_ORIGIN),
+        rule=Inequality(origin=_EXPONENT_ORIGIN, margin=_EXPONENT_MARGIN),
         notes=(
             "lhs = 1 − fitted exponent (noise-free part, the deterministic statement) ± 5·sem, rhs = the margin "
             "0.1. Planting: "
@@ -482,7 +483,7 @@ register(
         ),
         predicted="fitted rate + 1 ≤ 0.1",
         evaluate=_decay_evaluate,
-        rule=Inequality(origin=_EXPONENT_ORIGIN),
+        rule=Inequality(origin=_EXPONENT_ORIGIN, margin=_EXPONENT_MARGIN),
         notes=(
             "lhs = fitted rate + 1 ± 5·sem, rhs = the margin 0.1. Each cross term is exactly N(0, 1/d) for unit vectors, so its tail "
             "is erfc(√x) ≈ exp(−x)/√(πx): local rate −1 − 1/(2x) (details), the exponent 1 of exp(−incoh²·d) with "
