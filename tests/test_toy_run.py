@@ -20,15 +20,14 @@ LINE = "First Citizen:\nBefore we proceed any further, hear me speak."
 
 
 @pytest.fixture(scope="module")
-def smoke_cfg():
-    return train.get_config("shakespeare", "smoke")
+def smoke_cfg(shakespeare_smoke):
+    return shakespeare_smoke
 
 
 @pytest.fixture(scope="module")
-def trained(smoke_cfg, tmp_path_factory):
-    d = tmp_path_factory.mktemp("shakespeare_run")
-    res = train.fit(smoke_cfg, run_dir=d, progress=False)
-    return d, res
+def trained(shakespeare_smoke_run):
+    """(run directory, FitResult) of the session's smoke run (tests/conftest.py); read only."""
+    return shakespeare_smoke_run.run_dir, shakespeare_smoke_run
 
 
 @pytest.fixture(scope="module")
