@@ -174,16 +174,19 @@ def test_interrupted_run_leaves_no_complete_looking_directory(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_keeps_the_whole_history(tmp_path, monkeypatch):
+def test_resume_keeps_the_whole_history(tmp_path, monkeypatch, shakespeare_smoke_run):
+    """`geomjax train` interrupted at step 20, resumed to the end, then called once more (nothing left to
+    do); the uninterrupted reference is the session's smoke run (tests/conftest.py)."""
     from geomjax import train
 
-    whole = train.fit(train.get_config("shakespeare", "smoke"), run_dir=None, progress=False).history
+    whole = shakespeare_smoke_run.history
     out = tmp_path / "t"
     real_fit = train.fit
     monkeypatch.setattr(train, "fit", functools.partial(real_fit, stop_at=20))  # an interrupted session
     assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
     first = json.loads((out / "metrics.json").read_text())
-    assert first["steps_total"] == 20
+    assert first["steps_total"] == 20 and first["resumed_from"] is None and first["evals"]
+    assert (out / "figures" / "loss.png").is_file()
     monkeypatch.setattr(train, "fit", real_fit)
     assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
     m = json.loads((out / "metrics.json").read_text())
@@ -199,6 +202,10 @@ def test_resume_keeps_the_whole_history(tmp_path, monkeypatch):
     assert (out / "figures" / "loss.png").is_file()
     assert "2 sessions" in (out / "report.md").read_text()
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
+    # a third call finds the final checkpoint and has nothing left to do
+    assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0
+    third = json.loads((out / "metrics.json").read_text())
+    assert third["resumed_from"] == len(whole.steps) and third["steps_this_session"] == 0
     # another preset in the same folder is refused
     assert cli.main(["train", "shakespeare", "--preset", "cpu", "--out", str(out), "--no-progress"]) == 2
 

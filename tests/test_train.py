@@ -14,14 +14,14 @@ from geomjax.parallel import data_mesh
 
 
 @pytest.fixture(scope="module")
-def smoke_cfg():
-    return train.get_config("shakespeare", "smoke")
+def smoke_cfg(shakespeare_smoke):
+    return shakespeare_smoke
 
 
 @pytest.fixture(scope="module")
-def full_run(smoke_cfg, tmp_path_factory):
-    d = tmp_path_factory.mktemp("full")
-    return train.fit(smoke_cfg, run_dir=d, progress=False)
+def full_run(shakespeare_smoke_run):
+    """The session's uninterrupted smoke run (tests/conftest.py); read only."""
+    return shakespeare_smoke_run
 
 
 @pytest.mark.slow
