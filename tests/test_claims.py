@@ -360,9 +360,12 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def song_zhong(tmp_path_factory):
+def song_zhong(quick_claims, tmp_path_factory):
+    """The Song & Zhong claims at the quick budget (checked once per session: tests/conftest.py) and the
+    claims.json/claims.md that run(out_dir=...) writes for them (registry.write_results)."""
     out = tmp_path_factory.mktemp("claims")
-    results = claims.run(select="song_zhong", budget="quick", out_dir=out)
+    results = quick_claims("song_zhong")
+    claims.write_results(results, out, budget="quick", seed=0)
     return {r.id: r for r in results}, out
 
 
@@ -410,7 +413,7 @@ def test_lemma2_worst_ratio_is_the_closed_form(song_zhong):
 
 
 @pytest.mark.slow
-def test_theorem1_printed_violation_is_real():
+def test_theorem1_printed_violation_is_real(quick_claims):
     """Independent NumPy check of the certified counterexample: G = ccᵀ, c_t = cos(π(t−½)/T),
     T = 64, k = 20, m = 4. Every B leaves (1/T)‖G − F B Bᵀ Fᵀ‖_op ≥ (1/T)‖(I−Π)G(I−Π)‖_op (Π the
     projector onto the printed span), which exceeds 6/(8k)^m·‖Δ^(m,m)G̃‖_max."""
@@ -428,7 +431,7 @@ def test_theorem1_printed_violation_is_real():
         A = T**2 * (A - np.roll(A, 1, 0) - np.roll(A, 1, 1) + np.roll(np.roll(A, 1, 0), 1, 1))
     rhs = 6 / (8 * k) ** m * np.abs(A).max()
     assert lower > 40 * rhs
-    res = claims.run(select="song_zhong.theorem1.printed")[0]
+    res = quick_claims("song_zhong.theorem1.printed")[0]  # claims.run(select=...) at the default (quick) budget
     row = next(x for x in res.details["per_matrix"] if x["G"] == "u_shape")
     assert (row["worst_k"], row["worst_m"]) == (k, m)
     assert row["lhs_lower_at_worst"] == pytest.approx(lower, rel=1e-8)

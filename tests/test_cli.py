@@ -24,8 +24,14 @@ def geometry_run(tmp_path_factory):
     return out
 
 
-def _numpy_reference(cfg: pipeline.GeometryConfig):
-    """Hidden states of the same windows in memory (float64 NumPy statistics)."""
+@pytest.fixture(scope="module")
+def numpy_reference():
+    """Hidden states of the windows of SMALL in memory (float64 NumPy statistics), and their document labels.
+
+    The study's windows depend on the corpus, sizes and seed only (pipeline.prepare_inputs draws them
+    before the OOD windows), so the OOD corpus is not tokenized here."""
+    cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4, screenot_k=5,
+                                  ood_corpus=None)
     model, params, tok, _ = pipeline.load_model_and_tokenizer(cfg.model)
     inputs = pipeline.prepare_inputs(cfg, tok)
     _, inter = model.apply({"params": params}, inputs.windows.ids)
@@ -51,11 +57,9 @@ def test_geometry_run_directory(geometry_run):
 
 
 @pytest.mark.slow
-def test_geometry_metrics_match_in_memory_numpy(geometry_run):
+def test_geometry_metrics_match_in_memory_numpy(geometry_run, numpy_reference):
     metrics = json.loads((geometry_run / "metrics.json").read_text())
-    cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4,
-                                  screenot_k=5)
-    hs, labels = _numpy_reference(cfg)
+    hs, labels = numpy_reference
     assert len(metrics["per_layer"]) == len(hs) == 7
     for m, h in zip(metrics["per_layer"], hs):
         C, T, d = h.shape
@@ -88,12 +92,11 @@ def test_report_rerenders(geometry_run):
 
 
 @pytest.mark.slow
-def test_raw_relative_norm_includes_mean(tmp_path):
+def test_raw_relative_norm_includes_mean(tmp_path, numpy_reference):
     out = tmp_path / "raw"
     cli.main(["geometry", "--out", str(out), "--raw-relative-norm", *SMALL])
     metrics = json.loads((out / "metrics.json").read_text())
-    cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4)
-    hs, _ = _numpy_reference(cfg)
+    hs, _ = numpy_reference
     for m, h in zip(metrics["per_layer"], hs):
         C = h.shape[0]
         pos = h.mean(0) - h.mean((0, 1))
@@ -123,19 +126,8 @@ def test_bad_sizes_are_named(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing was created for a refused run
 
 
-@pytest.mark.slow
-def test_train_smoke_resumes(tmp_path):
-    out = tmp_path / "train"
-    assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out),
-                     "--no-progress"]) == 0
-    first = json.loads((out / "metrics.json").read_text())
-    assert first["resumed_from"] is None and first["evals"]
-    assert (out / "figures/loss.png").is_file()
-    # a second call finds the final checkpoint and has nothing left to do
-    assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out),
-                     "--no-progress"]) == 0
-    second = json.loads((out / "metrics.json").read_text())
-    assert second["resumed_from"] is not None
+# `geomjax train` end to end (first session, resume, nothing left to do): tests/test_cli_acceptance.py's
+# test_resume_keeps_the_whole_history.
 
 
 def test_help_lists_commands(capsys):

@@ -381,8 +381,9 @@ EXPECTED = {
 }
 
 
-def test_theorem2_claims_quick_verdicts():
-    res = {r.id: r for r in claims.run(select="song_zhong.theorem2", budget="quick")}
+@pytest.mark.slow
+def test_theorem2_claims_quick_verdicts(quick_claims):
+    res = {r.id: r for r in quick_claims("song_zhong.theorem2")}  # claims.run(select=..., budget="quick"), once per session
     assert {i: r.verdict for i, r in res.items()} == EXPECTED
     assert set(EXPECTED) <= {c.id for c in claims.select_claims("song_zhong")}
     for r in res.values():
