@@ -168,6 +168,7 @@ def test_sharded_float64_identical():
     np.testing.assert_allclose(b.ctx, a.ctx, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None)
 @given(
     C=st.integers(2, 6),

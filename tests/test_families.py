@@ -93,6 +93,7 @@ def test_geometry_end_to_end(tiny, tmp_path, fam):
     assert all(np.isfinite(m["relative_norm"]) for m in metrics["per_layer"])
 
 
+@pytest.mark.slow
 def test_study_states_equal_transformers(tiny):
     """The states the study streams (final norm applied, and with --bos the BOS prepended) are HF's."""
     torch = pytest.importorskip("torch")
@@ -194,6 +195,7 @@ def test_hf_names_offline(tiny, tmp_path, monkeypatch, capsys):
         assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_sharded_params_on_a_mesh(tiny):
     """load_pretrained(mesh=...) splits matrices over the devices; the forward is unchanged."""
     from geomjax.parallel import data_mesh

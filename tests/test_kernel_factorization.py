@@ -381,6 +381,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 def test_theorem2_claims_quick_verdicts(quick_claims):
     res = {r.id: r for r in quick_claims("song_zhong.theorem2")}  # claims.run(select=..., budget="quick"), once per session
     assert {i: r.verdict for i, r in res.items()} == EXPECTED

@@ -157,6 +157,7 @@ def test_lemma1_mean_vs_monte_carlo_and_vanishing_remainder():
             np.testing.assert_allclose(float(vp[-1] - v[-1]), 2 * trW2 / lam**2, rtol=20.0 / T)
 
 
+@pytest.mark.slow
 def test_empirical_rho_matches_gaussian_prediction_isotropic():
     d, T, n = 16, 24, 3000
     key = jax.random.key(0)
@@ -203,6 +204,7 @@ def _toy_params(n_heads=2, d=8, layers=2):
     return jax.tree_util.tree_map(lambda x: x * 20.0, params), cfg
 
 
+@pytest.mark.slow
 def test_locater_penalty_value_and_gradients():
     params, cfg = _toy_params()
     k1, k2 = 3.0, 0.7

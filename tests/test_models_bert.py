@@ -133,6 +133,7 @@ def test_minilm_real_weights(minilm):
     assert worst <= ATOL
 
 
+@pytest.mark.slow
 def test_minilm_batched_padding_and_causal(minilm):
     """A padded batch: real (unpadded) positions equal HF, bidirectional and causal."""
     model, params, hf, tok = minilm

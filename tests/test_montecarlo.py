@@ -282,6 +282,7 @@ def test_sharded_equals_single_device(n_dev, n_devices):
     assert_matches(e32, all_samples(normal_sq, key, 999), 1e-5)
 
 
+@pytest.mark.slow
 def test_jit_and_eager_agree():
     key = jax.random.key(21)
     ref = mc.estimate(uniform, key, 300, chunk=64)

@@ -203,6 +203,7 @@ def test_relu_free_mlp_is_linear():
     np.testing.assert_allclose(np.asarray(inter_r.mlp_post[0]), np.maximum(post, 0), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_nanda_init_and_preset():
     cfg = nanda_config()
     model = ToyTransformer(cfg)

@@ -13,8 +13,8 @@ from geomjax.extraction import decompose_model_stream
 from geomjax.models import ToyRun, toy_forward
 from geomjax.train import load_toy_run
 
-# Every test here trains (module fixture) or loads a trained toy run: tens of seconds each.
-pytestmark = pytest.mark.slow
+# The tests that use the trained run (the session's smoke training, tests/conftest.py) are slow; the
+# addition test (an untrained checkpoint) keeps this module in the quick subset.
 
 LINE = "First Citizen:\nBefore we proceed any further, hear me speak."
 
@@ -46,6 +46,7 @@ def windows(tok, text, n, T, start=0):
     return ids.reshape(n, T)
 
 
+@pytest.mark.slow
 def test_params_equal_checkpoint(trained, run, smoke_cfg):
     run_dir, res = trained
     assert isinstance(run, ToyRun)
@@ -73,6 +74,7 @@ def test_params_equal_checkpoint(trained, run, smoke_cfg):
     assert not np.array_equal(w30, w60)
 
 
+@pytest.mark.slow
 def test_tokenizer_is_the_training_tokenizer(run, smoke_cfg, val_text):
     tok = run.tokenizer
     text = tiny_shakespeare()[0][1]
@@ -97,6 +99,7 @@ def test_tokenizer_is_the_training_tokenizer(run, smoke_cfg, val_text):
     assert good < 3.45 < np.log(65) < permuted, (good, permuted)
 
 
+@pytest.mark.slow
 def test_forward_equals_model_intermediates(run, val_text):
     ids = jnp.asarray(windows(run.tokenizer, val_text, 3, run.max_positions))
     _, inter = run.model.apply({"params": run.params}, ids)
@@ -122,6 +125,7 @@ def test_forward_equals_model_intermediates(run, val_text):
         toy_forward(run)(run.params, jnp.zeros((1, run.max_positions + 1), jnp.int32))
 
 
+@pytest.mark.slow
 def test_decompose_model_stream_on_trained_run(run, val_text):
     T = run.max_positions
     batches = [windows(run.tokenizer, val_text, 4, T, start=i * 4 * T) for i in range(3)]
@@ -149,6 +153,7 @@ def test_addition_run_loads_with_its_fixed_tokenizer(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_errors(trained, tmp_path):
     run_dir, _ = trained
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -174,6 +179,7 @@ def test_errors(trained, tmp_path):
         load_toy_run(bad)
 
 
+@pytest.mark.slow
 def test_geometry_study_on_a_trained_toy_run(trained, tmp_path):
     """`geomjax geometry --model toy:RUN` (the paper's NanoGPT row): one document, so no cluster
     metrics; the pos/ctx statistics equal the in-memory decomposition of the same windows."""

@@ -75,6 +75,7 @@ def test_verdicts_small_budget(wertich, cid, verdicts):
         assert r.witnesses[0]["method"] != r.witnesses[1]["method"]
 
 
+@pytest.mark.slow
 def test_eq6_12_holds_as_a_limit_with_the_finite_n_deviation_observed(wertich):
     """E σ_1²/(nσ²) → 4: the fitted limit along n = 8, 32, 128 is 4 within the margin; the finite-n
     values (≈ 3.1, 3.6, 3.9) are reported as an observation, not a refutation."""
