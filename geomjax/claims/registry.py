@@ -1196,8 +1196,10 @@ _SOURCE_TITLES = {
 }
 
 
-def _witness_line(w: dict) -> str:
+def _witness_line(w: dict, inequality: bool = False) -> str:
     sem = f" ± {_fmt(w['sem'])}" if w.get("sem") not in (None, 0, 0.0) else ""
+    if inequality:  # estimate = lhs, predicted = rhs at the worst instance
+        return f"{w['method']}: lhs {_fmt(w['estimate'])}{sem} against rhs {_fmt(w['predicted'])} (the statement needs lhs ≤ rhs)"
     return f"{w['method']}: {_fmt(w['estimate'])}{sem} against the printed {_fmt(w['predicted'])}"
 
 
@@ -1245,7 +1247,8 @@ def to_erratum(records: Mapping[str, Mapping], *, budget: str = "full") -> str:
                     f"- **Printed form:** {r['statement']}",
                     f"- **Corrected form:** {corrected}",
                     f"- **Margin:** {_fmt(r.get('margin'))} ({r.get('margin_origin', '')})"]
-            out += [f"- **Witness {i}:** {_witness_line(w)}" for i, w in enumerate(r.get("witnesses", []), 1)]
+            ineq = c is not None and isinstance(c.rule, Inequality)
+            out += [f"- **Witness {i}:** {_witness_line(w, ineq)}" for i, w in enumerate(r.get("witnesses", []), 1)]
             out += [f"- **Reproduce:** `geomjax verify --source {cid} --budget {budget}`", ""]
     out += ["## Summary", "", erratum_summary(refuted)]
     return "\n".join(out)
@@ -1308,8 +1311,10 @@ def _verdict_column(r: ClaimResult) -> str:
     return v
 
 
-def _witness_text(w: dict) -> str:
+def _witness_text(w: dict, inequality: bool = False) -> str:
     sem = f" ± {_fmt(w['sem'])}" if w.get("sem") not in (None, 0, 0.0) else ""
+    if inequality:  # estimate = lhs, predicted = rhs at the worst instance
+        return f"{w['method']}: lhs {_fmt(w['estimate'])}{sem} vs rhs {_fmt(w['predicted'])} (needs lhs ≤ rhs)"
     return f"{w['method']}: {_fmt(w['estimate'])}{sem} vs {_fmt(w['predicted'])}"
 
 
@@ -1332,10 +1337,10 @@ def to_markdown(results: Sequence[ClaimResult]) -> str:
             )
             + " |"
         )
-    wit = [(r.id, r.witnesses) for r in results if r.witnesses]
+    wit = [(r.id, r.witnesses, str(r.details.get("rule", "")).startswith("holds iff lhs")) for r in results if r.witnesses]
     if wit:
         lines += ["", "Witnesses (two independent computations behind each refutation):", ""]
-        lines += [f"- `{i}`: " + "; ".join(_md_escape(_witness_text(w)) for w in ws) for i, ws in wit]
+        lines += [f"- `{i}`: " + "; ".join(_md_escape(_witness_text(w, ineq)) for w in ws) for i, ws, ineq in wit]
     obs = [(r.id, r.observations) for r in results if r.observations]
     if obs:
         lines += ["", "Observations (reported, not verdicts):", ""]
