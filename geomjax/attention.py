@@ -271,7 +271,7 @@ class AttentionBasis:
         return int(self.pos.shape[1])
 
 
-def estimate_attention_basis(model, params, id_batches: Iterable[Int[Array, "B T"]], *,
+def estimate_attention_basis(model, params, id_batches: Iterable[Int[Array, "_B T"]], *,
                              causal: bool | None = None) -> AttentionBasis:
     """Estimate μ and pos of every block's attention input over C windows (Song & Zhong eq. (2)).
 

@@ -448,7 +448,7 @@ def stream_finalize(
 
 
 def decompose_stream(
-    batches: Iterable[Float[Array, "B T d"]],
+    batches: Iterable[Float[Array, "_B T d"]],
     drop_first: bool = False,
     *,
     accum_dtype: str = "float32",

@@ -124,7 +124,7 @@ def _make_step(forward, drop_first, dtype, mesh):
 def decompose_model_stream(
     forward: ForwardFn,
     params,
-    id_batches: Iterable[Int[Array, "B T"]],
+    id_batches: Iterable[Int[Array, "_B T"]],
     *,
     drop_first: bool = False,
     accum_dtype: str = "float32",
