@@ -413,8 +413,8 @@ class ClaimResult:
     """Outcome of checking one claim.
 
     Numbers are NumPy values: a scalar quantity is a Python ``float``, a vector one a float64
-    ``numpy.ndarray`` (the shape of the claim's quantity). :meth:`to_dict` is the one place that
-    turns them into JSON lists (``claims.json``); :meth:`from_dict` turns them back.
+    ``numpy.ndarray`` (the shape of the claim's quantity). :meth:`ClaimResult.to_dict` is the one place that
+    turns them into JSON lists (``claims.json``); :meth:`ClaimResult.from_dict` turns them back.
 
     Attributes:
       id, source, statement: copied from the claim.
@@ -422,8 +422,8 @@ class ClaimResult:
       estimate: Monte Carlo mean / evaluated value / lhs at the worst instance (float or array).
       sem: standard error (Monte Carlo, or of a Monte Carlo number inside an evaluation) or None
         (an exact evaluation).
-      verdict: "holds", "does not hold" or "inconclusive" (see :attr:`holds`).
-      details: JSON-able extras: ``kind`` (see :attr:`kind`), rule, z-score or worst margin/ratio,
+      verdict: "holds", "does not hold" or "inconclusive" (see :attr:`ClaimResult.holds`).
+      details: JSON-able extras: ``kind`` (see :attr:`ClaimResult.kind`), rule, z-score or worst margin/ratio,
         sample count, dtype, seconds, budget, seed, extra tables.
       margin: δ at the worst element (the size of error that would make the statement wrong).
       margin_origin: where δ comes from.

@@ -184,6 +184,7 @@ def mp_sample(n: int, m: int, sigma2: float, matrices: int, seed: int) -> np.nda
 
 
 def ks_distance(sample, cdf):
+    """Kolmogorov–Smirnov distance sup |F_n − F| of a sorted (N,) sample to the CDF ``cdf`` (vectorised)."""
     n = sample.size
     F = cdf(sample)
     i = np.arange(1, n + 1)
