@@ -24,7 +24,8 @@ EXPERIMENTS = (("grokking", "Grokking and the clock algorithm"),
                ("token_randomization", "Token randomization (Song & Zhong §5.1)"),
                ("addition", "Addition (Song & Zhong §5.2)"),
                ("localization", "LocATER (Bao et al. §7)"),
-               ("wertich_models", "Wertich ch. 8 on MiniLM and a toy GPT"))
+               ("wertich_models", "Wertich ch. 8 on MiniLM and a toy GPT"),
+               ("corpora_sweep", "Table 1 across corpora (Song & Zhong §2)"))
 
 
 def report_path(name: str, root: Path = ROOT) -> Path:

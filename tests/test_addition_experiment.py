@@ -146,10 +146,11 @@ def test_presets():
         with pytest.raises(ValueError, match="preset"):
             get("gpu")
     cpu = addition_preset("cpu")
-    assert cpu.max_digits == 10 and cpu.seq_len == 33 and cpu.settings == ("carry", "no_carry")
+    assert cpu.train.max_digits == 10 and cpu.seq_len == 33 and cpu.settings == ("carry", "no_carry")
     tc = train_config(cpu, carry=False)
     assert tc.max_digits == 10 and tc.seq_len == 33 and not tc.carry and tc.model.max_len == 33
     assert train_config(addition_preset("paper"), carry=True) == addition_config("paper", carry=True)
     paper = randomization_preset("paper")
-    assert (paper.n_layers, paper.n_heads, paper.d_model, paper.seq_len) == (8, 8, 512, 512)
+    m = paper.train.model
+    assert (m.n_layers, m.n_heads, m.d_model, paper.train.seq_len, m.max_len) == (8, 8, 512, 512, 512)
     assert dissection_preset("paper").basis_windows == 6400 and dissection_preset("paper").basis_T == 512

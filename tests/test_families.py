@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import jax
@@ -140,17 +139,8 @@ def test_wertich_adapter_gqa_and_alpha(tiny):
     """The Wertich experiment's adapter on a GQA Llama: Tr(W_qᵀW_k) per query head with its shared key
     head, matrices by role (SwiGLU gate), and α-scaling multiplying every score by α²."""
     (ckpts, _) = tiny
-    # The experiment script imports its siblings as top-level `config` / `source`; another experiment's
-    # modules of the same names may already sit in sys.modules (order-dependent failure otherwise).
-    saved = {k: sys.modules.pop(k) for k in ("run", "config", "source") if k in sys.modules}
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "wertich_models"))
-    try:
-        import run as wertich  # noqa: PLC0415 (the experiment script, importable by path)
-    finally:
-        sys.path.pop(0)
-        for k in ("run", "config", "source"):
-            sys.modules.pop(k, None)
-        sys.modules.update(saved)
+    from experiments.wertich_models import run as wertich
+
     ad = wertich.hf_adapter(str(ckpts["llama"][0]))
     Tq, Z, rows = wertich.trace_qk(ad)
     assert Tq.shape == (2, 4) and len(rows) == 2

@@ -7,8 +7,6 @@ step from the same initialisation, batch and dropout key.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +19,7 @@ from geomjax.train import locater as L
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint
 from geomjax.train.state import step_keys
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "localization"))
-from config import get_config  # noqa: E402
+from experiments.localization.config import get_config
 
 
 @pytest.mark.slow

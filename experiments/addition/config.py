@@ -16,20 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 
+from geomjax.models.toy import ToyConfig
+from geomjax.train import OptimConfig, TrainConfig, addition_config
+
 PRESETS = ("smoke", "cpu", "paper")
 
 
 @dataclasses.dataclass(frozen=True)
 class AdditionExperimentConfig:
-    """Settings of one addition run (frozen).
+    """One addition experiment (frozen): the library's :class:`geomjax.train.TrainConfig` of the
+    model, optimizer and data (task ``"addition"``; ``train.carry`` is set per setting) plus the
+    experiment's own evaluation settings.
 
     Attributes:
       preset: name.
-      max_digits: L (operands of ⌊L/2⌋..L digits).
-      n_layers, n_heads, d_model, d_mlp: the toy transformer (ignored by ``paper``, which takes the
-        ``addition_config("paper")`` model).
-      batch_size, total_steps, steps_per_call, lr, final_lr, warmup_steps: training.
-      n_train: training problems.
+      train: the training run (``max_digits`` = L, operands of ⌊L/2⌋..L digits; ``n_train`` problems).
       n_eval: in-distribution test problems (fresh draw).
       short_lengths: operand lengths of the length-generalization test (outside the trained range).
       n_short: test problems per short length.
@@ -37,54 +38,55 @@ class AdditionExperimentConfig:
         short-length test raises a ValueError).
       n_basis: problems over which μ/pos of the attention inputs are estimated.
       settings: ``"carry"`` and/or ``"no_carry"``.
-      seed: everything derives from it.
     """
 
     preset: str
-    max_digits: int = 10
-    n_layers: int = 2
-    n_heads: int = 4
-    d_model: int = 128
-    d_mlp: int = 512
-    batch_size: int = 64
-    total_steps: int = 2000
-    steps_per_call: int = 100
-    lr: float = 2e-3
-    final_lr: float = 2e-4
-    warmup_steps: int = 100
-    n_train: int = 100_000
+    train: TrainConfig
     n_eval: int = 2000
     short_lengths: tuple[int, ...] = (1, 2, 3, 4)
     n_short: int = 250
     allow_out_of_range: bool = True
     n_basis: int = 512
     settings: tuple[str, ...] = ("carry", "no_carry")
-    seed: int = 0
 
     def __post_init__(self):
         bad = [s for s in self.settings if s not in ("carry", "no_carry")]
         if bad:
             raise ValueError(f"AdditionExperimentConfig: settings must be 'carry' / 'no_carry', got {bad}")
-        if self.total_steps % self.steps_per_call:
-            raise ValueError("AdditionExperimentConfig: total_steps must be a multiple of steps_per_call")
+        if self.train.task != "addition":
+            raise ValueError(f"AdditionExperimentConfig: train.task must be 'addition', got {self.train.task!r}")
 
     @property
     def seq_len(self) -> int:
         """Positions the model reads: the longest string "a+b=c\\n" (3L + 4 characters) minus one."""
-        return 3 * self.max_digits + 3
+        return self.train.seq_len
 
 
-def get_config(preset: str = "cpu") -> AdditionExperimentConfig:
-    """The ``smoke`` / ``cpu`` / ``paper`` preset."""
+def _toy(L: int, *, n_layers: int, n_heads: int, d_model: int, d_mlp: int, lr: float, final_lr: float,
+         warmup_steps: int, batch_size: int, total_steps: int, steps_per_call: int, n_train: int,
+         seed: int) -> TrainConfig:
+    """A TrainConfig for L-digit addition (T = 3L + 3 positions; AdamW β (0.9, 0.99), wd 0.1, clip 1)."""
+    T = 3 * L + 3
+    model = ToyConfig(vocab_size=13, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=d_mlp, max_len=T)
+    optim = OptimConfig(lr=lr, warmup_steps=warmup_steps, decay_steps=total_steps, final_lr=final_lr,
+                        b1=0.9, b2=0.99, weight_decay=0.1, grad_clip=1.0)
+    return TrainConfig("addition", model, optim, batch_size=batch_size, seq_len=T, total_steps=total_steps,
+                       steps_per_call=steps_per_call, eval_every=0, eval_batches=4, ckpt_every=0,
+                       max_digits=L, carry=True, n_train=n_train, seed=seed)
+
+
+def get_config(preset: str = "cpu", *, seed: int = 0) -> AdditionExperimentConfig:
+    """The ``smoke`` / ``cpu`` / ``paper`` preset (``paper``'s training is
+    :func:`geomjax.train.addition_config` ``"paper"``, defined there only)."""
     if preset == "smoke":
-        return AdditionExperimentConfig("smoke", max_digits=4, n_layers=1, n_heads=2, d_model=32, d_mlp=64,
-                                        batch_size=16, total_steps=30, steps_per_call=10, lr=3e-3, final_lr=3e-4,
-                                        warmup_steps=5, n_train=512, n_eval=32, short_lengths=(1,), n_short=16,
-                                        n_basis=32)
+        t = _toy(4, n_layers=1, n_heads=2, d_model=32, d_mlp=64, lr=3e-3, final_lr=3e-4, warmup_steps=5,
+                 batch_size=16, total_steps=30, steps_per_call=10, n_train=512, seed=seed)
+        return AdditionExperimentConfig("smoke", t, n_eval=32, short_lengths=(1,), n_short=16, n_basis=32)
     if preset == "cpu":
-        return AdditionExperimentConfig("cpu")
+        t = _toy(10, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=2e-3, final_lr=2e-4, warmup_steps=100,
+                 batch_size=64, total_steps=2000, steps_per_call=100, n_train=100_000, seed=seed)
+        return AdditionExperimentConfig("cpu", t)
     if preset == "paper":
-        return AdditionExperimentConfig("paper", n_layers=8, n_heads=8, d_model=512, d_mlp=2048, batch_size=256,
-                                        total_steps=20_000, lr=1e-3, final_lr=1e-4, warmup_steps=100,
-                                        n_train=1_000_000, n_eval=10_000, n_short=250, n_basis=2048)
+        return AdditionExperimentConfig("paper", addition_config("paper").replace(seed=seed), n_eval=10_000,
+                                        n_short=250, n_basis=2048)
     raise ValueError(f"get_config: preset must be one of {PRESETS}, got {preset!r}")

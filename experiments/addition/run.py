@@ -34,20 +34,8 @@ from geomjax.train.anomalies import describe, detect_loss_spikes
 
 
 def train_config(cfg: AdditionExperimentConfig, carry: bool):
-    """The geomjax TrainConfig of one setting (``paper``: :func:`geomjax.train.addition_config` exactly)."""
-    from geomjax.models.toy import ToyConfig
-    from geomjax.train import OptimConfig, TrainConfig, addition_config
-
-    if cfg.preset == "paper":
-        return addition_config("paper", carry=carry).replace(seed=cfg.seed)
-    T = cfg.seq_len
-    model = ToyConfig(vocab_size=13, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model,
-                      d_mlp=cfg.d_mlp, max_len=T)
-    optim = OptimConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps, decay_steps=cfg.total_steps, final_lr=cfg.final_lr,
-                        b1=0.9, b2=0.99, weight_decay=0.1, grad_clip=1.0)
-    return TrainConfig("addition", model, optim, batch_size=cfg.batch_size, seq_len=T, total_steps=cfg.total_steps,
-                       steps_per_call=cfg.steps_per_call, eval_every=0, eval_batches=4, ckpt_every=0,
-                       max_digits=cfg.max_digits, carry=carry, n_train=cfg.n_train, seed=cfg.seed)
+    """The geomjax TrainConfig of one setting: the preset's ``train`` with ``carry`` set."""
+    return cfg.train.replace(carry=carry)
 
 
 def evaluate_lengths(logits_fn: Callable, lengths: Sequence[int], *, max_digits: int, T: int, n: int, carry: bool,
@@ -113,7 +101,7 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     rd = RunDir(out, "addition")
     rd.write_config(dataclasses.asdict(cfg))
-    key = jax.random.key(cfg.seed)
+    key = jax.random.key(cfg.train.seed)
     metrics = {"preset": cfg.preset, "settings": {}}
     acc_rows, smooth_rows, sections, anomaly_text = [], [], [], []
     for si, setting in enumerate(cfg.settings):
@@ -183,7 +171,7 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
                         + [f"{100 * short_all:.2f}%", round(last.get("loss", float("nan")), 4)])
     metrics["seconds"] = time.perf_counter() - t0
     s0 = Section("Accuracy (exact match, greedy decoding)", [
-        f"L = {cfg.max_digits}: operands of {max(1, cfg.max_digits // 2)}-{cfg.max_digits} digits, answer reversed, "
+        f"L = {cfg.train.max_digits}: operands of {max(1, cfg.train.max_digits // 2)}-{cfg.train.max_digits} digits, answer reversed, "
         f"loss after '='. {cfg.n_eval} fresh in-distribution problems; {cfg.n_short} problems per short length "
         "(both operands of that length). The paper's numbers are in the source-vs-run table above. "
         f"Wall time {metrics['seconds']:.0f} s."])
@@ -198,8 +186,8 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         "dissection report."])
     s1.table(["setting", "layer", "head", "pos-pos TV", "TV shuffled", "pos-pos HF-DCT", "HF shuffled", "QK TV",
               "QK HF-DCT"], smooth_rows)
-    cmp = source_section(SOURCE, cfg.preset, f"L = {cfg.max_digits}, {cfg.n_layers} layers, {cfg.n_heads} heads, d "
-                         f"{cfg.d_model}, {cfg.total_steps} steps of batch {cfg.batch_size}, {cfg.n_train} training "
+    cmp = source_section(SOURCE, cfg.preset, f"L = {cfg.train.max_digits}, {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
+                         f"{cfg.train.model.d_model}, {cfg.train.total_steps} steps of batch {cfg.train.batch_size}, {cfg.train.n_train} training "
                          f"problems; {cfg.n_eval} test problems, {cfg.n_short} per short length.",
                          _departures(cfg), comparison_rows(metrics["settings"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
@@ -240,10 +228,10 @@ def comparison_rows(settings: dict) -> list[Row]:
 def _departures(cfg: AdditionExperimentConfig) -> list[str]:
     d = []
     if cfg.preset != "paper":
-        d.append(f"{cfg.n_layers} layers, {cfg.n_heads} heads, d {cfg.d_model} (source 8, 8, 512)")
-        d.append(f"{cfg.total_steps} steps of batch {cfg.batch_size} (source: not stated; its code trains to convergence)")
-    if cfg.max_digits != 10:
-        d.append(f"L = {cfg.max_digits} (source 10)")
+        d.append(f"{cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d {cfg.train.model.d_model} (source 8, 8, 512)")
+        d.append(f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} (source: not stated; its code trains to convergence)")
+    if cfg.train.max_digits != 10:
+        d.append(f"L = {cfg.train.max_digits} (source 10)")
     if cfg.n_short != 1000:
         d.append(f"{cfg.n_short} problems per short length (source 1K over lengths 1–4)")
     return d
@@ -253,9 +241,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="cpu", choices=PRESETS)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    m = run(get_config(a.preset), a.out, progress=not a.no_progress)
+    m = run(get_config(a.preset, seed=a.seed), a.out, progress=not a.no_progress)
     for s, v in m["settings"].items():
         print(s, "in-dist", round(v["in_distribution_accuracy"], 4), "short", v["short_accuracy"],
               "smooth", {k: round(x, 3) for k, x in v["smoothness_mean"].items()})

@@ -1,8 +1,13 @@
-"""Configs of the grokking experiment (Nanda et al.; the clock blog): ``get_config(preset)``."""
+"""Configs of the grokking experiment (Nanda et al.; the clock blog): ``get_config(preset)``.
+
+The presets are :func:`geomjax.train.grokking.grokking_config`'s (defined there only).
+"""
 
 from __future__ import annotations
 
 from geomjax.train.grokking import GROK_PRESETS, GrokkingConfig, grokking_config
+
+__all__ = ["GROK_PRESETS", "get_config"]
 
 
 def get_config(preset: str = "cpu", *, relu: bool = True, seed: int = 0) -> GrokkingConfig:

@@ -3,8 +3,8 @@
 Trains (or resumes / loads) the preset's ReLU run and its ReLU-free variant as jitted ``lax.scan``
 loops, then writes a geomjax run directory with every analysis and figure::
 
-    .venv/bin/python experiments/grokking/run.py --preset cpu --out runs/grokking-cpu
-    .venv/bin/python experiments/grokking/run.py --preset blog --out runs/grokking-blog   # GPU: minutes
+    .venv/bin/python -m experiments.grokking.run --preset cpu --out runs/grokking-cpu
+    .venv/bin/python -m experiments.grokking.run --preset blog --out runs/grokking-blog   # GPU: minutes
 
 Training goes to ``<out>/train`` and ``<out>/train-norelu`` (checkpoints every chunk, parameter
 snapshots for the progress measures); re-running resumes or reuses them. Training anomalies (loss
@@ -17,22 +17,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiments.grokking.config import GROK_PRESETS, get_config
+from experiments.grokking.source import SOURCE
 
-from config import get_config  # noqa: E402
-from source import SOURCE  # noqa: E402
-
-from geomjax.claims.clock import analysis_sections, analyze  # noqa: E402
-from geomjax.comparison import Row, source_section, verdict  # noqa: E402
-from geomjax.errors import GeomjaxError  # noqa: E402
-from geomjax.report import RunDir, Section, to_jsonable  # noqa: E402
-from geomjax.train.anomalies import detect_anomalies, last_stable_epoch  # noqa: E402
-from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking  # noqa: E402
+from geomjax.claims.clock import analysis_sections, analyze
+from geomjax.comparison import Row, source_section, verdict
+from geomjax.errors import GeomjaxError
+from geomjax.report import RunDir, Section, to_jsonable
+from geomjax.train.anomalies import detect_anomalies, last_stable_epoch
+from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking
 
 SPIKE_FACTOR = 100.0  # a loss more than this × the median of the previous 50 logged values is a spike
 PLATEAU_RATIO = 3.0  # "a real plateau": test 99% no earlier than this × the epoch of train 100%
@@ -136,9 +132,9 @@ def anomaly_section(anomalies, checkpoint: int, why: str, final: int) -> Section
     return s
 
 
-def main(argv=None) -> Path:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="cpu", choices=["paper", "blog", "cpu", "smoke"])
+    ap.add_argument("--preset", default="cpu", choices=GROK_PRESETS)
     ap.add_argument("--out", default=None, help="run directory (default runs/grokking-<preset>)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-relu-free", action="store_true", help="skip the ReLU-free variant")
@@ -189,7 +185,7 @@ def main(argv=None) -> Path:
     run.write_json("metrics.json", metrics)
     run.write_report(f"Grokking and the clock algorithm ({args.preset})", sections)
     print(f"report: {out / 'report.md'}")
-    return out
+    return 0
 
 
 def _departures(cfg) -> list[str]:
@@ -210,4 +206,4 @@ def _departures(cfg) -> list[str]:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

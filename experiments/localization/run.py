@@ -6,27 +6,23 @@ scale tr(W_QKᵀW_QK), attention entropy and validation perplexity over training
 iteration as heatmaps (Fig. 7), a table of final values per κ2, and which of the paper's
 conclusions the run reproduces::
 
-    .venv/bin/python experiments/localization/run.py --preset cpu --out runs/localization-cpu
-    .venv/bin/python experiments/localization/run.py --preset paper --out runs/localization-paper
+    .venv/bin/python -m experiments.localization.run --preset cpu --out runs/localization-cpu
+    .venv/bin/python -m experiments.localization.run --preset paper --out runs/localization-paper
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from experiments.localization.config import PRESETS, get_config
+from experiments.localization.source import SOURCE
 
-from config import get_config  # noqa: E402
-from source import SOURCE  # noqa: E402
-
-from geomjax.comparison import Row, source_section, verdict  # noqa: E402
-from geomjax.report import RunDir, Section  # noqa: E402
-from geomjax.train.locater import SweepResult, run_sweep  # noqa: E402
+from geomjax.comparison import Row, source_section, verdict
+from geomjax.report import RunDir, Section
+from geomjax.train.locater import SweepResult, run_sweep
 
 
 def _smooth(y, k):
@@ -191,9 +187,9 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     return metrics
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", default="cpu", choices=("smoke", "cpu", "paper"))
+    ap.add_argument("--preset", default="cpu", choices=PRESETS)
     ap.add_argument("--out", default=None, help="run directory (default runs/localization-<preset>)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
@@ -208,8 +204,8 @@ def main(argv=None) -> dict:
     print(f"report: {run.path / 'report.md'}")
     for c in conclusions(res, statistics=args.preset != "smoke")[0]:
         print(" | ".join(c))
-    return m
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

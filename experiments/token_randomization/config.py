@@ -7,8 +7,10 @@ and each is evaluated at all three levels (3 × 3). The source trained on OpenWe
 characters.
 
 * ``smoke``: 1 layer, d 32, T 16, 20 steps per model (seconds).
-* ``cpu``: 4 layers, 4 heads, d 128, T 64, batch 32, 1,500 steps per model (long enough for the clean
-  model to learn a smooth positional basis, so that the level-1 model's break at T/2 can show).
+* ``cpu``: 2 layers, 2 heads, d 64, T 64, batch 16, 1,500 steps per model (long enough for the clean
+  model to learn a smooth positional basis, so that the level-1 model's break at T/2 can show). It was
+  4 layers, d 128, batch 32: 1.8 s a step on the shared 2-core machine, ~2 h for the three models, so
+  the model was made ~8× cheaper to fit ~25 minutes.
 * ``paper``: REFERENCE.md's randomization model — 8 layers, 8 heads, d 512, T 512 — with the NanoGPT
   optimizer of the ``shakespeare`` ``paper`` preset (the source does not state its optimizer).
 """
@@ -17,59 +19,61 @@ from __future__ import annotations
 
 import dataclasses
 
+from geomjax.models.toy import nanogpt_config
+from geomjax.train import OptimConfig, TrainConfig
+
 PRESETS = ("smoke", "cpu", "paper")
 
 
 @dataclasses.dataclass(frozen=True)
 class RandomizationConfig:
-    """Settings of one token-randomization run (frozen).
+    """One token-randomization run (frozen): the library's :class:`geomjax.train.TrainConfig` of each
+    model (task ``"shakespeare"``; NanoGPT style: pre-LN, no biases, tied; AdamW β (0.9, 0.99), weight
+    decay 0.1, clip 1, cosine schedule) plus the noise levels.
 
     Attributes:
       preset: name.
-      n_layers, n_heads, d_model, seq_len: the toy GPT (NanoGPT style: pre-LN, no biases, tied).
-      batch_size, total_steps, steps_per_call: training.
-      lr, final_lr, warmup_steps: cosine schedule (AdamW, β (0.9, 0.99), weight decay 0.1, clip 1).
-      dropout: dropout rate.
+      train: the training run of every level (``eval_batches`` validation batches of ``batch_size``
+        windows are also the C windows of the positional-basis decomposition).
       levels: noise levels trained and evaluated (0 clean, 1 second half random, 2 all random).
-      eval_batches: validation batches of batch_size windows (also the C windows of the
-        positional-basis decomposition).
-      seed: everything derives from it.
     """
 
     preset: str
-    n_layers: int = 4
-    n_heads: int = 4
-    d_model: int = 128
-    seq_len: int = 64
-    batch_size: int = 32
-    total_steps: int = 300
-    steps_per_call: int = 50
-    lr: float = 2e-3
-    final_lr: float = 2e-4
-    warmup_steps: int = 50
-    dropout: float = 0.0
+    train: TrainConfig
     levels: tuple[int, ...] = (0, 1, 2)
-    eval_batches: int = 8
-    seed: int = 0
 
     def __post_init__(self):
         bad = [lv for lv in self.levels if lv not in (0, 1, 2)]
         if bad:
             raise ValueError(f"RandomizationConfig: levels must be among 0, 1, 2, got {bad}")
-        if self.total_steps % self.steps_per_call:
-            raise ValueError("RandomizationConfig: total_steps must be a multiple of steps_per_call")
+        if self.train.task != "shakespeare":
+            raise ValueError(f"RandomizationConfig: train.task must be 'shakespeare', got {self.train.task!r}")
 
 
-def get_config(preset: str = "cpu") -> RandomizationConfig:
+def _gpt(*, n_layers: int, n_heads: int, d_model: int, seq_len: int, batch_size: int, total_steps: int,
+         steps_per_call: int, lr: float, final_lr: float, warmup_steps: int, dropout: float, eval_batches: int,
+         seed: int, vocab_size: int = 65) -> TrainConfig:
+    """The TrainConfig of one toy GPT (d_mlp = 4·d_model; cosine lr from ``lr`` to ``final_lr``)."""
+    model = nanogpt_config(vocab_size, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=4 * d_model,
+                           max_len=seq_len, dropout=dropout)
+    optim = OptimConfig(lr=lr, schedule="cosine", warmup_steps=warmup_steps, decay_steps=total_steps,
+                        final_lr=final_lr, b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
+    return TrainConfig("shakespeare", model, optim, batch_size=batch_size, seq_len=seq_len, total_steps=total_steps,
+                       steps_per_call=steps_per_call, eval_every=0, eval_batches=eval_batches, ckpt_every=0, seed=seed)
+
+
+def get_config(preset: str = "cpu", *, seed: int = 0) -> RandomizationConfig:
     """The ``smoke`` / ``cpu`` / ``paper`` preset."""
     if preset == "smoke":
-        return RandomizationConfig("smoke", n_layers=1, n_heads=2, d_model=32, seq_len=16, batch_size=8,
-                                   total_steps=20, steps_per_call=10, lr=1e-2, final_lr=1e-3, warmup_steps=5,
-                                   eval_batches=2)
+        return RandomizationConfig("smoke", _gpt(n_layers=1, n_heads=2, d_model=32, seq_len=16, batch_size=8,
+                                                 total_steps=20, steps_per_call=10, lr=1e-2, final_lr=1e-3,
+                                                 warmup_steps=5, dropout=0.0, eval_batches=2, seed=seed))
     if preset == "cpu":
-        return RandomizationConfig("cpu", total_steps=1500, steps_per_call=100, warmup_steps=100)
+        return RandomizationConfig("cpu", _gpt(n_layers=2, n_heads=2, d_model=64, seq_len=64, batch_size=16,
+                                               total_steps=1500, steps_per_call=100, lr=2e-3, final_lr=2e-4,
+                                               warmup_steps=100, dropout=0.0, eval_batches=8, seed=seed))
     if preset == "paper":
-        return RandomizationConfig("paper", n_layers=8, n_heads=8, d_model=512, seq_len=512, batch_size=64,
-                                   total_steps=100_000, steps_per_call=250, lr=5e-5, final_lr=5e-6,
-                                   warmup_steps=200, dropout=0.1, eval_batches=20)
+        return RandomizationConfig("paper", _gpt(n_layers=8, n_heads=8, d_model=512, seq_len=512, batch_size=64,
+                                                 total_steps=100_000, steps_per_call=250, lr=5e-5, final_lr=5e-6,
+                                                 warmup_steps=200, dropout=0.1, eval_batches=20, seed=seed))
     raise ValueError(f"get_config: preset must be one of {PRESETS}, got {preset!r}")

@@ -35,18 +35,9 @@ SHORT = {0: "clean", 1: "2nd half random", 2: "all random"}
 
 
 def train_config(cfg: RandomizationConfig, vocab_size: int = 65):
-    """The geomjax TrainConfig (task ``shakespeare``) of the preset's model and optimizer."""
-    from geomjax.models.toy import nanogpt_config
-    from geomjax.train import OptimConfig, TrainConfig
-
-    model = nanogpt_config(vocab_size, n_layers=cfg.n_layers, n_heads=cfg.n_heads, d_model=cfg.d_model,
-                           d_mlp=4 * cfg.d_model, max_len=cfg.seq_len, dropout=cfg.dropout)
-    optim = OptimConfig(lr=cfg.lr, schedule="cosine", warmup_steps=cfg.warmup_steps, decay_steps=cfg.total_steps,
-                        final_lr=cfg.final_lr, b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True,
-                        grad_clip=1.0)
-    return TrainConfig("shakespeare", model, optim, batch_size=cfg.batch_size, seq_len=cfg.seq_len,
-                       total_steps=cfg.total_steps, steps_per_call=cfg.steps_per_call, eval_every=0,
-                       eval_batches=cfg.eval_batches, ckpt_every=0, seed=cfg.seed)
+    """The geomjax TrainConfig (task ``shakespeare``) of the preset, its model's vocabulary set to ``vocab_size``."""
+    t = cfg.train
+    return t if t.model.vocab_size == vocab_size else t.replace(model=t.model.replace(vocab_size=vocab_size))
 
 
 def train_level(tc, level: int, train_data, *, progress: bool = True):
@@ -140,7 +131,7 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     model = ToyTransformer(tc.model)
     V = tc.model.vocab_size
     val = np.asarray(eval_data["ids"]).reshape(-1, tc.seq_len + 1)
-    ekey = jax.random.fold_in(jax.random.key(cfg.seed), 77)
+    ekey = jax.random.fold_in(jax.random.key(cfg.train.seed), 77)
     val_noisy = {j: np.asarray(randomize_tokens(jax.random.fold_in(ekey, j), val, V, j)) for j in cfg.levels}
     ploss = jax.jit(lambda p, i: per_position_loss(model, p, i))
     iface = model_interface(model)  # the residual stream through the one model interface (every family)
@@ -155,7 +146,7 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
         t1 = time.perf_counter()
         params, hist = train_level(tc, i, train_data, progress=progress)
         metrics["train_seconds"][i] = time.perf_counter() - t1
-        metrics["final_train_loss"][i] = float(np.mean(hist.train["loss"][-cfg.steps_per_call:]))
+        metrics["final_train_loss"][i] = float(np.mean(hist.train["loss"][-cfg.train.steps_per_call:]))
         found = detect_loss_spikes(hist.steps, hist.train["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
         metrics["anomalies"] += [a.to_json() for a in found]
         anomaly_text.append(describe(found, f"training the {LEVEL_NAMES[i]} model"))
@@ -181,7 +172,7 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                                   round(m["pos_share_second"], 3), round(m["roughness_first"], 3),
                                   round(m["roughness_second"], 3)])
         table.append(row)
-    for layer in sorted({1, cfg.n_layers}):
+    for layer in sorted({1, cfg.train.model.n_layers}):
         p, rel = rd.figure_path(f"pos_pca_grid_layer{layer}.png")
         _grid_figure(all_profs, cfg.levels, layer, noise_start(T) - 1, p)
         figs.figure(rel, f"Layer {layer}: positional basis of every (training, inference) pair on its top-2 principal "
@@ -189,8 +180,8 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                          "input under level-1 noise)")
     metrics["seconds"] = time.perf_counter() - t0
     s1 = Section("3 × 3 evaluation", [
-        f"Tiny Shakespeare characters (vocabulary {V}); model {cfg.n_layers} layers, {cfg.n_heads} heads, d "
-        f"{cfg.d_model}, T {T}; {cfg.total_steps} steps of batch {cfg.batch_size} per model; "
+        f"Tiny Shakespeare characters (vocabulary {V}); model {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
+        f"{cfg.train.model.d_model}, T {T}; {cfg.train.total_steps} steps of batch {cfg.train.batch_size} per model; "
         f"{len(val)} validation windows. Cell: mean next-token loss over all positions (first half: inputs "
         f"t < {noise_start(T) - 1}, clean input and target under level-1 noise / boundary: t = {noise_start(T) - 1}, clean "
         f"input, random target / second half: t >= {noise_start(T)}, random input). "
@@ -203,8 +194,8 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
         "each in the first and the second half of the positions."])
     s2.table(["train", "inference", "layer", "pos share 1st half", "pos share 2nd half", "roughness 1st half",
               "roughness 2nd half"], half_rows)
-    cmp = source_section(SOURCE, cfg.preset, f"{cfg.n_layers} layers, {cfg.n_heads} heads, d {cfg.d_model}, T {T}, "
-                         f"{cfg.total_steps} steps of batch {cfg.batch_size} per model, tiny Shakespeare characters.",
+    cmp = source_section(SOURCE, cfg.preset, f"{cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d {cfg.train.model.d_model}, T {T}, "
+                         f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} per model, tiny Shakespeare characters.",
                          _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels))
     metrics["plumbing_only"] = cfg.preset == "smoke"
     rd.write_json("metrics.json", metrics)
@@ -248,10 +239,12 @@ def comparison_rows(half: dict, levels) -> list[Row]:
 
 
 def _departures(cfg: RandomizationConfig) -> list[str]:
-    return [f"{cfg.n_layers} layers, {cfg.n_heads} heads, d {cfg.d_model} (source 8, 8, 512)",
-            f"T {cfg.seq_len} (source 256 / 512)", "tiny Shakespeare characters, vocabulary 65 (source OpenWebText, GPT-2 "
-            "tokens, 50,257)", f"{cfg.total_steps} steps of batch {cfg.batch_size} (source 100K of 64)",
-            f"lr {cfg.lr:g} (source 5e-5)"]
+    return [f"{cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d {cfg.train.model.d_model} (source 8, 8, 512)",
+            f"T {cfg.train.seq_len} (source 256 / 512)", "tiny Shakespeare characters, vocabulary 65 (source OpenWebText, GPT-2 "
+            "tokens, 50,257)", f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} (source 100K of 64)",
+            f"lr {cfg.train.optim.lr:g} (source 5e-5)"] + (
+        ["the `cpu` model was shrunk from 4 layers, d 128, batch 32 (1.8 s a step on the shared 2-core machine, "
+         "~2 h for three models) to fit ~25 minutes"] if cfg.preset == "cpu" else [])
 
 
 def _grid_figure(all_profs: dict, levels, layer: int, start: int, path):
@@ -283,10 +276,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="cpu", choices=PRESETS)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    m = run(get_config(a.preset), a.out, data_dir=a.data_dir, progress=not a.no_progress)
+    m = run(get_config(a.preset, seed=a.seed), a.out, data_dir=a.data_dir, progress=not a.no_progress)
     for k, v in m["loss"].items():
         print(k, {n: round(x, 3) for n, x in v.items()})
     print(f"report: {Path(a.out) / 'report.html'}  ({m['seconds']:.0f} s)")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 
+PRESETS = ("smoke", "cpu")
+
 
 @dataclasses.dataclass(frozen=True)
 class WertichModelsConfig:
-    """What ``experiments/wertich_models/run.py`` measures.
+    """What ``python -m experiments.wertich_models.run`` measures.
 
     Attributes:
       preset: "smoke" (seconds; trains the toy smoke preset) or "cpu" (minutes; toy cpu preset).

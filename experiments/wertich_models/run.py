@@ -7,8 +7,8 @@ few-shot-style prompt; attention entropy and model quality when the singular val
 are scaled by α; the same architecture with random weights (entropy vs log n); and the correlation
 between the cosine similarity of a layer's input states and its attention weights.
 
-    .venv/bin/python experiments/wertich_models/run.py --preset smoke --out runs/wertich-models-smoke
-    .venv/bin/python experiments/wertich_models/run.py --preset cpu --out runs/wertich-models-cpu \
+    .venv/bin/python -m experiments.wertich_models.run --preset smoke --out runs/wertich-models-smoke
+    .venv/bin/python -m experiments.wertich_models.run --preset cpu --out runs/wertich-models-cpu \
         [--toy-run runs/wertich-toy-shakespeare-cpu]
 
 all-MiniLM-L6-v2 ships no masked-LM head (its safetensors hold the encoder and pooler only), so
@@ -22,24 +22,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+from experiments.wertich_models.config import PRESETS, WertichModelsConfig, get_config
+from experiments.wertich_models.source import SOURCE
 
-from config import WertichModelsConfig, get_config  # noqa: E402
-from source import SOURCE  # noqa: E402
-
-from geomjax import gaussian as G  # noqa: E402
-from geomjax.comparison import Row, source_section, verdict  # noqa: E402
-from geomjax.models import kv_expanded, model_interface  # noqa: E402
-from geomjax.report import RunDir, Section  # noqa: E402
+from geomjax import gaussian as G
+from geomjax.comparison import Row, source_section, verdict
+from geomjax.models import kv_expanded, model_interface
+from geomjax.report import RunDir, Section
 
 FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
                    "Word: butterfly. Clue: flutters by, colorfully. Word: salmon. Clue: jumps upstream, but never "
@@ -446,9 +442,9 @@ def comparison_rows(models: list[tuple[str, dict]]) -> list[Row]:
     return rows
 
 
-def main(argv=None) -> Path:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="cpu", choices=["smoke", "cpu"])
+    ap.add_argument("--preset", default="cpu", choices=PRESETS)
     ap.add_argument("--out", default=None)
     ap.add_argument("--toy-run", default=None, help="use this trained toy run directory instead of training")
     ap.add_argument("--no-minilm", action="store_true")
@@ -501,8 +497,8 @@ def main(argv=None) -> Path:
     run.write_report("Wertich (2024) ch. 8 on MiniLM and a toy GPT", sections,
                      {"preset": cfg.preset, "seconds": round(metrics["seconds"], 1)})
     print(f"report: {run.path / 'report.md'}")
-    return run.path
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

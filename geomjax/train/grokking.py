@@ -39,7 +39,7 @@ from geomjax.data import modular_addition_data
 from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy
-from geomjax.train.loop import make_train_step
+from geomjax.train.loop import make_train_step, train_loop
 from geomjax.train.optim import make_optimizer
 from geomjax.train.state import TrainState, create_train_state
 from geomjax.train.tasks import TrainConfig, modular_config
@@ -411,7 +411,8 @@ def train_grokking(
 ) -> GrokkingResult:
     """Train the modular-addition transformer (Nanda et al. §3; the clock blog §4) with a jitted scan.
 
-    Each jitted call runs ``cfg.chunk`` epochs (``chunk_epochs = 0``: the whole run in one call).
+    Each jitted call runs ``cfg.chunk`` epochs (``chunk_epochs = 0``: the whole run in one call),
+    driven by the common host loop :func:`geomjax.train.loop.train_loop` (progress, non-finite check).
     With ``run_dir``: after every call the state is checkpointed (``checkpoints/``, newest 2 kept),
     the parameters are snapshotted (``params/params_{epoch}.npz``) and ``history.json`` is rewritten;
     a re-run resumes from the latest checkpoint and reproduces the uninterrupted run bit-for-bit.
@@ -427,8 +428,6 @@ def train_grokking(
     Returns:
       :class:`GrokkingResult`.
     """
-    from tqdm.auto import tqdm
-
     N = cfg.chunk
     if stop_at is not None and (stop_at % N or stop_at <= 0):
         raise ValueError(f"train_grokking: stop_at ({stop_at}) must be a positive multiple of the chunk ({N} epochs)")
@@ -462,45 +461,38 @@ def train_grokking(
         if run_path is not None:
             _save_params(run_path, state.params, 0)
     end = cfg.epochs if stop_at is None else min(stop_at, cfg.epochs)
-    t0 = time.perf_counter()
     compile_s = 0.0
-    if start < end:
-        run = _COMPILED.get((cfg, N))
-        if run is None:
-            tc = time.perf_counter()
-            run = _COMPILED[(cfg, N)] = make_run_chunk(cfg, N).lower(state, data).compile()
-            compile_s = time.perf_counter() - tc
-    bar = tqdm(total=cfg.epochs, initial=start, disable=not progress, desc=f"grokking[{cfg.preset}]", leave=False)
-    s = start
-    try:
-        while s < end:
-            state, m = run(state, data)
-            m = jax.device_get(m)
-            n = len(m["train_loss"])
-            hist["epoch"].extend(range(s + cfg.log_every, s + N + 1, cfg.log_every))
-            for k in METRICS:
-                hist[k].extend(float(v) for v in m[k])
-            hist["dense_epoch"].extend(range(s, s + N))
-            hist["dense_train_loss"].extend(float(v) for v in np.ravel(m["step_loss"]))
-            hist["dense_train_acc"].extend(float(v) for v in np.ravel(m["step_acc"]))
-            s += N
-            bar.update(N)
-            bar.set_postfix(train=f"{hist['train_acc'][-1]:.3f}", test=f"{hist['test_acc'][-1]:.3f}")
-            assert n == N // cfg.log_every
-            if run_path is not None:
-                save_checkpoint(run_path / "checkpoints", state, cfg, keep=2)
-                _save_params(run_path, state.params, s)
-                (run_path / "history.json").write_text(json.dumps(hist))
-            if log_file is not None:
-                with open(log_file, "a") as f:
-                    f.write(f"epoch {s} train_loss {hist['train_loss'][-1]:.3e} train_acc {hist['train_acc'][-1]:.4f} "
-                            f"test_loss {hist['test_loss'][-1]:.3e} test_acc {hist['test_acc'][-1]:.4f} "
-                            f"wall {time.perf_counter() - t0:.1f}s\n")
-    finally:
-        bar.close()
-    seconds = time.perf_counter() - t0
-    if run_path is not None:
+    run = _COMPILED.get((cfg, N))
+    if start < end and run is None:
+        tc = time.perf_counter()
+        run = _COMPILED[(cfg, N)] = make_run_chunk(cfg, N).lower(state, data).compile()
+        compile_s = time.perf_counter() - tc
+    t0 = time.perf_counter()
+
+    def record(s, m):  # the chunk of epochs s .. s + N − 1 (host arrays)
+        hist["epoch"].extend(range(s + cfg.log_every, s + N + 1, cfg.log_every))
+        for k in METRICS:
+            hist[k].extend(float(v) for v in m[k])
+        hist["dense_epoch"].extend(range(s, s + N))
+        hist["dense_train_loss"].extend(float(v) for v in np.ravel(m["step_loss"]))
+        hist["dense_train_acc"].extend(float(v) for v in np.ravel(m["step_acc"]))
+        if log_file is not None:
+            with open(log_file, "a") as f:
+                f.write(f"epoch {s + N} train_loss {hist['train_loss'][-1]:.3e} train_acc {hist['train_acc'][-1]:.4f} "
+                        f"test_loss {hist['test_loss'][-1]:.3e} test_acc {hist['test_acc'][-1]:.4f} "
+                        f"wall {time.perf_counter() - t0:.1f}s\n")
+
+    def checkpoint(st, _loop_hist):
+        save_checkpoint(run_path / "checkpoints", st, cfg, keep=2)
+        _save_params(run_path, st.params, int(jax.device_get(st.step)))
         (run_path / "history.json").write_text(json.dumps(hist))
+
+    state, loop_hist = train_loop(
+        state, run, data, total_steps=cfg.epochs, steps_per_call=N, checkpoint=checkpoint if run_path else None,
+        ckpt_every=N, record=record, stop_at=stop_at, progress=progress, desc=f"grokking[{cfg.preset}]",
+        postfix=lambda m, _h: {"train": f"{hist['train_acc'][-1]:.3f}", "test": f"{hist['test_acc'][-1]:.3f}"})
+    s, seconds = int(jax.device_get(state.step)), loop_hist.seconds
+    if run_path is not None:
         timing = {"seconds": seconds, "compile_seconds": compile_s, "start": start, "end": s}
         with open(run_path / "timings.jsonl", "a") as f:
             f.write(json.dumps(timing) + "\n")

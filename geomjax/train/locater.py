@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import math
-import time
+import json
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from geomjax import localization as loc
 from geomjax.data.corpora import read_data_file
 from geomjax.models.toy import ToyTransformer, bao_config
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.train.loop import History, train_loop
 from geomjax.train.losses import token_cross_entropy
 from geomjax.train.optim import OptimConfig, make_optimizer
 from geomjax.train.state import TrainState, step_keys
@@ -266,15 +266,31 @@ class SweepResult:
     resumed_from: int | None
 
 
+def _load_history(run_dir: Path, resumed: int) -> History:
+    """The record of a sweep's steps before ``resumed`` from ``run_dir/history.npz`` (empty if absent)."""
+    hist = History()
+    path = run_dir / "history.npz"
+    if path.is_file():
+        with np.load(path, allow_pickle=False) as z:
+            keep = z["steps"] < resumed
+            hist._steps.append(z["steps"][keep])
+            for k in z.files:
+                if k.startswith("train_"):
+                    hist._train[k[6:]] = [z[k][keep]]
+            hist.evals = [e for e in json.loads(str(z["evals"])) if e["step"] <= resumed]
+            hist.seconds = float(z["seconds"]) if "seconds" in z.files else 0.0
+    return hist
+
+
 def run_sweep(cfg: LocaterConfig, *, run_dir: str | Path | None = None, data_dir: str | None = None,
               progress: bool = True, stop_at: int | None = None) -> SweepResult:
     """Train every κ2 of ``cfg`` in one vmapped job; resume from ``run_dir/checkpoints`` when present.
 
-    The per-step history of a resumed run is restored from ``run_dir/history.npz`` (written with each
-    checkpoint), so the returned history always covers step 0 onwards.
+    The host loop is :func:`geomjax.train.loop.train_loop` (validation every ``eval_every`` steps,
+    checkpoints every ``ckpt_every``). The per-step history of a resumed run is restored from
+    ``run_dir/history.npz`` (written with each checkpoint), so the returned history always covers
+    step 0 onwards.
     """
-    from tqdm.auto import tqdm
-
     data = load_wikitext_words(cfg, data_dir)
     V = len(data.vocab)
     prog = build(cfg, V)
@@ -282,64 +298,28 @@ def run_sweep(cfg: LocaterConfig, *, run_dir: str | Path | None = None, data_dir
     windows = jnp.asarray(valid_windows(cfg, data.valid))
     state = prog.init(jax.random.key(cfg.seed))
     ckpt_dir = Path(run_dir) / "checkpoints" if run_dir is not None else None
-    hist_path = Path(run_dir) / "history.npz" if run_dir is not None else None
-    steps_list, train, evals, resumed, prior_seconds = [], collections.defaultdict(list), [], None, 0.0
+    hist, resumed = History(), None
     if ckpt_dir is not None and (p := latest_checkpoint(ckpt_dir)) is not None:
         state, meta = load_checkpoint(p, state)
         resumed = int(meta["step"])
-        if hist_path.is_file():
-            with np.load(hist_path, allow_pickle=False) as z:
-                keep = z["steps"] < resumed
-                steps_list = [z["steps"][keep]]
-                for k in z.files:
-                    if k.startswith("train_"):
-                        train[k[6:]] = [z[k][keep]]
-                import json
-                evals = [e for e in json.loads(str(z["evals"])) if e["step"] <= resumed]
-                prior_seconds = float(z["seconds"]) if "seconds" in z.files else 0.0
+        hist = _load_history(Path(run_dir), resumed)
 
-    def do_eval(st):
+    def evaluate(st):
         m = jax.device_get(prog.evaluate(st.params, windows))
-        s = int(jax.device_get(st.step))
-        evals.append({"step": s, "loss": np.asarray(m["loss"]).tolist(),
-                      "ppl": np.exp(np.asarray(m["loss"], np.float64)).tolist(),
-                      "entropy": np.asarray(m["entropy"]).tolist()})
+        return {"loss": np.asarray(m["loss"]).tolist(), "ppl": np.exp(np.asarray(m["loss"], np.float64)).tolist(),
+                "entropy": np.asarray(m["entropy"]).tolist()}
 
-    def save(st):
-        if ckpt_dir is None:
-            return
+    def checkpoint(st, h: History):
         save_checkpoint(ckpt_dir, st, cfg, keep=2)
-        import json
-        np.savez(hist_path, steps=np.concatenate(steps_list) if steps_list else np.zeros(0, np.int64),
-                 evals=np.asarray(json.dumps(evals)), seconds=np.asarray(prior_seconds + time.perf_counter() - t0),
-                 **{f"train_{k}": np.concatenate(v) for k, v in train.items()})
+        np.savez(Path(run_dir) / "history.npz", steps=h.steps, evals=np.asarray(json.dumps(h.evals)),
+                 seconds=np.asarray(h.seconds), **{f"train_{k}": v for k, v in h.train.items()})
 
-    start = int(jax.device_get(state.step))
-    end = cfg.steps if stop_at is None else min(stop_at, cfg.steps)
-    N = cfg.steps_per_call
-    t0 = time.perf_counter()
-    if start == 0:
-        do_eval(state)
-    bar = tqdm(total=cfg.steps, initial=start, disable=not progress, desc="locater sweep", leave=False)
-    s = start
-    try:
-        while s < end:
-            state, m = prog.chunk(state, stream)
-            m = jax.device_get(m)
-            steps_list.append(np.arange(s, s + N, dtype=np.int64))
-            for k, v in m.items():
-                train[k].append(np.asarray(v))
-            s += N
-            bar.update(N)
-            if s % cfg.eval_every == 0 or s == end:
-                do_eval(state)
-                bar.set_postfix(ppl=f"{min(evals[-1]['ppl']):.1f}")
-            if cfg.ckpt_every and s % cfg.ckpt_every == 0 and s < end:
-                save(state)
-    finally:
-        bar.close()
-    if s > start:
-        save(state)
-    return SweepResult(config=cfg, vocab_size=V, steps=np.concatenate(steps_list) if steps_list else np.zeros(0, np.int64),
-                       train={k: np.concatenate(v) for k, v in train.items()}, evals=evals,
-                       seconds=prior_seconds + time.perf_counter() - t0, resumed_from=resumed)
+    def postfix(_m, h: History):
+        return {"ppl": f"{min(h.evals[-1]['ppl']):.1f}"} if h.evals else {}
+
+    state, hist = train_loop(state, prog.chunk, stream, total_steps=cfg.steps, steps_per_call=cfg.steps_per_call,
+                             evaluate=evaluate, eval_every=cfg.eval_every,
+                             checkpoint=checkpoint if ckpt_dir is not None else None, ckpt_every=cfg.ckpt_every,
+                             history=hist, postfix=postfix, stop_at=stop_at, progress=progress, desc="locater sweep")
+    return SweepResult(config=cfg, vocab_size=V, steps=hist.steps, train=hist.train, evals=hist.evals,
+                       seconds=hist.seconds, resumed_from=resumed)

@@ -12,6 +12,9 @@ Step ``s`` uses ``(data_key, dropout_key) = split(fold_in(state.rng, s))``: batc
 depend only on the seed and the step, so a run resumed from a checkpoint at step s reproduces the
 uninterrupted run bit-for-bit (the chunk boundaries are absolute multiples of N).
 
+:func:`train_loop` is the one host loop of every trainer (toy transformer, grokking, the LocATER
+sweep): chunks, evaluation and checkpoint cadence, progress, the non-finite-metric check and resume.
+
 Data parallelism: given a ``"data"`` mesh, the state and data are replicated, each batch is
 constrained to be sharded along its leading axis, and XLA inserts the gradient all-reduce.
 """
@@ -19,7 +22,9 @@ constrained to be sharded along its leading axis, and XLA inserts the gradient a
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +35,7 @@ import optax
 from jax.sharding import Mesh
 
 from geomjax.parallel import batch_sharding, check_divisible, replicated
+from geomjax.train.anomalies import Anomaly
 from geomjax.train.state import TrainState, step_keys
 
 __all__ = [
@@ -132,31 +138,71 @@ def make_eval_fn(loss_fn: LossFn) -> Callable:
 
 @dataclasses.dataclass
 class History:
-    """Host-side record of a run.
+    """Host-side record of a run (filled by :func:`train_loop`).
 
     Attributes:
       steps: (n,) int64 step index of each train metric (the step *before* its update).
-      train: dict name -> (n,) float32 per-step metrics (bit-exact copies of the device values).
+      train: dict name -> (n, ...) per-step metrics (bit-exact copies of the device values; the
+        leading axis is the step, e.g. (n, K) for a vmapped sweep over K runs).
       evals: list of dicts ``{"step": s, "<name>": value, ...}`` (evaluation after s updates).
-      seconds: wall time of the host loop.
+      seconds: wall time of the host loop (plus that of earlier sessions when resumed with ``history=``).
+      anomalies: :class:`geomjax.train.anomalies.Anomaly` found while training (non-finite metrics).
+
+    Chunks are kept as a list and concatenated on first access of ``steps``/``train`` (appending is
+    O(1) per chunk, so long runs do not copy their history once per chunk).
     """
 
-    steps: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
-    train: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     evals: list[dict] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    anomalies: list[Anomaly] = dataclasses.field(default_factory=list)
+    _steps: list = dataclasses.field(default_factory=list, repr=False)
+    _train: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def append(self, start: int, metrics: dict) -> None:
+        """Record one chunk: ``metrics`` name -> (n, ...) arrays of steps ``start .. start + n − 1``."""
         m = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
         n = len(next(iter(m.values())))
-        self.steps = np.concatenate([self.steps, np.arange(start, start + n, dtype=np.int64)])
+        self._steps.append(np.arange(start, start + n, dtype=np.int64))
         for k, v in m.items():
-            self.train[k] = np.concatenate([self.train.get(k, np.zeros(0, v.dtype)), v])
+            self._train.setdefault(k, []).append(v)
+
+    @property
+    def steps(self) -> np.ndarray:
+        if len(self._steps) != 1:
+            self._steps[:] = [np.concatenate(self._steps) if self._steps else np.zeros(0, np.int64)]
+        return self._steps[0]
+
+    @property
+    def train(self) -> dict[str, np.ndarray]:
+        for k, v in self._train.items():
+            if len(v) != 1:
+                v[:] = [np.concatenate(v)]
+        return {k: v[0] for k, v in self._train.items()}
 
     def to_json(self) -> dict:
         """JSON-friendly dict (per-step lists and evaluations)."""
         return {"steps": self.steps.tolist(), "train": {k: v.tolist() for k, v in self.train.items()},
                 "evals": self.evals, "seconds": self.seconds}
+
+
+def _nonfinite(start: int, n_steps: int, metrics: dict) -> Anomaly | None:
+    """The first non-finite floating metric of a chunk (host arrays with a leading axis of n ≤ N
+    entries, entry i covering steps up to ``start + (i + 1)·N/n``), as an Anomaly, or None."""
+    for name, v in metrics.items():
+        v = np.asarray(v)
+        if not np.issubdtype(v.dtype, np.floating) or np.all(np.isfinite(v)):
+            continue
+        i = int(np.flatnonzero(~np.all(np.isfinite(v.reshape(len(v), -1)), axis=1))[0])
+        step = start + i * (n_steps // len(v))
+        bad = v.reshape(len(v), -1)[i]
+        return Anomaly("non-finite", name, step, step, float(bad[~np.isfinite(bad)][0]), math.nan, None)
+    return None
+
+
+def _default_postfix(metrics: dict, hist: History) -> dict:
+    if "loss" in metrics:
+        return {"loss": f"{float(np.ravel(metrics['loss'])[-1]):.4f}"}
+    return {}
 
 
 def train_loop(
@@ -166,27 +212,49 @@ def train_loop(
     *,
     total_steps: int,
     steps_per_call: int,
-    eval_fn: Callable | None = None,
-    eval_data: Any = None,
+    evaluate: Callable[[TrainState], dict] | None = None,
     eval_every: int = 0,
-    checkpoint_fn: Callable[[TrainState], Any] | None = None,
+    checkpoint: Callable[[TrainState, History], Any] | None = None,
     ckpt_every: int = 0,
+    record: Callable[[int, dict], None] | None = None,
+    history: History | None = None,
+    postfix: Callable[[dict, History], dict] | None = None,
+    nonfinite: str = "warn",
     stop_at: int | None = None,
     progress: bool = True,
     desc: str = "train",
 ) -> tuple[TrainState, History]:
-    """Host loop: call ``chunk_fn`` (N = ``steps_per_call`` steps each) until ``total_steps``.
+    """The host loop of every geomjax trainer: ``chunk_fn`` (N = ``steps_per_call`` steps in one
+    jitted ``lax.scan``) until ``total_steps``, with evaluation, checkpoint and anomaly hooks.
 
-    Metrics are fetched once per chunk (every N steps). Evaluation runs at step 0 (fresh runs), every
-    ``eval_every`` steps and at the end; ``checkpoint_fn(state)`` runs every ``ckpt_every`` steps and
-    at the end. ``stop_at`` ends the loop early at that step (after checkpointing), simulating an
-    interrupted run. A tqdm bar shows progress unless ``progress=False``.
+    Used by :func:`geomjax.train.fit` (toy transformer), :func:`geomjax.train.grokking.train_grokking`
+    (full-batch scan with in-scan metrics) and :func:`geomjax.train.locater.run_sweep` (vmapped κ2 sweep).
+    Exact resume: step s draws its keys from ``fold_in(rng, s)`` inside the chunk and chunk
+    boundaries are absolute multiples of N, so a run resumed at a checkpoint reproduces the
+    uninterrupted run bit-for-bit (the loop only schedules; it never touches the arithmetic).
+
+    Per chunk (metrics fetched to the host once per chunk): ``record(start, metrics)`` (default:
+    ``History.append``); a non-finite check of every floating metric (``nonfinite``: ``"warn"`` records
+    an :class:`~geomjax.train.anomalies.Anomaly` in ``history.anomalies`` and warns once, ``"stop"``
+    also ends the run there without a final checkpoint, ``"ignore"`` does nothing). ``evaluate(state)``
+    runs at step 0 (fresh runs), every ``eval_every`` steps and at the end, its dict appended to
+    ``history.evals`` with ``"step"``; ``checkpoint(state, history)`` runs every ``ckpt_every`` steps
+    and at the end (``history.seconds`` updated first). ``stop_at`` ends the loop early at that step
+    (after checkpointing), simulating an interrupted run. A tqdm bar shows progress unless
+    ``progress=False``; ``postfix(metrics, history)`` gives its fields.
+
+    Args:
+      state: TrainState (its ``step`` is the start; a multiple of N).
+      chunk_fn: ``chunk_fn(state, data) -> (state, metrics)``, metrics with a leading axis per chunk.
+      data: the chunk's second argument (on device).
+      history: a History to continue (a resumed run's earlier record; its ``seconds`` are added to).
 
     Raises:
       ValueError: the state's step, ``total_steps``, ``eval_every``, ``ckpt_every`` or ``stop_at`` is
-        not a multiple of ``steps_per_call`` (chunk boundaries must be absolute for exact resume).
+        not a multiple of ``steps_per_call`` (chunk boundaries must be absolute for exact resume), or
+        ``nonfinite`` is not one of "warn", "stop", "ignore".
     """
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # display only (kept off the import path)
 
     N = int(steps_per_call)
     start = int(jax.device_get(state.step))
@@ -195,35 +263,51 @@ def train_loop(
         if v % N:
             raise ValueError(f"train_loop: {name} = {v} is not a multiple of steps_per_call = {N}; "
                              "chunk boundaries must be absolute multiples of N for exact resume")
+    if nonfinite not in ("warn", "stop", "ignore"):
+        raise ValueError(f"train_loop: nonfinite must be 'warn', 'stop' or 'ignore', got {nonfinite!r}")
     end = total_steps if stop_at is None else min(stop_at, total_steps)
-    hist = History()
-    t0 = time.perf_counter()
+    hist = History() if history is None else history
+    record = hist.append if record is None else record
+    postfix = _default_postfix if postfix is None else postfix
+    prior, t0 = hist.seconds, time.perf_counter()
 
     def do_eval(st):
-        if eval_fn is not None:
-            m = jax.device_get(eval_fn(st.params, eval_data))
-            hist.evals.append({"step": int(jax.device_get(st.step))} | {k: float(v) for k, v in m.items()})
+        if evaluate is not None:
+            hist.evals.append({"step": int(jax.device_get(st.step))} | evaluate(st))
+
+    def do_checkpoint(st):
+        if checkpoint is not None:
+            hist.seconds = prior + time.perf_counter() - t0
+            checkpoint(st, hist)
 
     if start == 0:
         do_eval(state)
     bar = tqdm(total=total_steps, initial=start, disable=not progress, desc=desc, leave=False)
-    s = start
+    s, halted = start, False
     try:
         while s < end:
             state, metrics = chunk_fn(state, data)
-            hist.append(s, metrics)
+            metrics = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
+            record(s, metrics)
+            bad = _nonfinite(s, N, metrics) if nonfinite != "ignore" else None
             s += N
             bar.update(N)
-            bar.set_postfix(loss=f"{float(hist.train['loss'][-1]):.4f}")
+            if bad is not None and not any(a.kind == "non-finite" for a in hist.anomalies):
+                hist.anomalies.append(bad)
+                warnings.warn(f"{desc}: {bad.describe()}", RuntimeWarning, stacklevel=2)
+                halted = nonfinite == "stop"
             if eval_every and s % eval_every == 0 and s < end:
                 do_eval(state)
-            if checkpoint_fn is not None and ckpt_every and s % ckpt_every == 0 and s < end:
-                checkpoint_fn(state)
+            bar.set_postfix(postfix(metrics, hist))
+            if halted:
+                break
+            if ckpt_every and s % ckpt_every == 0 and s < end:
+                do_checkpoint(state)
     finally:
         bar.close()
     if s > start or not hist.evals or hist.evals[-1]["step"] != s:
         do_eval(state)
-    if checkpoint_fn is not None and s > start:
-        checkpoint_fn(state)
-    hist.seconds = time.perf_counter() - t0
+    if s > start and not halted:
+        do_checkpoint(state)
+    hist.seconds = prior + time.perf_counter() - t0
     return state, hist

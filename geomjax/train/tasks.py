@@ -412,13 +412,16 @@ def fit(
             resumed = int(meta["step"])
         (run_dir / "config.json").write_text(json.dumps(cfg_json, indent=2))
 
-    def checkpoint_fn(st):
+    def evaluate(st):
+        return {k: float(v) for k, v in jax.device_get(pr.eval_fn(st.params, eval_data)).items()}
+
+    def checkpoint(st, _hist):
         save_checkpoint(ckpt_dir, st, cfg, keep=keep_checkpoints)
 
     state, hist = train_loop(
         state, pr.chunk_fn, train_data, total_steps=cfg.total_steps, steps_per_call=cfg.steps_per_call,
-        eval_fn=pr.eval_fn, eval_data=eval_data, eval_every=cfg.eval_every,
-        checkpoint_fn=checkpoint_fn if ckpt_dir is not None else None, ckpt_every=cfg.ckpt_every,
+        evaluate=evaluate, eval_every=cfg.eval_every,
+        checkpoint=checkpoint if ckpt_dir is not None else None, ckpt_every=cfg.ckpt_every,
         stop_at=stop_at, progress=progress, desc=f"{cfg.task}",
     )
     if run_dir is not None:
