@@ -99,9 +99,7 @@ def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first
 
 def _empty_state(n_states: int, T: int, d: int, dtype: str) -> StreamState:
     """Zero state of the right shapes for ``n_states`` stacked layers (replaced on the first step)."""
-    shapes = jax.eval_shape(jax.vmap(partial(stream_init, accum_dtype=dtype)),
-                            jax.ShapeDtypeStruct((n_states, 1, T, d), dtype))
-    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    return jax.vmap(partial(stream_init, accum_dtype=dtype))(jnp.zeros((n_states, 1, T, d), dtype))
 
 
 @compiled_cache(maxsize=32)
