@@ -89,8 +89,7 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
       seed: picks the random (non-key) frequencies and the illustrated a values.
       with_snapshots: compute restricted/excluded loss over training from the parameter snapshots.
     """
-    from geomjax.models.toy import head_weights
-    from geomjax.train.grokking import grokking_init, grokking_milestones, param_snapshots
+    from geomjax.train.grokking import grokking_milestones
 
     cfg = res.config
     p, mcfg = cfg.train.p, cfg.train.model
@@ -106,7 +105,17 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
     y = (a_ + b_) % p
     logits = np.asarray(A.logits).reshape(p * p, -1)[:, :p]
     out["final_acc_all"] = float(np.mean(np.argmax(logits, 1) == y))
-    # --- Fourier spectra and key frequencies
+    cE = _analyze_spectra(out, params, A, p, seed)
+    _analyze_circles_attention(out, params, A, p, seed)
+    o_planes = _analyze_petals_planes(out, params, A, cE)
+    _analyze_mlp(out, params, A, mcfg, p, y, o_planes)
+    _analyze_readout(out, res, params, A, logits, y, with_snapshots)
+    return out
+
+
+def _analyze_spectra(out: dict, params, A, p: int, seed: int):
+    """Fourier spectra of W_E and W_L, key frequencies (blog §5), Nanda's neuron frequencies; returns W_E's
+    Fourier coefficients."""
     W_E = params["embed"]["embedding"]
     W_L = fx.unembed_matrix(params)
     cE, cL = fx.fourier_coefficients(W_E, p), fx.fourier_coefficients(W_L, p)
@@ -126,38 +135,47 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
     neur85 = fx.key_frequencies_neurons(A.post, p, min_fraction=0.85)
     out.update(neuron_freq=neur.freq, neuron_fraction=neur.fraction, key_neurons=neur.key,
                neuron_counts=neur.counts, key_neurons_85=neur85.key, neuron_counts_85=neur85.counts)
-    # --- circles (key and random frequencies)
+    return cE
+
+
+def _analyze_circles_attention(out: dict, params, A, p: int, seed: int) -> None:
+    """W_E / W_L circles of the key, W_E-only and random frequencies (blog §5.1-5.2); periodic attention (§6)."""
+    key = out["key"]
     rng = np.random.default_rng(seed)
     others = [k for k in range(1, (p - 1) // 2 + 1) if k not in key]
-    others = [k for k in others if k not in key_E]
+    others = [k for k in others if k not in out["key_W_E"]]
     rand = sorted(rng.choice(others, size=min(3, len(others)), replace=False).tolist())
     out["random_freqs"] = rand
     circ = {}
-    for name, W in (("W_E", W_E), ("W_L", W_L)):
+    for name, W in (("W_E", params["embed"]["embedding"]), ("W_L", fx.unembed_matrix(params))):
         for k in key + out["key_W_E_only"] + rand:
             xy = np.asarray(fx.circle_projection(W, p, k))
             circ[(name, k)] = {"xy": xy, "r2": float(fx.circle_fit_r2(xy, k)),
                                "norm": float(np.sqrt(np.mean(np.sum(xy**2, 1))))}
     out["circles"] = circ
-    # --- periodic attention (weight of the "=" query on token a)
-    att = np.asarray(A.attn[..., 0])  # (p, p, H)
-    H = att.shape[2]
+    att = np.asarray(A.attn[..., 0])  # (p, p, H): weight of the "=" query on token a
     heads = []
-    for h in range(H):
+    for h in range(att.shape[2]):
         sp = fx.attention_spectrum(att[:, :, h])
         heads.append({"map": att[:, :, h], "energy_a": np.asarray(sp["energy_a"]), "energy_b": np.asarray(sp["energy_b"]),
                       "dominant": sp["dominant"],
                       "key_fraction": float(fx.attention_key_fraction(att[:, :, h], key)) if key else 0.0})
     out["attention"] = heads
-    # --- petals: a fixed (the blog's a = 70, mod p), b varies
+
+
+def _analyze_petals_planes(out: dict, params, A, cE) -> dict:
+    """Petals for a fixed a (the blog's a = 70, mod p; §6.2-7) and dihedral angles between W_E and o circle
+    planes (§8); returns the o circle plane per key frequency."""
+    from geomjax.models.toy import head_weights
+
+    p, key = out["p"], out["key"]
     a0 = 70 % p
     out["a0"] = a0
-    hw = head_weights(params, 0)
-    W_V = hw["W_v"]
+    W_V = head_weights(params, 0)["W_v"]
+    H = W_V.shape[0]
     petals = {}
     for k in key:
-        basis_E = fx.circle_basis(cE, k)
-        zproj = np.asarray(fx.per_head_circle_projection(A.z[a0], W_V, basis_E))  # (H, p, 2)
+        zproj = np.asarray(fx.per_head_circle_projection(A.z[a0], W_V, fx.circle_basis(cE, k)))  # (H, p, 2)
         pf = fx.petal_fourier_projection(A.o_heads[a0], k)
         tot = fx.complex_peak_fraction(pf["total"])
         per = [fx.complex_peak_fraction(pf["heads"][h]) for h in range(H)]
@@ -167,7 +185,6 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
                      "head_freq_fraction": [float(q["freq_fraction"]) for q in per],
                      "head_norm": [float(np.sqrt(np.mean(np.sum(np.asarray(pf["heads"][h]) ** 2, 1)))) for h in range(H)]}
     out["petals"] = petals
-    # --- dihedral angles: W_E circle planes vs o circle planes
     ang = np.zeros((len(key), len(key)))
     o_planes = {k: np.asarray(fx.o_circle_plane(A.o, k)) for k in key}
     for i, k1 in enumerate(key):
@@ -176,18 +193,23 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
     out["dihedral_min_angle"] = ang
     out["dihedral_all"] = {k: np.asarray(fx.principal_angles(np.concatenate([np.asarray(fx.circle_basis(cE, q)) for q in key]),
                                                              o_planes[k])) for k in key}
-    # --- MLP
+    return o_planes
+
+
+def _analyze_mlp(out: dict, params, A, mcfg, p: int, y: np.ndarray, o_planes: dict) -> None:
+    """MLP biases, W_in in the o planes, activation circles (revolution vs rotation; blog §8-9) and the trained
+    model with its ReLU removed."""
     mlp = params["block_0"]["mlp"]
     b_in = np.asarray(mlp["fc"]["bias"])
     out["b_in_sorted"] = np.sort(b_in)
     out["n_negative_b_in"] = fx.negative_bias_count(b_in)
-    pre = np.asarray(A.pre)
-    out["frac_pre_negative"] = float(np.mean(pre < 0))
+    out["frac_pre_negative"] = float(np.mean(np.asarray(A.pre) < 0))
     W_in = np.asarray(mlp["fc"]["kernel"])  # (d, F)
-    mlp_an = {}
+    a0 = out["a0"]
     a_show = sorted({a0, (a0 + p // 4) % p, (a0 + p // 2) % p, (a0 + 3 * p // 4) % p})
     out["a_show"] = a_show
-    for k in key:
+    mlp_an = {}
+    for k in out["key"]:
         Win_xy = (o_planes[k] @ W_in).T  # (F, 2): W_in columns in the o circle plane
         comps, svals = fx.mlp_plane_svd(A.post, k, n_components=4)
         comps = np.asarray(comps)
@@ -202,14 +224,26 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
         mlp_an[k] = {"W_in_xy": Win_xy, "svals": np.asarray(svals), "post_xy": post_xy,
                      "spread12": spread12, "spread34": spread34}
     out["mlp"] = mlp_an
-    # ReLU removed from the trained model (is the MLP "just an affine transformation"?)
-    if out["relu"]:
+    if out["relu"]:  # ReLU removed from the trained model (is the MLP "just an affine transformation"?)
         A_lin = fx.clock_activations(params, mcfg.replace(activation="none"), p)
         out["acc_relu_removed"] = float(np.mean(np.argmax(np.asarray(A_lin.logits).reshape(p * p, -1)[:, :p], 1) == y))
-    # --- read-out
+
+
+def _restricted_model_accuracy(params, mcfg, p: int, y: np.ndarray, freqs) -> float:
+    """Accuracy over all p² pairs of the model whose W_E keeps only ``freqs`` (blog §11)."""
+    L = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, freqs), mcfg, p).logits)
+    return float(np.mean(np.argmax(L.reshape(p * p, -1)[:, :p], 1) == y))
+
+
+def _analyze_readout(out: dict, res, params, A, logits: np.ndarray, y: np.ndarray, with_snapshots: bool) -> None:
+    """Correct-logit ranks (blog §10), Nanda's restricted/excluded loss over training, sufficiency of one
+    circle, two coprime circles and all key frequencies (§11), logit- and embedding-restricted."""
+    from geomjax.train.grokking import grokking_init, param_snapshots
+
+    cfg, p, key = res.config, out["p"], out["key"]
+    mcfg = cfg.train.model
     out["rank_full"] = np.asarray(fx.correct_logit_rank(logits, y))
-    WLp = np.asarray(W_L)[:p]
-    mlp_logits = np.asarray(A.post).reshape(p * p, -1) @ WLp.T
+    mlp_logits = np.asarray(A.post).reshape(p * p, -1) @ np.asarray(fx.unembed_matrix(params))[:p].T
     out["rank_W_L"] = np.asarray(fx.correct_logit_rank(mlp_logits, y))
     train_idx = _train_idx(cfg)
     out["restricted_final"] = fx.restricted_excluded_loss(logits, p, key, train_idx) if key else None
@@ -220,24 +254,15 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
             curve.append({"epoch": ep, **fx.restricted_excluded_loss(L, p, key, train_idx),
                           "sq_weights": float(sum(np.sum(np.square(v)) for v in jax.tree_util.tree_leaves(prm)))})
         out["progress"] = curve
-    # --- sufficiency
     out["sufficiency"] = fx.sufficiency(logits, p, key) if key else {"single": {}, "pairs": {}, "all": 0.0}
-    emb = {}
-    for k in key:
-        Lk = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, [k]), mcfg, p).logits).reshape(p * p, -1)[:, :p]
-        emb[str(k)] = float(np.mean(np.argmax(Lk, 1) == y))
+    emb = {str(k): _restricted_model_accuracy(params, mcfg, p, y, [k]) for k in key}
     for i, k1 in enumerate(key):
         for k2 in key[i + 1:]:
             if math.gcd(k1, k2) == 1:
-                Lk = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, [k1, k2]), mcfg, p).logits)
-                emb[f"{k1},{k2}"] = float(np.mean(np.argmax(Lk.reshape(p * p, -1)[:, :p], 1) == y))
-    Lk = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, key), mcfg, p).logits).reshape(p * p, -1)[:, :p]
-    emb["all"] = float(np.mean(np.argmax(Lk, 1) == y))
+                emb[f"{k1},{k2}"] = _restricted_model_accuracy(params, mcfg, p, y, [k1, k2])
+    emb["all"] = _restricted_model_accuracy(params, mcfg, p, y, key)
     out["sufficiency_embed"] = emb
-    return out
 
-
-@functools.lru_cache(maxsize=4)
 def _bundle(budget: str, seed: int = 0) -> tuple[dict, dict]:
     """(analysis of the ReLU run, analysis of the ReLU-free run) for a budget (trained or cached)."""
     r = trained_run(claim_config(budget, True, seed))
@@ -588,6 +613,7 @@ register(Claim(
               ">= 99% accuracy on all p² pairs",
     predicted="accuracy without ReLU >= 0.99", evaluate=_needs_grokked(_ev_affine),
     rule=_threshold(0.01, "1% of the p² pairs read wrong (the model with ReLU reads all of them right)"), witness=_witness_affine,
+    corrected_by="clock.relu_free_groks",
     notes="The blog infers this from the b_in signs and from the ReLU-free variant grokking (a separately trained "
           "model); this claim tests the trained ReLU model itself. clock.relu_free_groks checks the variant."))
 
@@ -626,6 +652,7 @@ register(Claim(
               "restricted to them give >= 99% accuracy on all p² pairs",
     predicted="best coprime-pair accuracy >= 0.99", evaluate=_needs_grokked(_ev_two),
     rule=_threshold(0.01, "1% of the p² pairs read wrong (the full model reads all of them right)"), witness=_witness_two,
+    corrected_by="clock.all_key_sufficient",
     notes="The trained-model reading. The in-principle reading (two ideal circles decide a + b) is "
           "clock.two_coprime_sufficient.in_principle."))
 
@@ -741,13 +768,25 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     Returns:
       (list of :class:`geomjax.report.Section`, metrics dict).
     """
+    tag = title or f"p{an['p']}"
+    S, M = [], {}
+
+    for sec in (_sec_training, _sec_spectra, _sec_circles, _sec_attention):
+        sec(run, an, an_free, S, M, tag)
+    if an["key"]:
+        for sec in (_sec_petals, _sec_dihedral, _sec_mlp):
+            sec(run, an, an_free, S, M, tag)
+    for sec in (_sec_readout, _sec_sufficiency):
+        sec(run, an, an_free, S, M, tag)
+    return S, M
+
+
+def _sec_training(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Training curves and grokking milestones (ReLU and ReLU-free runs). Appends to ``S`` (sections) and ``M`` (metrics)."""
     from geomjax.report import Section
 
     plt = _plt()
-    p, key = an["p"], an["key"]
-    tag = title or f"p{p}"
-    S, M = [], {}
-
+    p = an["p"]
     # training curves (linear epochs; per-epoch train metrics where logged; milestones, anomalies, checkpoint)
     fig, ax = plt.subplots(1, 3, figsize=(14, 3.6))
     for a, name in ((an, "ReLU"), (an_free, "ReLU-free")):
@@ -793,9 +832,15 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     S.append(s)
     M["milestones"] = ms
 
-    # Fourier spectra, per frequency (cos and sin rows side by side; the constant row apart)
-    from geomjax import plots
 
+def _sec_spectra(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Fourier spectra of W_E and W_L, key frequencies, Nanda's neuron frequencies (blog §5). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax import plots
+    from geomjax.report import Section
+
+    plt = plots.plt
+    p, key = an["p"], an["key"]
+    # Fourier spectra, per frequency (cos and sin rows side by side; the constant row apart)
     fig, ax = plt.subplots(2, 1, figsize=(12, 6))
     for x_, c, t in ((ax[0], an["W_E_coeffs"], "W_E"), (ax[1], an["W_L_coeffs"], "W_L = W_U W_out")):
         nrm = np.linalg.norm(c, axis=1)
@@ -828,6 +873,14 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     S.append(s)
     M.update(key=key, key_neurons=an["key_neurons"], key_fraction_W_E=an["key_fraction_W_E"])
 
+
+def _sec_circles(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """W_E and W_L circles on each frequency's Fourier-inferred 2D basis (blog §5.1-5.2). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax import plots
+    from geomjax.report import Section
+
+    plt = plots.plt
+    p, key = an["p"], an["key"]
     # circles
     eonly = an.get("key_W_E_only", [])
     ks = key + eonly + an["random_freqs"]
@@ -849,6 +902,14 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     s.table(["matrix", "k", "kind", "circle R²", "RMS radius"], rows)
     S.append(s)
 
+
+def _sec_attention(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Periodic attention maps and their spectra (blog §6). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax import plots
+    from geomjax.report import Section
+
+    plt = plots.plt
+    key = an["key"]
     # attention
     H = len(an["attention"])
     fig, ax = plt.subplots(2, H, figsize=(3.2 * H, 6), squeeze=False)
@@ -871,92 +932,121 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     S.append(s)
 
     # petals: predictions
-    if key:
-        fe = key[: min(2, len(key))]
-        fig, ax = plt.subplots(len(fe), 3, figsize=(9, 3 * len(fe)), squeeze=False)
-        for i, e in enumerate(fe):
-            for j, (fa, ph) in enumerate(((e, 0.0), (e, np.pi / 2), (key[-1] if key[-1] != e else key[0], 0.0))):
-                xy = np.asarray(fx.predicted_petal(p, e, fa, an["a0"], ph, n=8 * p))
-                ax[i, j].plot(xy[:, 0], xy[:, 1], lw=0.8); ax[i, j].set_aspect("equal", "datalim")
-                ax[i, j].set_title(f"embedding k={e}, attention k={fa}, phase {ph:.2f}", fontsize=8)
-        s = Section("Petals: predicted and actual per-head outputs; head sums are circles")
-        s.paragraphs.append(f"Predicted curves z(b) = α(b)·x_a + (1 − α(b))·x_b with α periodic (blog §6.1); actual per-head z "
-                            f"vectors for a = {an['a0']} projected with pinv(W_V)·basis (blog §6.2); per-head o vectors and their "
-                            "sum on the summed o vectors' Fourier plane, with the spectrum of the sum (blog §7).")
-        s.figure(_save(run, fig, f"clock_{tag}_petals_predicted.png"), "Predicted petals (attention frequency = / ≠ embedding frequency)")
-        fig, ax = plt.subplots(len(key), H, figsize=(2.8 * H, 2.8 * len(key)), squeeze=False)
-        for i, k in enumerate(key):
-            for h in range(H):
-                z = an["petals"][k]["z"][h]
-                sc = ax[i, h].scatter(z[:, 0], z[:, 1], c=(k * np.arange(p)) % p, cmap="twilight", s=6)
-                ax[i, h].set_title(f"head {h} (att k={an['attention'][h]['dominant']}) on k={k} plane", fontsize=7)
-        plots.colorbar(fig, sc, ax[:, -1], "phase k·b mod p")
-        s.figure(_save(run, fig, f"clock_{tag}_petals_actual.png"), "Actual per-head z on the W_E circle planes (through "
-                 "pinv(W_V)), one point per b coloured by its phase k·b mod p")
-        fig, ax = plt.subplots(len(key), 2, figsize=(8, 3 * len(key)), squeeze=False)
-        rows = []
-        for i, k in enumerate(key):
-            d = an["petals"][k]
-            o = plots.phase_order(p, k)
-            for h in range(H):  # per-head petals as points (their phase mixes two frequencies), the sum as a curve
-                ax[i, 0].scatter(d["o_heads"][h][:, 0], d["o_heads"][h][:, 1], s=4, label=f"head {h}")
-            ax[i, 0].plot(d["o_total"][o, 0], d["o_total"][o, 1], "r-", lw=1.5, label="sum")
-            ax[i, 0].set_aspect("equal", "datalim")
-            ax[i, 0].set_title(f"o vectors, k={k} plane (a={an['a0']})", fontsize=8); ax[i, 0].legend(fontsize=6)
-            sp = d["spectrum_total"]
-            fr = np.fft.fftfreq(p, 1.0 / p).astype(int)
-            ax[i, 1].bar(fr, np.sqrt(sp), width=0.8); ax[i, 1].set_title(f"|DFT| of summed projection (x+iy), k={k}", fontsize=8)
-            plots.frequency_axis(ax[i, 1], [k, -k], label="signed frequency"); ax[i, 1].set_ylabel("|DFT|")
-            rows.append([k, f"{d['total_freq_fraction']:.3f}", d["total_peak_freq"],
-                         ", ".join(f"{v:.2f}" for v in d["head_freq_fraction"])])
-        s.figure(_save(run, fig, f"clock_{tag}_petals_sum.png"), "Per-head o petals (points) sum to a circle (the "
-                 "curve joins b in the order of the phase k·b mod p); spectrum of the sum")
-        s.table(["k", "summed: single-frequency fraction", "summed: peak frequency", "per head: single-frequency fraction"], rows)
-        S.append(s)
 
-        # dihedral angles
-        fig, ax = plt.subplots(figsize=(4.5, 3.8))
-        im = ax.imshow(an["dihedral_min_angle"], vmin=0, vmax=90, cmap="magma")
-        ax.set_xticks(range(len(key)), [f"o k={k}" for k in key], fontsize=7)
-        ax.set_yticks(range(len(key)), [f"W_E k={k}" for k in key], fontsize=7)
-        fig.colorbar(im, ax=ax, label="smallest principal angle (deg)")
-        s = Section("Dihedral angles between W_E and o circle planes")
-        s.paragraphs.append("Smallest principal angle between each W_E circle plane and each o circle plane; principal angles "
-                            "between the span of all W_E circle planes and each o plane: "
-                            + "; ".join(f"k={k}: {[round(float(x), 1) for x in v]}" for k, v in an["dihedral_all"].items()))
-        s.figure(_save(run, fig, f"clock_{tag}_dihedral.png"), "Principal angles (0° = same plane)")
-        S.append(s)
 
-        # MLP
-        fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
-        ax[0].plot(an["b_in_sorted"], ".", ms=3); ax[0].axhline(0, color="k", lw=0.5)
-        ax[0].axhline(-0.25 * np.max(np.abs(an["b_in_sorted"])), color="r", lw=0.5, ls="--")
-        ax[0].set_title(f"sorted b_in: {an['n_negative_b_in']} below −0.25·max|b_in|", fontsize=9)
-        k0 = key[0]
-        w = an["mlp"][k0]["W_in_xy"]
-        ax[1].scatter(w[:, 0], w[:, 1], s=4); ax[1].set_title(f"W_in columns in the o plane of k={k0}", fontsize=9)
-        s = Section("MLP: biases, W_in columns, activations in circle planes, revolution vs rotation")
-        s.paragraphs.append(f"{an['frac_pre_negative']:.3f} of all MLP pre-activations (p² inputs × neurons) are negative, i.e. "
-                            "zeroed by the ReLU." + (f" Removing the ReLU from the trained model gives accuracy "
-                                                     f"{an['acc_relu_removed']:.4f} (with it: {an['final_acc_all']:.4f})."
-                                                     if "acc_relu_removed" in an else ""))
-        s.figure(_save(run, fig, f"clock_{tag}_mlp_bias_win.png"), "Sorted b_in and W_in columns in a circle plane")
-        fig, ax = plt.subplots(len(key), 3, figsize=(11, 3.2 * len(key)), squeeze=False)
-        rows = []
-        for i, k in enumerate(key):
-            d = an["mlp"][k]
-            ax[i, 0].semilogy(d["svals"][:12], "o-", ms=3); ax[i, 0].set_title(f"k={k}: singular values of stacked bases", fontsize=8)
-            for a, xy in d["post_xy"].items():
-                ax[i, 1].plot(xy[:, 0], xy[:, 1], ".", ms=2, label=f"a={a}")
-                ax[i, 2].plot(xy[:, 2], xy[:, 3], ".", ms=2, label=f"a={a}")
-            ax[i, 1].set_title(f"MLP activations, PCs 1–2 (revolution)", fontsize=8); ax[i, 1].legend(fontsize=6)
-            ax[i, 2].set_title(f"PCs 3–4 (rotation)", fontsize=8)
-            rows.append([k, f"{d['spread12']:.3f}", f"{d['spread34']:.3f}"])
-        s.figure(_save(run, fig, f"clock_{tag}_mlp_pcs.png"), "MLP activation circles for several a in PCs 1–2 and 3–4")
-        s.table(["k", "centre spread / radius, PCs 1–2", "centre spread / radius, PCs 3–4"], rows,
-                "How far the per-a circle centres move relative to the radius (revolution: large; rotation: small)")
-        S.append(s)
+def _sec_petals(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Predicted and actual petals; per-head o petals sum to circles (blog §6.1-7). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax import plots
+    from geomjax.report import Section
 
+    plt = plots.plt
+    p, key = an["p"], an["key"]
+    H = len(an["attention"])
+    fe = key[: min(2, len(key))]
+    fig, ax = plt.subplots(len(fe), 3, figsize=(9, 3 * len(fe)), squeeze=False)
+    for i, e in enumerate(fe):
+        for j, (fa, ph) in enumerate(((e, 0.0), (e, np.pi / 2), (key[-1] if key[-1] != e else key[0], 0.0))):
+            xy = np.asarray(fx.predicted_petal(p, e, fa, an["a0"], ph, n=8 * p))
+            ax[i, j].plot(xy[:, 0], xy[:, 1], lw=0.8); ax[i, j].set_aspect("equal", "datalim")
+            ax[i, j].set_title(f"embedding k={e}, attention k={fa}, phase {ph:.2f}", fontsize=8)
+    s = Section("Petals: predicted and actual per-head outputs; head sums are circles")
+    s.paragraphs.append(f"Predicted curves z(b) = α(b)·x_a + (1 − α(b))·x_b with α periodic (blog §6.1); actual per-head z "
+                        f"vectors for a = {an['a0']} projected with pinv(W_V)·basis (blog §6.2); per-head o vectors and their "
+                        "sum on the summed o vectors' Fourier plane, with the spectrum of the sum (blog §7).")
+    s.figure(_save(run, fig, f"clock_{tag}_petals_predicted.png"), "Predicted petals (attention frequency = / ≠ embedding frequency)")
+    fig, ax = plt.subplots(len(key), H, figsize=(2.8 * H, 2.8 * len(key)), squeeze=False)
+    for i, k in enumerate(key):
+        for h in range(H):
+            z = an["petals"][k]["z"][h]
+            sc = ax[i, h].scatter(z[:, 0], z[:, 1], c=(k * np.arange(p)) % p, cmap="twilight", s=6)
+            ax[i, h].set_title(f"head {h} (att k={an['attention'][h]['dominant']}) on k={k} plane", fontsize=7)
+    plots.colorbar(fig, sc, ax[:, -1], "phase k·b mod p")
+    s.figure(_save(run, fig, f"clock_{tag}_petals_actual.png"), "Actual per-head z on the W_E circle planes (through "
+             "pinv(W_V)), one point per b coloured by its phase k·b mod p")
+    fig, ax = plt.subplots(len(key), 2, figsize=(8, 3 * len(key)), squeeze=False)
+    rows = []
+    for i, k in enumerate(key):
+        d = an["petals"][k]
+        o = plots.phase_order(p, k)
+        for h in range(H):  # per-head petals as points (their phase mixes two frequencies), the sum as a curve
+            ax[i, 0].scatter(d["o_heads"][h][:, 0], d["o_heads"][h][:, 1], s=4, label=f"head {h}")
+        ax[i, 0].plot(d["o_total"][o, 0], d["o_total"][o, 1], "r-", lw=1.5, label="sum")
+        ax[i, 0].set_aspect("equal", "datalim")
+        ax[i, 0].set_title(f"o vectors, k={k} plane (a={an['a0']})", fontsize=8); ax[i, 0].legend(fontsize=6)
+        sp = d["spectrum_total"]
+        fr = np.fft.fftfreq(p, 1.0 / p).astype(int)
+        ax[i, 1].bar(fr, np.sqrt(sp), width=0.8); ax[i, 1].set_title(f"|DFT| of summed projection (x+iy), k={k}", fontsize=8)
+        plots.frequency_axis(ax[i, 1], [k, -k], label="signed frequency"); ax[i, 1].set_ylabel("|DFT|")
+        rows.append([k, f"{d['total_freq_fraction']:.3f}", d["total_peak_freq"],
+                     ", ".join(f"{v:.2f}" for v in d["head_freq_fraction"])])
+    s.figure(_save(run, fig, f"clock_{tag}_petals_sum.png"), "Per-head o petals (points) sum to a circle (the "
+             "curve joins b in the order of the phase k·b mod p); spectrum of the sum")
+    s.table(["k", "summed: single-frequency fraction", "summed: peak frequency", "per head: single-frequency fraction"], rows)
+    S.append(s)
+
+
+def _sec_dihedral(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Dihedral angles between W_E and o circle planes (blog §8). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax.report import Section
+
+    plt = _plt()
+    key = an["key"]
+    # dihedral angles
+    fig, ax = plt.subplots(figsize=(4.5, 3.8))
+    im = ax.imshow(an["dihedral_min_angle"], vmin=0, vmax=90, cmap="magma")
+    ax.set_xticks(range(len(key)), [f"o k={k}" for k in key], fontsize=7)
+    ax.set_yticks(range(len(key)), [f"W_E k={k}" for k in key], fontsize=7)
+    fig.colorbar(im, ax=ax, label="smallest principal angle (deg)")
+    s = Section("Dihedral angles between W_E and o circle planes")
+    s.paragraphs.append("Smallest principal angle between each W_E circle plane and each o circle plane; principal angles "
+                        "between the span of all W_E circle planes and each o plane: "
+                        + "; ".join(f"k={k}: {[round(float(x), 1) for x in v]}" for k, v in an["dihedral_all"].items()))
+    s.figure(_save(run, fig, f"clock_{tag}_dihedral.png"), "Principal angles (0° = same plane)")
+    S.append(s)
+
+
+def _sec_mlp(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """MLP biases, W_in columns, activation circles, revolution vs rotation (blog §8-9). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax.report import Section
+
+    plt = _plt()
+    key = an["key"]
+    # MLP
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
+    ax[0].plot(an["b_in_sorted"], ".", ms=3); ax[0].axhline(0, color="k", lw=0.5)
+    ax[0].axhline(-0.25 * np.max(np.abs(an["b_in_sorted"])), color="r", lw=0.5, ls="--")
+    ax[0].set_title(f"sorted b_in: {an['n_negative_b_in']} below −0.25·max|b_in|", fontsize=9)
+    k0 = key[0]
+    w = an["mlp"][k0]["W_in_xy"]
+    ax[1].scatter(w[:, 0], w[:, 1], s=4); ax[1].set_title(f"W_in columns in the o plane of k={k0}", fontsize=9)
+    s = Section("MLP: biases, W_in columns, activations in circle planes, revolution vs rotation")
+    s.paragraphs.append(f"{an['frac_pre_negative']:.3f} of all MLP pre-activations (p² inputs × neurons) are negative, i.e. "
+                        "zeroed by the ReLU." + (f" Removing the ReLU from the trained model gives accuracy "
+                                                 f"{an['acc_relu_removed']:.4f} (with it: {an['final_acc_all']:.4f})."
+                                                 if "acc_relu_removed" in an else ""))
+    s.figure(_save(run, fig, f"clock_{tag}_mlp_bias_win.png"), "Sorted b_in and W_in columns in a circle plane")
+    fig, ax = plt.subplots(len(key), 3, figsize=(11, 3.2 * len(key)), squeeze=False)
+    rows = []
+    for i, k in enumerate(key):
+        d = an["mlp"][k]
+        ax[i, 0].semilogy(d["svals"][:12], "o-", ms=3); ax[i, 0].set_title(f"k={k}: singular values of stacked bases", fontsize=8)
+        for a, xy in d["post_xy"].items():
+            ax[i, 1].plot(xy[:, 0], xy[:, 1], ".", ms=2, label=f"a={a}")
+            ax[i, 2].plot(xy[:, 2], xy[:, 3], ".", ms=2, label=f"a={a}")
+        ax[i, 1].set_title(f"MLP activations, PCs 1–2 (revolution)", fontsize=8); ax[i, 1].legend(fontsize=6)
+        ax[i, 2].set_title(f"PCs 3–4 (rotation)", fontsize=8)
+        rows.append([k, f"{d['spread12']:.3f}", f"{d['spread34']:.3f}"])
+    s.figure(_save(run, fig, f"clock_{tag}_mlp_pcs.png"), "MLP activation circles for several a in PCs 1–2 and 3–4")
+    s.table(["k", "centre spread / radius, PCs 1–2", "centre spread / radius, PCs 3–4"], rows,
+            "How far the per-a circle centres move relative to the radius (revolution: large; rotation: small)")
+    S.append(s)
+
+
+def _sec_readout(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Correct-logit ranks; restricted and excluded loss over training (blog §10; Nanda §5.1). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax.report import Section
+
+    plt = _plt()
     # read-out
     fig, ax = plt.subplots(1, 2, figsize=(11, 3.4))
     bins = [(0, 1, "1st"), (1, 2, "2nd"), (2, 5, "3rd–5th"), (5, 20, "6th–20th"), (20, 10**9, ">20th")]
@@ -982,6 +1072,12 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     s.figure(_save(run, fig, f"clock_{tag}_readout.png"), "Correct-logit ranks; restricted/excluded loss")
     S.append(s)
 
+
+def _sec_sufficiency(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
+    """Sufficiency of one circle, two coprime circles and all (blog §11). Appends to ``S`` (sections) and ``M`` (metrics)."""
+    from geomjax.report import Section
+
+    plt = _plt()
     # sufficiency: logit-restricted (Nanda §5.1) and embedding-restricted accuracies, side by side
     suf, emb = an["sufficiency"], an["sufficiency_embed"]
     keys = [str(k) for k in suf["single"]] + list(suf["pairs"]) + ["all"]
@@ -1002,7 +1098,6 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
     s.figure(_save(run, fig, f"clock_{tag}_sufficiency.png"), "Accuracy restricted to subsets of key frequencies")
     S.append(s)
     M.update(sufficiency=suf, sufficiency_embed=emb)
-    return S, M
 
 
 def report_sections(run, *, budget: str = "quick", seed: int = 0):
