@@ -1,7 +1,8 @@
 """The README's experiment results, generated from the committed ``cpu`` reports (never typed by hand).
 
 Each experiment's ``cpu`` report is committed as ``experiments/<name>/results/cpu/report.md`` (the
-run directory's ``report.md``; its figures are not committed). :func:`readme_block` renders the
+run directory's ``report.md``, with its ``metrics.json`` and, for the later reports, the figures it
+shows, re-saved with a 256-colour palette to keep the repository small). :func:`readme_block` renders the
 "Source vs this run" tables of those reports (:func:`geomjax.comparison.parse_source_table`) as one
 Markdown block; ``python -m experiments.readme_results`` writes it into README.md between the
 :data:`BEGIN` and :data:`END` markers, and ``tests/test_experiment_reports.py`` checks that the README

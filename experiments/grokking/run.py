@@ -70,11 +70,16 @@ def _plateau(ms) -> tuple[int | None, float | None]:
     return ms["test_99"] - ms["train_100"], ms["test_99"] / max(ms["train_100"], 1)
 
 
+def _at(epoch: int | None) -> str:
+    """A milestone epoch in words ("never" when it was not reached within the run)."""
+    return "never" if epoch is None else f"at epoch {epoch}"
+
+
 def comparison_rows(an, an_free) -> list[Row]:
     """This run's number and verdict for each of the sources' numbers (:data:`source.SOURCE`)."""
     ms = an["milestones"]
     length, ratio = _plateau(ms)
-    rows = [Row("grok_epoch", f"train 100% at {ms['train_100']}, test ≥ 99% at {ms['test_99']}"
+    rows = [Row("grok_epoch", f"train 100% {_at(ms['train_100'])}, test ≥ 99% {_at(ms['test_99'])}"
                 + (f"; plateau {length} epochs ({ratio:.1f}× the memorisation time)" if length is not None else
                    "; did not grok"),
                 verdict(ratio is not None and ratio >= PLATEAU_RATIO) if ms["train_100"] is not None else verdict(False),
@@ -103,8 +108,10 @@ def comparison_rows(an, an_free) -> list[Row]:
         rows.append(Row("restricted_first", "no snapshots or no grokking", verdict(None)))
     if an_free is not None:
         mf = an_free["milestones"]
-        rows.append(Row("relu_free", f"ReLU-free: test ≥ 99% at {mf['test_99']}; ReLU removed from the trained ReLU "
-                        f"model: accuracy {an.get('acc_relu_removed', float('nan')):.2f}", verdict(mf["test_99"] is not None)))
+        rows.append(Row("relu_free", f"ReLU-free: train 100% {_at(mf['train_100'])}, test ≥ 99% "
+                        f"{_at(mf['test_99'])} (final test accuracy {an_free['history']['test_acc'][-1]:.2f}); ReLU "
+                        f"removed from the trained ReLU model: accuracy {an.get('acc_relu_removed', float('nan')):.2f}",
+                        verdict(mf["test_99"] is not None)))
     else:
         rows.append(Row("relu_free", "ReLU-free variant not trained (--no-relu-free)", verdict(None)))
     pairs, emb = an["sufficiency"]["pairs"], an["sufficiency_embed"]
