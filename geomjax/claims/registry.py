@@ -684,7 +684,8 @@ class ClaimInfo:
       seconds_quick, seconds_full: recorded wall-clock seconds of the check at each budget (2-core CPU):
         quick from ``quick_seconds.json``, full from the recorded full verdicts (``full_verdicts.json``);
         None where not recorded.
-      cost: the cost class at ``full`` (else ``quick``) from those seconds: "< 1 s", "seconds" (< 1 min),
+      cost: the cost class of the larger recorded time (a check's seconds include its compilation, which a
+        claim sharing a compiled program with one checked before it skips): "< 1 s", "seconds" (< 1 min),
         "minutes" (< 1 h), "hours", or "not recorded".
     """
 
@@ -742,7 +743,7 @@ def table(select: str | Sequence[str] | None = None) -> list[ClaimInfo]:
         sf = full.get(c.id, {}).get("seconds")
         sf = None if sf is None else float(sf)
         rows.append(ClaimInfo(id=c.id, source=c.source, kind=c.kind, rule=rule, seconds_quick=sq,
-                              seconds_full=sf, cost=cost_class(sf if sf is not None else sq)))
+                              seconds_full=sf, cost=cost_class(max((s for s in (sq, sf) if s is not None), default=None))))
     return rows
 
 
