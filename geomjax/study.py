@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import data, extraction, geometry, spectral
+from geomjax import data, extraction, geometry, smoothness, spectral
 from geomjax.convert import minilm_path
 from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
 from geomjax.decomposition import DecompositionStats, _x64_context
@@ -170,8 +170,6 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
       argmax (k, m), ``n_certified_violations_printed`` (lower bound > RHS), ``lhs`` (K,),
       ``lhs_over_opnorm`` (K,) = LHS / (‖G‖op / T), ``delta_max`` (M,), ks, ms.
     """
-    from geomjax import smoothness
-
     P = np.asarray(pos, np.float64)
     P = P - P.mean(0, keepdims=True)
     G = P @ P.T
