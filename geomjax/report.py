@@ -2,7 +2,8 @@
 
 A report is a list of :class:`Section` (heading, paragraphs, tables, figures). It is stored as
 ``report.json`` next to the rendered Markdown and HTML, so ``geomjax report RUN_DIR`` can render
-it again. No JAX compute happens here.
+it again. :func:`sections` writes the geometry study's report from a ``geomjax.study.StudyResult``
+(with Song & Zhong's own Table 1-2 numbers quoted beside it). No JAX compute happens here.
 """
 
 from __future__ import annotations
