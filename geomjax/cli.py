@@ -96,7 +96,7 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from geomjax.pipeline import GeometryConfig
+    from geomjax.study_config import GeometryConfig
 
     d = GeometryConfig()
     parser = argparse.ArgumentParser(
@@ -174,7 +174,7 @@ def _erratum(args, run, metrics) -> None:
 
 
 def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
-    from geomjax.pipeline import PRESETS, GeometryConfig
+    from geomjax.study_config import PRESETS, GeometryConfig
 
     sizes = dict(PRESETS[args.preset])
     for name in ("n_docs", "windows_per_doc", "seq_len", "batch_size"):

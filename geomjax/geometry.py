@@ -20,6 +20,7 @@ under tracing they cannot raise and the result is NaN where the math is undefine
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -49,6 +50,7 @@ __all__ = [
     "cluster_similarity",
     "cluster_compactness",
     "pca_projections",
+    "mean_abs_cos_isotropic",
 ]
 
 def _labels(labels: ArrayLike, n: int, name: str = "labels") -> jax.Array:
@@ -412,8 +414,11 @@ class PCAProjection(NamedTuple):
     others: tuple
 
 
-@functools.partial(jax.jit, static_argnames="n_components")
-def _pca(P, others, n_components):
+@functools.partial(jax.jit, static_argnames=("n_components", "center"))
+def _pca(P, others, n_components, center):
+    if center:
+        mu = P.mean(axis=0)
+        P, others = P - mu[None], tuple(x - mu.reshape((1,) * (x.ndim - 1) + mu.shape) for x in others)
     _, s, vt = jnp.linalg.svd(P, full_matrices=False)
     v = vt[:n_components]
     idx = jnp.argmax(jnp.abs(v), axis=1)
@@ -428,17 +433,22 @@ def pca_projections(
     P: Float[Array, "T d"],
     X_list: Sequence[Float[Array, "... d"]] = (),
     n_components: int = 2,
+    center: bool = False,
 ) -> PCAProjection:
-    """Projections on the top right singular vectors of P (Song & Zhong Fig. 1 PCA plots).
+    """Projections on the top right singular vectors of P (Song & Zhong Fig. 1 PCA plots; with
+    ``center`` the principal components of any point cloud, e.g. App. C's Figs. 24-26).
 
-    As the source code, P is NOT centered again (pos already sums to 0 over t): the components
-    are the top-k right singular vectors v_j of P, and every array is projected as x ↦ (⟨x, v_j⟩)_j.
+    As the source code, P is NOT centered again by default (pos already sums to 0 over t): the
+    components are the top-k right singular vectors v_j of P, and every array is projected as
+    x ↦ (⟨x, v_j⟩)_j. With ``center=True`` the row mean m of P is removed first, from P and from
+    every extra array (x ↦ (⟨x − m, v_j⟩)_j): the principal coordinates of a cloud of N points.
     Signs are fixed so that each v_j's entry of largest magnitude is positive.
 
     Args:
-      P: (T, d) positional basis.
+      P: (T, d) positional basis (or, centred, any (N, d) point cloud).
       X_list: other arrays with last axis d (e.g. cvec of 10 sequences, (10, T, d)).
       n_components: number k of components, 1 <= k <= min(T, d) (static).
+      center: subtract P's row mean first (static).
 
     Returns:
       PCAProjection(components (k, d), singular_values (k,), pos (T, k), others (..., k) each).
@@ -461,5 +471,27 @@ def pca_projections(
         x = as_float_array(x, f"X_list[{i}]", x.ndim, "(..., d)")
         check_finite(x, f"X_list[{i}]")
         others.append(x.astype(jnp.result_type(x.dtype, P.dtype)))
-    v, s, pp, oo = _pca(P, tuple(others), k)
+    v, s, pp, oo = _pca(P, tuple(others), k, bool(center))
     return PCAProjection(v, s, pp, oo)
+
+
+def mean_abs_cos_isotropic(d: int) -> float:
+    """E|cos(u, v)| for independent isotropic u, v in R^d: Γ(d/2) / (√π Γ((d+1)/2)).
+
+    The scale of Song & Zhong's incoherence (Table 1, "Incoh"): cos² of two independent
+    isotropic directions is Beta(1/2, (d−1)/2), so E|cos| = E√B gives the Gamma ratio above
+    (≈ √(2/(π d)) for large d). Evaluated with log-Gamma, exact in float64 for any d ≥ 1.
+
+    Args:
+      d: the dimension (a positive integer).
+
+    Returns:
+      E|cos| as a Python float.
+
+    Raises:
+      ValueError: d < 1.
+    """
+    d = int(d)
+    if d < 1:
+        raise ValueError(f"mean_abs_cos_isotropic: d must be >= 1, got {d}")
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)

@@ -22,6 +22,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from geomjax import report  # noqa: E402  (the paper's Table 1 rows for the per-layer figure)
+
 STYLE = {
     "axes.formatter.useoffset": False,
     "figure.constrained_layout.use": True,
@@ -54,6 +56,7 @@ __all__ = [
     "colorbar",
     "frequency_axis",
     "phase_order",
+    "study_figures",
 ]
 
 
@@ -318,3 +321,73 @@ def pca_3d(pos_proj: Sequence[np.ndarray], cvec_proj: Sequence[np.ndarray], titl
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
     return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# The geometry study's figures (Song & Zhong Figs. 1-3, 24-26)
+# ---------------------------------------------------------------------------------------------
+
+
+def _metrics_figure(result):
+    """Per-layer metrics with human titles, the paper's mean (closest row) as a dashed line, and
+    "n/a: ..." written in panels a run's sizes cannot fill."""
+    row = report.paper_row(result.arch)
+    na = result.not_available
+    series, refs, missing = {}, {}, {}
+    for key, (title, col) in report.METRIC_PANELS.items():
+        series[title] = [ly.metrics[key] if ly.metrics.get(key) is not None else np.nan for ly in result.layers]
+        if key in na:
+            missing[title] = na[key]
+        ref = report.paper_value(row[col]) if row is not None and col is not None else None
+        if ref is not None:
+            refs[title] = (ref, f"paper: {row[0]}, {row[1]} (mean)")
+    return metrics_by_layer(series, "Per-layer metrics (dashed: the paper's Table 1 mean)",
+                            references=refs, missing=missing)
+
+
+def study_figures(result) -> dict:
+    """Every figure of a geometry study, by file name stem (``figures/<name>.png``).
+
+    Args:
+      result: a ``geomjax.study.StudyResult`` (drawn as is: no computation here).
+
+    Returns:
+      {name: Figure}: fig1_pca (Fig. 1, every layer), fig1_pca_3d (three layers), fig2_gram
+      (Fig. 2, middle layer), fig3_singular_values and fig3_dct (Fig. 3), metrics_by_layer,
+      cvec_vs_raw_<layer> (Figs. 24-26, when token clusters were computed), theorem1_mid_layer
+      (when Theorem 1 was evaluated) and ctx_clusters_<layer> (App. C).
+    """
+    layers, names, mid = result.layers, result.layer_names, result.mid
+    cfg = result.config
+    figs = {"fig1_pca": pca_grid([ly.pos_pca for ly in layers], [ly.cvec_pca for ly in layers], names,
+                                 "pos (blue, light→dark = position) and cvec (red) on P's top-2 PCs")}
+    d3 = [ly for ly in layers if ly.pos_pca3 is not None]
+    figs["fig1_pca_3d"] = pca_3d([ly.pos_pca3 for ly in d3], [ly.cvec_pca3 for ly in d3],
+                                 [ly.name for ly in d3], "pos (blue) and cvec (red) on P's top-3 PCs")
+    bounds = [i * cfg.windows_per_doc for i in range(1, cfg.n_docs)]
+    figs["fig2_gram"] = gram_heatmap(result.gram_mid, result.n_positions,
+                                     f"normalized Gram [pos; ctx], layer {names[mid]}", bounds)
+    figs["fig3_singular_values"] = singular_values(result.singular_values_mid,
+                                                   f"top singular values, layer {names[mid]}")
+    figs["fig3_dct"] = dct_heatmaps([ly.dct for ly in layers], names, result.options.n_freq, suptitle=
+                                    "|2-D DCT| of the normalized pos Gram (first 10, DC dropped)")
+    figs["metrics_by_layer"] = _metrics_figure(result)
+    doc = {j: result.doc_names[j][:24] for j in np.unique(result.labels)}
+    for ly in layers:
+        r = ly.token_clusters
+        if r is not None and ly.ctx_pca is not None:
+            figs[f"cvec_vs_raw_{ly.name}"] = paired_scatter(
+                r.pca_cvec, r.pca_raw, r.token_labels,
+                [f"cvec, Tr(Σ_B Σ_W⁺) = {r.compactness_cvec:.3g}",
+                 f"raw states, Tr(Σ_B Σ_W⁺) = {r.compactness_raw:.3g}"],
+                f"top-2 PCs by document, {ly.name}", doc)
+    r = layers[mid].theorem1
+    if r is not None:
+        figs["theorem1_mid_layer"] = theorem1_curves(
+            r["ks"], r["lhs"], r["rhs_printed"], r["ms"],
+            f"eq. (6) on the pos Gram, {names[mid]} (printed constant 6/(8k)^m)")
+    for ly in layers:
+        if ly.ctx_pca is not None:
+            figs[f"ctx_clusters_{ly.name}"] = grouped_scatter(
+                ly.ctx_pca, result.labels, f"ctx by document, top-2 PCs, {ly.name}", doc)
+    return figs

@@ -2,7 +2,8 @@
 
 A report is a list of :class:`Section` (heading, paragraphs, tables, figures). It is stored as
 ``report.json`` next to the rendered Markdown and HTML, so ``geomjax report RUN_DIR`` can render
-it again. No JAX compute happens here.
+it again. :func:`sections` writes the geometry study's report from a ``geomjax.study.StudyResult``
+(with Song & Zhong's own Table 1-2 numbers quoted beside it). No JAX compute happens here.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from geomjax.errors import GeomjaxError
 from geomjax.io import to_jsonable
 
 __all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
-           "render_html", "render_run"]
+           "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2", "METRIC_PANELS",
+           "paper_row", "paper_value"]
 
 
 @dataclasses.dataclass
@@ -338,3 +340,286 @@ def render_run(path: str | os.PathLike) -> Path:
     (path / "report.md").write_text(render_markdown(data["title"], sections, data.get("meta")))
     (path / "report.html").write_text(render_html(data["title"], sections, data.get("meta")))
     return path / "report.html"
+
+
+# ---------------------------------------------------------------------------------------------
+# The geometry study's report (geomjax.study.StudyResult -> sections)
+# ---------------------------------------------------------------------------------------------
+
+# Song & Zhong's own numbers, quoted for comparison (Table 1: mean (std) across layers, 6.4K
+# samples; Table 2: out-of-distribution samples). Reference values only, never test targets.
+PAPER_TABLE1 = [
+    # model, corpus, rank, relative norm, inter sim, intra sim, incoh
+    ("NanoGPT", "Shakespeare", "7.86 (1.96)", "0.66 (0.28)", "—", "—", "—"),
+    ("GPT-2", "OpenWebText", "11.38 (1.86)", "0.31 (0.19)", "0.10 (0.01)", "0.44 (0.04)", "0.051 (0.05)"),
+    ("GPT-2", "WikiText", "11.69 (1.64)", "0.31 (0.19)", "0.11 (0.01)", "0.41 (0.03)", "0.039 (0.04)"),
+    ("BERT", "OpenWebText", "12.54 (2.73)", "0.24 (0.07)", "0.13 (0.04)", "0.26 (0.04)", "0.046 (0.05)"),
+    ("BERT", "WikiText", "12.62 (2.70)", "0.24 (0.06)", "0.17 (0.03)", "0.31 (0.04)", "0.043 (0.04)"),
+    ("BLOOM", "OpenWebText", "10.23 (1.31)", "0.16 (0.09)", "0.21 (0.12)", "0.48 (0.06)", "0.158 (0.23)"),
+    ("Llama 2", "WikiText", "8.69 (0.91)", "0.14 (0.03)", "0.33 (0.20)", "1.00 (0.01)", "0.316 (0.27)"),
+]
+PAPER_TABLE2 = [
+    ("NanoGPT", "WikiText", "7.86 (1.96)", "0.66 (0.28)"),
+    ("GPT-2", "GitHub", "11.54 (1.55)", "0.31 (0.16)"),
+    ("BERT", "GitHub", "12.46 (2.47)", "0.23 (0.04)"),
+    ("BLOOM", "GitHub", "9.54 (0.84)", "0.14 (0.05)"),
+]
+
+# Per-layer figure: metric key -> (panel title, Table 1 column of the paper's row, or None).
+METRIC_PANELS = {
+    "screenot_rank": ("rank of P (ScreeNOT)", 2),
+    "stable_rank": ("stable rank of P", None),
+    "relative_norm": ("relative norm of P", 3),
+    "incoherence_max": ("incoherence: max |cos(pos, ctx)|", 6),
+    "intra_similarity": ("ctx |cos| within documents", 5),
+    "inter_similarity": ("ctx |cos| between documents", 4),
+    "cluster_compactness": ("ctx compactness Tr(Σ_B Σ_W⁺)", None),
+    "dct_low_freq_energy": ("pos Gram: low-frequency DCT energy", None),
+    "share_pos": ("variance share of pos", None),
+}
+
+
+def paper_row(arch: str) -> tuple | None:
+    """The paper's Table 1 row for the architecture (WikiText where it has one)."""
+    rows = [r for r in PAPER_TABLE1 if r[0] == arch]
+    wiki = [r for r in rows if r[1] == "WikiText"]
+    return (wiki or rows or [None])[0]
+
+
+def paper_value(cell: str) -> float | None:
+    """The mean of a quoted "mean (std)" cell, None for "—"."""
+    try:
+        return float(cell.split()[0])
+    except (ValueError, IndexError, AttributeError):
+        return None
+
+
+def _fmt_ms(na: dict | None, summary: dict, key: str) -> str:
+    v = summary.get(key)
+    return (na or {}).get(key, "—") if v is None else f"{v['mean']:.3g} ({v['std']:.2g})"
+
+
+def _cell(m: dict, key: str, na: dict):
+    """A table cell: the value, or the reason it is not available."""
+    v = m.get(key)
+    return na.get(key, "n/a") if v is None else v
+
+
+def _departure_sentence(summary: dict, arch: str) -> str:
+    """One sentence: where this run's layer means depart from the paper's closest Table 1 row."""
+    row = paper_row(arch)
+    if row is None:
+        return ""
+    parts = []
+    for key, (title, col) in METRIC_PANELS.items():
+        ref = paper_value(row[col]) if col is not None else None
+        ours = summary.get(key, {}).get("mean") if isinstance(summary.get(key), dict) else None
+        if ref is None or ours is None or ref == 0:
+            continue
+        parts.append((abs(ours / ref - 1), f"{title} {ours:.3g} vs {ref:.3g} ({100 * (ours / ref - 1):+.0f}%)"))
+    if not parts:
+        return ""
+    parts.sort(reverse=True)
+    return (f"Against the paper's {row[0]} row on {row[1]} (Table 1 means across layers), this run "
+            f"departs most in " + "; then ".join(p for _, p in parts[:2])
+            + (f"; the other compared metrics: " + "; ".join(p for _, p in parts[2:]) if parts[2:] else "")
+            + ".")
+
+
+def _setup_section(r) -> Section:
+    cfg, conv, n_layers = r.config, r.conventions, len(r.layers)
+    tokens = r.n_contexts * cfg.seq_len
+    s = Section("Setup")
+    s.paragraphs += [
+        f"Model: {r.model_desc}. Corpus: {cfg.corpus} ({len(r.doc_names)} documents, "
+        f"{r.n_tokens_corpus} tokens). C = {r.n_contexts} windows ({cfg.n_docs} documents × "
+        f"{cfg.windows_per_doc} non-overlapping windows each); T = {cfg.seq_len} tokens per window, "
+        f"{r.n_positions} positions analysed ({'first token dropped' if cfg.drop_first else 'first token kept'}).",
+        f"Every one of the {n_layers} hidden states was decomposed exactly (Song & Zhong eqs. "
+        f"(2)-(3)) in one streaming pass with a {cfg.compute_dtype} forward and "
+        f"{cfg.accum_dtype} accumulation; no C×T×d tensor "
+        f"was formed. Forward + decomposition: {r.seconds_forward:.1f} s for {tokens} tokens × "
+        f"{n_layers} states ({tokens * n_layers / r.seconds_forward:,.0f} token·layers/s, compile "
+        f"included); whole study {r.seconds_total:.1f} s.",
+        "Conventions: " + ", ".join([
+            "first token dropped" if cfg.drop_first else "first token kept",
+            "final norm applied" if conv["final_norm_applied"] else "no final norm (residual stream)",
+            f"BOS id {conv['bos_prepended']} prepended" if conv["bos_prepended"] is not None else "no BOS inserted",
+            "causal BERT mask" if cfg.causal else "model's own mask",
+            "relative norm against centred states" if cfg.centered_relative_norm
+            else "relative norm against raw states with μ (source code)"]) + ".",
+    ]
+    return s
+
+
+def _layers_section(r, figure_paths: dict) -> Section:
+    na = r.not_available
+    rows = [[ly.name] + [_cell(ly.metrics, k, na) for k in (
+        "screenot_rank", "stable_rank", "relative_norm", "incoherence_max", "incoherence_mean",
+        "intra_similarity", "inter_similarity", "cluster_compactness", "dct_low_freq_energy",
+        "share_pos", "share_ctx", "share_resid")] for ly in r.layers]
+    s = Section("Per-layer geometry (Song & Zhong Tables 1, 3, 4, 5; App. C)")
+    s.table(
+        ["layer", "rank (ScreeNOT k=%d)" % r.config.screenot_k, "stable rank", "relative norm",
+         "incoh max", "incoh mean", "intra sim", "inter sim", "compactness",
+         "DCT low-freq energy", "pos share", "ctx share", "resid share"], rows,
+        "Rank and stable rank of P (T×d); relative norm ‖P_tiled‖op/‖M‖op; incoherence "
+        "max_{t,c}|cos(pos_t, ctx_c)| (exact, over all T·C pairs) and its mean; mean |cos| of ctx "
+        "within / between documents; Tr(Σ_B Σ_W⁺) of ctx; share of the normalized pos Gram's "
+        "DCT energy in the first 10×10 frequencies; ANOVA variance shares (sum to 1).")
+    s.figure(figure_paths["metrics_by_layer"], "Per-layer metrics (layer 0 = embedding output).")
+    return s
+
+
+def _summary_section(r) -> Section:
+    na, summary, d, C, cfg = r.not_available, r.summary, r.d_model, r.n_contexts, r.config
+    keys = ["screenot_rank", "stable_rank", "relative_norm", "intra_similarity",
+            "inter_similarity", "incoherence_max", "incoherence_mean"]
+    s = Section("Table 1 (mean ± std across layers)")
+    s.table(["metric", "mean", "std", "layers"],
+            [[k, summary[k]["mean"], summary[k]["std"], summary[k]["n_layers"]] if k in summary
+             else [k, na.get(k, "n/a"), "", 0] for k in keys])
+    if "cluster_compactness" not in na and C - cfg.n_docs < d:
+        s.paragraphs.append(
+            f"Caution: the context-level compactness uses C = {C} windows in d = {d} "
+            f"dimensions (fewer than d + K = {d + cfg.n_docs}), so Σ_W is singular and its "
+            "pseudo-inverse inflates Tr(Σ_B Σ_W⁺); use more windows for a reliable value.")
+    s.paragraphs.append(
+        "For scale: two independent isotropic directions in d = %d dimensions have "
+        "E|cos| = %.3f, so an incoherence near or below that means pos and ctx are as "
+        "unrelated as random directions (the `song_zhong.incoherence_baseline` claims check this "
+        "baseline by Monte Carlo)." % (d, r.incoherence_baseline))
+    return s
+
+
+def _theorem1_section(r, figure_paths: dict) -> Section:
+    thm1 = [ly.theorem1 for ly in r.layers]
+    s = Section("Theorem 1 on the real positional Grams (eq. (6))")
+    s.paragraphs.append(
+        "For every layer, G = P Pᵀ (pos re-centred, scaled to trace T). LHS(k) is (1/T)"
+        "‖G − F_{≤k}B(F_{≤k}B)ᵀ‖op for the best PSD fit in the printed low-frequency basis "
+        "(an upper bound on the theorem's min over B); RHS(k, m) = 6/(8k)^m ‖Δ^{(m,m)}G̃‖max "
+        "as printed, and with the corrected constant (claims `song_zhong.theorem1.*`). "
+        "A ratio ≤ 1 means eq. (6) holds at that (k, m); 'certified' violations are (k, m) "
+        "where even a lower bound over all B exceeds the RHS. k = 1..%d, m = 1..4."
+        % len(thm1[0]["ks"]))
+    rows = [[name, t["max_ratio_printed"], str(tuple(t["argmax_printed"])),
+             t["n_certified_violations_printed"], t["max_ratio_corrected"],
+             t["lhs_over_opnorm"][min(10, len(t["ks"])) - 1]] for name, t in zip(r.layer_names, thm1)]
+    s.table(["layer", "max LHS/RHS (printed)", "at (k, m)", "certified violations (printed)",
+             "max LHS/RHS (corrected)", "LHS(k=10) / (‖G‖op/T)"], rows)
+    if "theorem1_mid_layer" in figure_paths:
+        s.figure(figure_paths["theorem1_mid_layer"], "Eq. (6) on the middle layer's pos Gram: LHS vs RHS per m.")
+    return s
+
+
+def _clusters_section(r, tok_figs: list) -> Section:
+    cfg, na, per_layer = r.config, r.not_available, [ly.metrics for ly in r.layers]
+    s = Section("Clusters of tokens: cvec vs raw states (App. C, Figs. 24-26)")
+    s.paragraphs.append(
+        f"Tr(Σ_B Σ_W⁺) by document (larger = better separated) of token-level cvec = h − μ − "
+        f"pos and of the raw states h, on {cfg.n_cluster_windows} windows per document; the "
+        f"context means ctx (one point per window) for comparison. The paper reports cvec "
+        f"better separated than raw states.")
+    n_tok = per_layer[0].get("n_cluster_tokens")
+    d_model = per_layer[0].get("d_model")
+    if n_tok is not None and d_model is not None and n_tok - cfg.n_docs < d_model:
+        s.paragraphs.append(
+            f"Caution: {n_tok} tokens in {cfg.n_docs} documents is fewer than d + K = "
+            f"{d_model + cfg.n_docs}, so Σ_W is singular and its pseudo-inverse inflates "
+            "the token-level values; use more --cluster-windows.")
+    s.table(["layer", "ctx", "cvec (tokens)", "raw (tokens)", "cvec / raw"],
+            [[n, _cell(m, "cluster_compactness", na), _cell(m, "compactness_cvec", na),
+              _cell(m, "compactness_raw", na),
+              (m["compactness_cvec"] / m["compactness_raw"] if m.get("compactness_raw") else None)]
+             for n, m in zip(r.layer_names, per_layer)])
+    for name, rel in tok_figs:
+        s.figure(rel, f"Figs. 24-26: cvec (left) vs raw states (right), {name}.")
+    return s
+
+
+def _ood_section(r) -> Section:
+    cfg, na, summary = r.config, r.not_available, r.summary
+    s = Section(f"Table 2: out of distribution ({cfg.ood_corpus})")
+    s.paragraphs.append(
+        f"The same model and sizes on {cfg.ood_corpus} windows (random, non-overlapping): "
+        "the low rank and the relative norm of the positional basis should not depend on "
+        "the text (paper: 'positional basis is agnostic to contexts')."
+        + (f" Characters outside the character model's vocabulary were removed from the "
+           f"{cfg.ood_corpus} text first: {100 * r.ood_dropped:.2f}% of its characters."
+           if r.ood_dropped else ""))
+    s.table(["corpus", "rank estimate", "stable rank", "relative norm"], [
+        [cfg.corpus, _fmt_ms(na, summary, "screenot_rank"), _fmt_ms(na, summary, "stable_rank"),
+         _fmt_ms(na, summary, "relative_norm")],
+        [cfg.ood_corpus, _fmt_ms(na, summary, "ood_screenot_rank"),
+         _fmt_ms(na, summary, "ood_stable_rank"), _fmt_ms(na, summary, "ood_relative_norm")]],
+        "mean (std) across layers")
+    return s
+
+
+def _paper_section(r, has_ood: bool) -> Section:
+    cfg, na, summary = r.config, r.not_available, r.summary
+    s = Section("Beside the paper (Song & Zhong Tables 1-2, quoted)")
+    s.paragraphs.append(
+        "The paper's rows are its published numbers (reference values, not recomputed here: "
+        "those models are not available offline). Our row is this run. MiniLM is a 6-layer "
+        "BERT-architecture sentence encoder, so the closest paper row is BERT on WikiText.")
+    arch = ("BERT" if r.model_desc.startswith("Bert") else
+            "toy GPT-2-like" if r.model_desc.startswith("Toy") else "GPT-2")
+    departure = _departure_sentence(summary, "BERT" if arch == "BERT" else
+                                    "NanoGPT" if arch.startswith("toy") else "GPT-2")
+    if departure:
+        s.paragraphs.append(departure)
+    ours = [f"this run: {'MiniLM' if cfg.model == 'minilm' else Path(cfg.model).name} ({arch} arch.)",
+            cfg.corpus, _fmt_ms(na, summary, "screenot_rank"), _fmt_ms(na, summary, "relative_norm"),
+            _fmt_ms(na, summary, "inter_similarity"), _fmt_ms(na, summary, "intra_similarity"),
+            _fmt_ms(na, summary, "incoherence_max")]
+    s.table(["model", "corpus", "rank estimate", "relative norm", "inter-cluster sim",
+             "intra-cluster sim", "incoh (max)"],
+            [ours] + [[f"paper: {row[0]}", *row[1:]] for row in PAPER_TABLE1],
+            "Table 1: mean (std) across layers")
+    if has_ood:
+        s.table(["model", "OOD corpus", "rank estimate", "relative norm"],
+                [[ours[0], cfg.ood_corpus, _fmt_ms(na, summary, "ood_screenot_rank"),
+                  _fmt_ms(na, summary, "ood_relative_norm")]]
+                + [[f"paper: {row[0]}", *row[1:]] for row in PAPER_TABLE2], "Table 2")
+    return s
+
+
+def _figures_section(r, figure_paths: dict) -> Section:
+    s = Section("Figures (Song & Zhong Figs. 1-3, 24-26)")
+    s.figure(figure_paths["fig1_pca"], "Fig. 1: PCA of pos and cvec by layer.")
+    s.figure(figure_paths["fig1_pca_3d"], "Fig. 1 in 3-D: the spiral of pos on P's top-3 PCs.")
+    s.figure(figure_paths["fig2_gram"], "Fig. 2: normalized Gram of [pos; ctx] (lines: pos block, documents).")
+    s.figure(figure_paths["fig3_singular_values"], "Fig. 3 left: σ_j/σ_1 of P (tiled over C), Cvec and R.")
+    s.figure(figure_paths["fig3_dct"], "Fig. 3 right: low-frequency DCT coefficients of the pos Gram.")
+    for ly in r.layers:
+        if f"ctx_clusters_{ly.name}" in figure_paths:
+            s.figure(figure_paths[f"ctx_clusters_{ly.name}"], "App. C: context means coloured by document.")
+    return s
+
+
+def sections(result, figure_paths: dict[str, str]) -> list[Section]:
+    """The report of a geometry study: setup, per-layer Tables 1/3-5, Table 1's means, Theorem 1
+    on the real pos Grams, App. C token clusters, Table 2 (OOD), the paper's own Table 1-2 rows
+    beside ours, and the figures.
+
+    Args:
+      result: a ``geomjax.study.StudyResult``.
+      figure_paths: figure name (``geomjax.plots.study_figures``) -> path relative to the run
+        directory ("figures/fig1_pca.png").
+    """
+    layers = result.layers
+    has_ood = layers[0].ood is not None
+    tok_figs = [(ly.name, figure_paths[f"cvec_vs_raw_{ly.name}"]) for ly in layers
+                if f"cvec_vs_raw_{ly.name}" in figure_paths]
+    out = [_setup_section(result), _layers_section(result, figure_paths), _summary_section(result)]
+    if layers[0].theorem1 is not None:
+        out.append(_theorem1_section(result, figure_paths))
+    if tok_figs or any("compactness_cvec" in ly.metrics for ly in layers):
+        out.append(_clusters_section(result, tok_figs))
+    if has_ood:
+        out.append(_ood_section(result))
+    out.append(_paper_section(result, has_ood))
+    out.append(_figures_section(result, figure_paths))
+    return out

@@ -1,26 +1,46 @@
-"""Per-layer geometry metrics from streaming decomposition statistics (Song & Zhong Tables 1-5).
+"""The per-layer geometry study (Song & Zhong §2, Tables 1-5, Theorem 1 on real layers, App. C).
 
-:func:`layer_metrics` turns one layer's ``DecompositionStats`` (and optional context labels)
-into the numbers of Song & Zhong's tables; :func:`summarize_layers` gives the mean ± std across
-layers (Tables 1-2). Everything is computed from the O(d² + T d + C d) statistics: no C x T x d
-tensor is needed, and the incoherence the paper reports but its code never computed is exact.
+:func:`run` is the study as data flow: ``run(config) -> StudyResult``. It samples C
+document-labelled windows, runs the jitted model over them once and accumulates the exact
+decomposition (eqs. (2)-(3)) of every hidden state in the same pass, then computes each layer's
+numbers and the projections the figures draw; :meth:`StudyResult.to_json` is metrics.json,
+``geomjax.plots.study_figures`` draws it and ``geomjax.report.sections`` writes its report.
+
+The numbers: :func:`layer_metrics` turns one layer's ``DecompositionStats`` (and optional context
+labels) into the numbers of Song & Zhong's tables; :func:`summarize_layers` gives the mean ± std
+across layers (Tables 1-2). Everything is computed from the O(d² + T d + C d) statistics: no
+C x T x d tensor is needed, and the incoherence the paper reports but its code never computed is
+exact.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 import warnings
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import geometry, spectral
-from geomjax._checks import x64_context as _x64_context
+from geomjax import data, extraction, geometry, smoothness, spectral
+from geomjax.convert import minilm_path
+from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
+from geomjax._checks import x64_context
 from geomjax.decomposition import DecompositionStats
+from geomjax.errors import GeomjaxError
+from geomjax.lens import load
+from geomjax.models import ToyRun, model_interface, toy_forward
+from geomjax.models.bert import BertConfig
+from geomjax.parallel import data_mesh
+from geomjax.study_config import PRESETS, GeometryConfig
 
 __all__ = ["StudyOptions", "layer_metrics", "summarize_layers", "theorem1_on_pos",
-           "token_cluster_metrics", "top_singular_values"]
+           "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
+           "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
+           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +70,7 @@ def top_singular_values(stats: DecompositionStats, n: int) -> dict[str, np.ndarr
     are comparable: σ(P_tiled) = √C σ(P); σ(Cvec) and σ(R) come from the exact d×d second
     moments Σ cvec cvecᵀ and Σ resid residᵀ.
     """
-    with _x64_context(stats.accum_dtype):
+    with x64_context(stats.accum_dtype):
         sp = np.sqrt(stats.n_contexts) * np.asarray(spectral.singular_values(stats.pos), np.float64)
         sc = np.asarray(spectral.singular_values_from_second_moment(stats.cvec_second_moment))
         sr = np.asarray(spectral.singular_values_from_second_moment(stats.resid_second_moment))
@@ -98,7 +118,7 @@ def layer_metrics(
         out["explained_ratio"] = None
         out["screenot_note"] = reason
     out["stable_rank"] = float(spectral.stable_rank(pos))
-    with _x64_context(stats.accum_dtype):
+    with x64_context(stats.accum_dtype):
         S = stats.centered_second_moment
         if not options.centered_relative_norm:
             # raw states, μ included (source code): Σ h hᵀ = S + C·T·μμᵀ
@@ -152,8 +172,6 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
       argmax (k, m), ``n_certified_violations_printed`` (lower bound > RHS), ``lhs`` (K,),
       ``lhs_over_opnorm`` (K,) = LHS / (‖G‖op / T), ``delta_max`` (M,), ks, ms.
     """
-    from geomjax import smoothness
-
     P = np.asarray(pos, np.float64)
     P = P - P.mean(0, keepdims=True)
     G = P @ P.T
@@ -207,8 +225,613 @@ def token_cluster_metrics(h, labels, mean, pos) -> dict:
         with jax.enable_x64(True):
             out[f"compactness_{name}"] = float(
                 geometry.cluster_compactness(jnp.asarray(X), jnp.asarray(tok_labels)))
-        Xc = X - X.mean(0)
-        _, _, vt = np.linalg.svd(Xc, full_matrices=False)
-        out[f"pca_{name}"] = Xc @ vt[:2].T
+        out[f"pca_{name}"] = np.asarray(geometry.pca_projections(X, center=True).pos)
     out["token_labels"] = tok_labels
     return out
+
+
+def _model_config(name: str) -> dict | None:
+    """config.json of a model name without loading weights (None for a toy run)."""
+    if name.startswith("toy:"):
+        root = Path(name[4:]).expanduser()
+        if not (root / "checkpoints").is_dir():
+            raise GeomjaxError(f"--model {name!r}: {str(root)!r} is not a `geomjax train` run directory "
+                               "(no checkpoints/); train one with `geomjax train shakespeare --out DIR`")
+        return None
+    try:
+        path = minilm_path() if name == "minilm" else resolve_checkpoint(Path(name).expanduser())
+        return read_config(path)
+    except GeomjaxError:
+        raise  # e.g. a Hugging Face name neither cached nor reachable: its message says what to do
+    except (FileNotFoundError, ValueError) as e:
+        raise GeomjaxError(f"--model {name!r}: {e}. Use 'minilm', 'toy:RUN_DIR', a Hugging Face name "
+                           "(cached or reachable), or a local model directory / cache entry with "
+                           "config.json and model.safetensors") from None
+
+
+def validate_geometry(cfg: GeometryConfig) -> None:
+    """Check every option of a geometry study that can be checked without loading weights or text.
+
+    Sizes, corpus names, the data folder and the model's positions are validated here, before a
+    model is loaded or a run directory is created; the corpus capacity is checked after
+    tokenization by :func:`prepare_inputs` (still before any forward pass).
+
+    Raises:
+      GeomjaxError: naming the option, the minimum or the allowed values, and the fix.
+    """
+    for flag, v, lo in (("--n-docs", cfg.n_docs, 1), ("--windows-per-doc", cfg.windows_per_doc, 1),
+                        ("--batch-size", cfg.batch_size, 1), ("--screenot-k", cfg.screenot_k, 0),
+                        ("--cluster-windows", cfg.n_cluster_windows, 0), ("--devices", cfg.devices or 1, 1)):
+        if int(v) < lo:
+            raise GeomjaxError(f"{flag} must be >= {lo}, got {v}")
+    n_freq = StudyOptions().n_freq
+    t_min = n_freq + int(cfg.drop_first)
+    if cfg.seq_len < t_min:
+        raise GeomjaxError(
+            f"-T {cfg.seq_len} is too short: the study needs at least {n_freq} positions (the "
+            f"low-frequency DCT energy of Fig. 3 uses the first {n_freq} frequencies), so -T >= {t_min}"
+            f"{' (the first token is dropped)' if cfg.drop_first else ''}")
+    if cfg.n_contexts % cfg.batch_size:
+        raise GeomjaxError(
+            f"C = --n-docs x --windows-per-doc = {cfg.n_docs} x {cfg.windows_per_doc} = {cfg.n_contexts} "
+            f"is not a multiple of --batch-size {cfg.batch_size}; nothing is dropped or padded, so "
+            "choose sizes that divide")
+    if cfg.devices and cfg.batch_size % cfg.devices:
+        raise GeomjaxError(f"--batch-size {cfg.batch_size} must be a multiple of --devices {cfg.devices}")
+    data.data_dir_override(cfg.data_dir)
+    data.corpus_kind(cfg.corpus)
+    if cfg.ood_corpus:
+        data.corpus_kind(cfg.ood_corpus)
+    mcfg = _model_config(cfg.model)
+    if mcfg is not None:
+        max_pos = mcfg.get("max_position_embeddings") or mcfg.get("n_positions")
+        if isinstance(max_pos, int) and cfg.seq_len > max_pos:
+            raise GeomjaxError(f"-T {cfg.seq_len} exceeds the {max_pos} positions of --model {cfg.model!r}; "
+                               f"use -T <= {max_pos}")
+
+
+def check_topic_capacity(lengths, cfg: GeometryConfig) -> None:
+    """Refuse sizes the corpus cannot supply as non-overlapping within-document windows.
+
+    ``sample_topics`` needs ``n_docs`` documents of at least ``windows_per_doc · seq_len`` tokens.
+
+    Args:
+      lengths: (D,) token count of every document.
+
+    Raises:
+      GeomjaxError: naming what fits (the largest --n-docs / --windows-per-doc at these sizes) and,
+        for the bundled corpora, a larger corpus.
+    """
+    lengths = np.sort(np.asarray(lengths, np.int64))[::-1]
+    need = cfg.windows_per_doc * cfg.seq_len
+    n_ok = int((lengths >= need).sum())
+    if n_ok >= cfg.n_docs:
+        return
+    best_w = int(lengths[cfg.n_docs - 1] // cfg.seq_len) if lengths.size >= cfg.n_docs else 0
+    fits = [f"--n-docs {n_ok}" if n_ok else None,
+            f"--windows-per-doc {best_w}" if best_w else None]
+    hint = " or ".join(f for f in fits if f) or "a smaller -T"
+    bigger = ""
+    if cfg.corpus.lower().startswith(("wikitext", "shakespeare", "tinyshakespeare")):
+        bigger = (f" The bundled {cfg.corpus} has {int(lengths.sum()):,} tokens in {lengths.size} "
+                  f"document(s), the longest {int(lengths[0]):,}; these sizes (e.g. the 'paper' preset) need "
+                  "a larger corpus with long documents: a local folder of text files (--corpus DIR, one "
+                  "document per file) or --corpus hf:wikitext:wikitext-103-raw-v1 (needs `datasets` and a "
+                  "network).")
+    raise GeomjaxError(
+        f"--n-docs {cfg.n_docs} x --windows-per-doc {cfg.windows_per_doc} x -T {cfg.seq_len} needs "
+        f"{cfg.n_docs} document(s) of >= {need:,} tokens, but {cfg.corpus} has {n_ok}; use {hint} "
+        f"at these sizes.{bigger}")
+
+
+def load_model_and_tokenizer(name: str, *, param_dtype: str | None = None):
+    """(model, params, tokenizer, path) for "minilm", a Hugging Face checkpoint (directory, cache
+    entry or name such as "gpt2"), or "toy:RUN_DIR" (a run directory of ``geomjax train``; the
+    model is then a ``ToyRun``).
+
+    The tokenizer is the model's own (the checkpoint's tokenizer.json; BERT WordPiece from its
+    vocab.txt; GPT-2's byte-level BPE when a GPT-2 checkpoint ships none) and is checked against the
+    model's vocabulary size.
+    """
+    m = load(name, dtype=param_dtype)
+    tok = m.tokenizer.encode if name.startswith("toy:") else m.tokenizer  # a toy run's CharTokenizer
+    return m.model, m.params, tok, m.path
+
+
+def _max_positions(model) -> int | None:
+    """Context length of a loaded model, None when its positions are unbounded (rotary, ALiBi)."""
+    return model_interface(model).facts.max_positions
+
+
+def model_conventions(model, cfg: GeometryConfig) -> dict:
+    """The hidden-state conventions a study of ``model`` runs with (recorded in config.json)."""
+    f = model_interface(model).facts
+    final = cfg.final_ln if cfg.final_ln is not None else f.family in ("bloom", "llama", "mistral")
+    if final and not f.final_norm:
+        name = {"bert": "BERT", "toy": "this toy model"}.get(f.family, f.family)
+        raise GeomjaxError(f"--final-ln: {name} has no final LayerNorm (its Hugging Face states are the "
+                           "residual stream already); leave --final-ln out")
+    if cfg.causal and f.family != "bert":
+        raise GeomjaxError(f"--causal applies to BERT only (the {f.family} model has its own causal mask)")
+    if cfg.bos and f.bos_token_id is None and f.family not in ("bloom",):
+        raise GeomjaxError(f"--bos: the {f.family} model's tokenizer has no BOS token to prepend")
+    bos = getattr(getattr(model, "config", None), "bos_token_id", None) if cfg.bos else None
+    return {"family": f.family, "positions": f.positions, "norm": f.norm, "final_norm_applied": bool(final),
+            "bos_prepended": bos, "first_position_dropped": cfg.drop_first,
+            "hidden_states": "embedding output, then each block" + (
+                ", the last after the final norm (Hugging Face output_hidden_states)" if final
+                else ", all before any final norm (residual stream)")}
+
+
+def _forward(model, *, final_ln: bool, causal: bool, bos: int | None = None):
+    """forward(params, ids) -> L+1 hidden states with the study's conventions (the model interface's
+    :meth:`~geomjax.models.ModelInterface.hidden_states`; ``bos`` prepended to every window)."""
+    if isinstance(model, ToyRun) and bos is None:
+        if causal:
+            raise GeomjaxError("--causal applies to BERT only (the toy model has its own mask)")
+        return toy_forward(model, "hidden_states" if final_ln else "residual")
+    if causal and not isinstance(getattr(model, "config", None), BertConfig):
+        raise GeomjaxError("--causal applies to BERT only (other models have their own mask)")
+    m = model_interface(model, causal=True if causal else None)
+    if final_ln and not m.facts.final_norm:
+        raise GeomjaxError(f"--final-ln applies to models with a final norm (GPT-2, Llama, Mistral, BLOOM, "
+                           f"pre-LN toys); the {m.facts.family} model has none")
+    return m.study_forward(final_norm=bool(final_ln), bos=bos)
+
+
+@dataclasses.dataclass
+class GeometryInputs:
+    """Sampled windows of a study: (C, T) ids with labels, the fresh cvec draw, and the
+    out-of-distribution windows (Table 2) when an OOD corpus is set."""
+
+    windows: object  # geomjax.data.Windows
+    cvec_ids: np.ndarray
+    doc_names: list[str]
+    n_tokens_corpus: int
+    ood_ids: np.ndarray | None = None
+    ood_dropped: float = 0.0
+
+
+def _bar(iterable, desc: str, progress: bool, unit: str = "layer"):
+    """``iterable`` with a tqdm bar on stderr when ``progress``."""
+    if not progress:
+        return iterable
+    from tqdm.auto import tqdm  # display only
+
+    return tqdm(iterable, desc=desc, unit=unit)
+
+
+def status_line(msg: str, progress: bool = True) -> None:
+    """One status line on stderr for a stage without a progress bar."""
+    if progress:
+        print(f"geomjax: {msg}", file=sys.stderr, flush=True)
+
+
+def prepare_inputs(cfg: GeometryConfig, tokenizer, *, vocab=None, progress: bool = False) -> GeometryInputs:
+    """Tokenize the corpora and draw every window of the study before any forward pass.
+
+    The study's windows follow Song & Zhong's topic design without overlap or repetition; an
+    independent draw of ``n_cvec`` windows serves cvec/resid; with ``cfg.ood_corpus``, C
+    non-overlapping windows of the OOD corpus (Table 2). Capacity is checked for all of them here,
+    so a too-small corpus fails in seconds, not after the main pass.
+
+    Args:
+      cfg: the study's configuration (sizes already checked by :func:`validate_geometry`).
+      tokenizer: ``text -> ids``.
+      vocab: characters a character model can encode (OOD text is filtered to them), or None.
+      progress: print status lines.
+
+    Raises:
+      GeomjaxError: a corpus cannot supply the windows (the message says what fits).
+    """
+    status_line(f"tokenizing {cfg.corpus}", progress)
+    docs = data.load_corpus(cfg.corpus, cfg.data_dir)
+    corpus = data.tokenize_documents(docs, tokenizer)
+    check_topic_capacity(corpus.lengths, cfg)
+    key = jax.random.key(cfg.seed)
+    k_topics, k_cvec = jax.random.split(key)
+    windows = data.sample_topics(corpus, cfg.n_docs, cfg.windows_per_doc, cfg.seq_len, k_topics)
+    fresh = data.sample_windows(corpus, cfg.n_cvec, cfg.seq_len, k_cvec)
+    ood_ids, dropped = None, 0.0
+    if cfg.ood_corpus:
+        status_line(f"tokenizing {cfg.ood_corpus} (out-of-distribution corpus, Table 2)", progress)
+        odocs = data.load_corpus(cfg.ood_corpus, cfg.data_dir)
+        if vocab is not None:
+            # A character model cannot encode characters it never saw: drop them explicitly
+            # and report how many (the paper ran its Shakespeare NanoGPT on WikiText too).
+            keep = set(vocab)
+            n_all = sum(len(t) for _, t in odocs)
+            odocs = [(n, "".join(ch for ch in t if ch in keep)) for n, t in odocs]
+            dropped = 1.0 - sum(len(t) for _, t in odocs) / max(n_all, 1)
+        oc = data.tokenize_documents(odocs, tokenizer)
+        if oc.n_tokens // cfg.seq_len < cfg.n_contexts:
+            raise GeomjaxError(
+                f"--ood-corpus {cfg.ood_corpus} has {oc.n_tokens:,} tokens: room for "
+                f"{oc.n_tokens // cfg.seq_len} non-overlapping windows of -T {cfg.seq_len}, but Table 2 "
+                f"uses C = {cfg.n_contexts}; choose a larger --ood-corpus, fewer windows, or "
+                "--ood-corpus none")
+        ow = data.sample_windows(oc, cfg.n_contexts, cfg.seq_len,
+                                 jax.random.fold_in(jax.random.key(cfg.seed), 2), non_overlapping=True)
+        ood_ids = np.asarray(ow.ids)
+    return GeometryInputs(windows, np.asarray(fresh.ids), list(corpus.names), corpus.n_tokens,
+                          ood_ids, dropped)
+
+
+def _mesh(devices: int | None):
+    if not devices:
+        return None
+    return data_mesh(devices)
+
+
+# ---------------------------------------------------------------------------------------------
+# The study as data flow: run(config) -> StudyResult
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenClusters:
+    """App. C (Figs. 24-26) on one layer: token-level cvec against raw states.
+
+    Attributes:
+      compactness_cvec, compactness_raw: Tr(Σ_B Σ_W⁺) by document.
+      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs).
+      token_labels: (N·T,) document of every token.
+    """
+
+    compactness_cvec: float
+    compactness_raw: float
+    pca_cvec: np.ndarray
+    pca_raw: np.ndarray
+    token_labels: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerResult:
+    """Everything the study computed on one hidden state (layer 0 = embedding output).
+
+    Attributes:
+      name: "emb", "L1", ...
+      metrics: the layer's row of metrics.json (Tables 1, 3-5 from :func:`layer_metrics`, the
+        context compactness, and when computed the Theorem 1 summary, App. C compactness and the
+        out-of-distribution rank / norm; docs/DESIGN.md lists the keys).
+      pos_pca: (T, 2) pos on P's top-2 right singular vectors (Fig. 1).
+      cvec_pca: (n_cvec, T, 2) cvec of the fresh draw on the same directions.
+      dct: (T, T) |2-D DCT| of the normalized pos Gram (Fig. 3 right).
+      theorem1: :func:`theorem1_on_pos` of the layer (eq. (6)), or None.
+      token_clusters: App. C of the layer, or None.
+      ood: :func:`layer_metrics` of the out-of-distribution pass (Table 2), or None.
+      pos_pca3, cvec_pca3: (T, 3) / (n_cvec, T, 3) on P's top-3 PCs for the 3-D panels, else None.
+      ctx_pca: (C, 2) principal coordinates of ctx for the App. C scatter layers, else None.
+    """
+
+    name: str
+    metrics: dict
+    pos_pca: np.ndarray
+    cvec_pca: np.ndarray
+    dct: np.ndarray
+    theorem1: dict | None = None
+    token_clusters: TokenClusters | None = None
+    ood: dict | None = None
+    pos_pca3: np.ndarray | None = None
+    cvec_pca3: np.ndarray | None = None
+    ctx_pca: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyResult:
+    """The per-layer geometry study of one (model, corpus) pair (Song & Zhong §2, Tables 1-5,
+    Theorem 1 on real layers, App. C, Figs. 1-3 / 24-26), as arrays and numbers.
+
+    :meth:`StudyResult.to_json` is metrics.json; ``geomjax.plots.study_figures`` draws it and
+    ``geomjax.report.sections`` writes its report.
+
+    Attributes:
+      config: the study's configuration; options: the study conventions it ran with.
+      model_desc: "BertModel (all-MiniLM-L6-v2), L = 6, d = 384".
+      arch: the paper's closest Table 1 row ("BERT", "GPT-2" or "NanoGPT").
+      conventions: :func:`model_conventions` (also in config.json).
+      layers: one :class:`LayerResult` per hidden state.
+      n_contexts, n_positions, d_model: C, T (analysed positions) and d.
+      labels: (C,) document of every window.
+      doc_names: names of every document of the corpus.
+      n_tokens_corpus: tokens of the corpus.
+      summary: mean / std / n_layers across layers of every numeric per-layer metric.
+      singular_values_mid: {"P", "Cvec", "R"}: top singular values at the middle layer (Fig. 3 left).
+      gram_mid: (T + C, T + C) normalized Gram of [pos; ctx] at the middle layer (Fig. 2).
+      not_available: metric -> "n/a: needs ..." for the metrics these sizes cannot give.
+      incoherence_baseline: E|cos| of two independent isotropic directions in R^d
+        (:func:`geometry.mean_abs_cos_isotropic`), the scale of the incoherence.
+      ood_dropped: fraction of the OOD text's characters a character model could not encode.
+      seconds_forward: forward + decomposition wall time; seconds_total: the whole study's.
+    """
+
+    config: GeometryConfig
+    options: StudyOptions
+    model_desc: str
+    arch: str
+    conventions: dict
+    layers: tuple[LayerResult, ...]
+    n_contexts: int
+    n_positions: int
+    d_model: int
+    labels: np.ndarray
+    doc_names: tuple[str, ...]
+    n_tokens_corpus: int
+    summary: dict
+    singular_values_mid: dict
+    gram_mid: np.ndarray
+    not_available: dict
+    incoherence_baseline: float
+    ood_dropped: float
+    seconds_forward: float
+    seconds_total: float
+
+    @property
+    def layer_names(self) -> list[str]:
+        return [ly.name for ly in self.layers]
+
+    @property
+    def mid(self) -> int:
+        """Index of the middle layer (Figs. 2-3, Theorem 1 figure)."""
+        return len(self.layers) // 2
+
+    @property
+    def multi_doc(self) -> bool:
+        return np.unique(self.labels).size >= 2
+
+    def to_json(self) -> dict:
+        """metrics.json: the study's numbers (arrays as lists; docs/DESIGN.md documents the schema)."""
+        return {
+            "model": self.model_desc, "n_contexts": self.n_contexts, "n_positions": self.n_positions,
+            "layers": self.layer_names, "per_layer": [dict(ly.metrics) for ly in self.layers],
+            "summary": self.summary,
+            "singular_values_mid_layer": {k: np.asarray(v).tolist() for k, v in self.singular_values_mid.items()},
+            "timing_s": {"forward_and_decomposition": self.seconds_forward, "total": self.seconds_total},
+            "doc_labels": {str(j): self.doc_names[j] for j in np.unique(self.labels)},
+            "theorem1": [dict(ly.theorem1) for ly in self.layers if ly.theorem1 is not None],
+            "ood_fraction_of_characters_dropped": self.ood_dropped,
+            "not_available": self.not_available,
+            "model_conventions": self.conventions,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Loaded:
+    """A loaded model with the study's forward (internal to :func:`run`)."""
+
+    model: object
+    params: object
+    tokenizer: object
+    path: Path
+    conventions: dict
+    forward: object
+
+
+def _load(cfg: GeometryConfig, progress: bool) -> _Loaded:
+    """The model, its tokenizer and the study's forward; model-only checks come first."""
+    status_line(f"loading {cfg.model}", progress)
+    try:
+        model, params, tok, path = load_model_and_tokenizer(cfg.model, param_dtype=cfg.param_dtype)
+    except GeomjaxError:
+        raise
+    except (FileNotFoundError, ValueError) as e:  # missing/corrupted files, unsupported config
+        raise GeomjaxError(f"--model {cfg.model!r} cannot be loaded: {e}") from None
+    conv = model_conventions(model, cfg)
+    max_pos = _max_positions(model)
+    n_bos = int(conv["bos_prepended"] is not None)
+    if max_pos is not None and cfg.seq_len + n_bos > max_pos:
+        raise GeomjaxError(f"-T {cfg.seq_len}{' plus the BOS token' if n_bos else ''} exceeds the model's "
+                           f"{max_pos} positions; use -T <= {max_pos - n_bos}")
+    try:
+        fwd_raw = _forward(model, final_ln=conv["final_norm_applied"], causal=cfg.causal,
+                           bos=conv["bos_prepended"])
+    except ValueError as e:  # an option the model does not support (--causal, --final-ln)
+        raise GeomjaxError(str(e)) from None
+    forward = extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
+    return _Loaded(model, params, tok, path, conv, forward)
+
+
+def _stream(cfg: GeometryConfig, m: _Loaded, ids, desc: str, progress: bool):
+    """Every layer's streaming decomposition (eqs. (2)-(3)) of the windows ``ids`` (C, T)."""
+    batches = [ids[i: i + cfg.batch_size] for i in range(0, cfg.n_contexts, cfg.batch_size)]
+    return extraction.decompose_model_stream(
+        m.forward, m.params, batches, drop_first=cfg.drop_first, accum_dtype=cfg.accum_dtype,
+        mesh=_mesh(cfg.devices), progress=desc if progress else False, total=len(batches))
+
+
+def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[dict]:
+    """Tables 1, 3-5 of every layer and the context compactness (``states``: the fresh draw, for
+    ``cluster_mu="general"``)."""
+    multi_doc = np.unique(labels).size >= 2
+    s0 = int(cfg.drop_first)
+    if cfg.cluster_mu not in ("topics", "general"):
+        raise GeomjaxError(f"--cluster-mu must be 'topics' or 'general', got {cfg.cluster_mu!r}")
+    rows = []
+    for layer in _bar(range(len(stats)), "metrics", progress):
+        # Cluster metrics need two documents (a one-document corpus such as tiny Shakespeare
+        # has none: reported as "—", like the paper's NanoGPT row).
+        m = layer_metrics(stats[layer], labels if multi_doc else None, options)
+        ctx = jnp.asarray(np.asarray(stats[layer].ctx, np.float32))
+        if multi_doc and cfg.cluster_mu == "general":  # ctx_c + μ_topics − μ_general (the authors' topics script)
+            mu_gen = np.asarray(states[layer][:, s0:], np.float64).mean((0, 1))
+            ctx_gen = np.asarray(stats[layer].ctx, np.float64) + np.asarray(stats[layer].mean, np.float64) - mu_gen
+            intra, inter = geometry.cluster_similarity(jnp.asarray(ctx_gen, jnp.float32), jnp.asarray(labels))
+            m["intra_similarity"], m["inter_similarity"] = float(intra), float(inter)
+        m["cluster_compactness"] = (float(geometry.cluster_compactness(ctx, jnp.asarray(labels)))
+                                    if multi_doc else None)
+        rows.append(m)
+    return rows
+
+
+def _theorem1(stats, rows: list[dict], progress: bool) -> list[dict]:
+    """Theorem 1, eq. (6), on every layer's pos Gram; its summary goes into ``rows``."""
+    T = stats[0].n_positions
+    ks = tuple(range(1, min(20, T - 1) + 1))
+    out = []
+    for layer in _bar(range(len(stats)), "Theorem 1, eq. (6)", progress):
+        r = theorem1_on_pos(stats[layer].pos, ks=ks)
+        out.append(r)
+        m = rows[layer]
+        m["theorem1_max_ratio_printed"] = r["max_ratio_printed"]
+        m["theorem1_max_ratio_corrected"] = r["max_ratio_corrected"]
+        m["theorem1_certified_violations_printed"] = r["n_certified_violations_printed"]
+        m["theorem1_lhs_k10_over_opnorm"] = r["lhs_over_opnorm"][min(10, len(ks)) - 1]
+    return out
+
+
+def _token_clusters(cfg, fwd, params, ids, labels, stats, rows, progress: bool) -> list[TokenClusters]:
+    """App. C / Figs. 24-26: token-level cvec vs raw states of ``n_cluster_windows`` windows per
+    document; the compactness goes into ``rows``."""
+    s0 = int(cfg.drop_first)
+    sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
+    parts = [[] for _ in stats]
+    for i in range(0, sel.size, cfg.batch_size):
+        for layer, a in enumerate(fwd(params, jnp.asarray(ids[sel[i: i + cfg.batch_size]]))):
+            parts[layer].append(np.asarray(a[:, s0:], np.float32))
+    out = []
+    for layer in _bar(range(len(stats)), "token clusters (App. C)", progress):
+        r = token_cluster_metrics(np.concatenate(parts[layer]), labels[sel], stats[layer].mean, stats[layer].pos)
+        out.append(TokenClusters(r["compactness_cvec"], r["compactness_raw"], r["pca_cvec"], r["pca_raw"],
+                                 r["token_labels"]))
+        rows[layer]["compactness_cvec"] = r["compactness_cvec"]
+        rows[layer]["compactness_raw"] = r["compactness_raw"]
+        rows[layer]["n_cluster_tokens"] = int(r["token_labels"].size)
+        rows[layer]["d_model"] = int(stats[layer].pos.shape[-1])
+        parts[layer] = None
+    return out
+
+
+def _ood(cfg, m: _Loaded, ood_ids, options, rows: list[dict], progress: bool) -> list[dict]:
+    """Table 2: rank and relative norm of pos on the out-of-distribution windows; into ``rows``."""
+    ostats = _stream(cfg, m, ood_ids, f"OOD ({cfg.ood_corpus})", progress)
+    out = [layer_metrics(st, None, options) for st in ostats]
+    for r, o in zip(rows, out):
+        r["ood_screenot_rank"] = o["screenot_rank"]
+        r["ood_relative_norm"] = o["relative_norm"]
+        r["ood_stable_rank"] = o["stable_rank"]
+    return out
+
+
+def _unavailable(cfg: GeometryConfig, multi_doc: bool, T: int, d: int) -> dict:
+    """metric key -> "n/a: needs ..." for every metric the sizes of this run cannot give."""
+    na = {}
+    if not multi_doc:
+        for k in ("intra_similarity", "inter_similarity", "cluster_compactness", "compactness_cvec",
+                  "compactness_raw"):
+            na[k] = "n/a: needs ≥ 2 documents"
+    k = cfg.screenot_k
+    if 2 * k + 1 >= min(T, d):
+        need = 2 * k + 2 + int(cfg.drop_first)
+        msg = (f"n/a: needs -T ≥ {need} (ScreeNOT with k = {k} needs 2k+1 < {T} positions)" if T <= d
+               else f"n/a: needs --screenot-k ≤ {(d - 2) // 2} (2k+1 < d = {d})")
+        na["screenot_rank"] = na["ood_screenot_rank"] = msg
+    return na
+
+
+def _arch_of(model) -> str:
+    """'BERT', 'GPT-2' or 'NanoGPT': which of the paper's Table 1 rows a loaded model is closest to."""
+    if hasattr(model, "max_positions") and hasattr(model, "step"):  # a ToyRun
+        return "NanoGPT"
+    return "BERT" if "bert" in type(getattr(model, "config", None)).__name__.lower() else "GPT-2"
+
+
+def _model_desc(cfg: GeometryConfig, m: _Loaded, n_layers: int, d: int) -> str:
+    """"BertModel (all-MiniLM-L6-v2), L = 6, d = 384" (a toy run: its task and step)."""
+    label = "all-MiniLM-L6-v2" if cfg.model == "minilm" else (
+        m.path.name if Path(cfg.model).exists() else cfg.model)  # a Hugging Face name: not its snapshot hash
+    if hasattr(m.model, "max_positions") and hasattr(m.model, "step"):  # a ToyRun
+        label = f"toy run {m.path.name}, {m.model.config.task} task, step {m.model.step}"
+        arch_name = "ToyTransformer"
+    else:
+        arch_name = type(m.model.config).__name__
+    return f"{arch_name} ({label}), L = {n_layers - 1}, d = {d}"
+
+
+def _cvec_draw(cfg, stats, states) -> list[np.ndarray]:
+    """cvec = h − μ − pos of the fresh draw, per layer (n_cvec, T, d) float64 (source code: 32 sequences)."""
+    s0 = int(cfg.drop_first)
+    cvec = []
+    for st, hs in zip(stats, states):
+        with x64_context(cfg.accum_dtype):
+            h = np.asarray(hs[:, s0:], np.float64)
+            cvec.append(h - np.asarray(st.mean, np.float64) - np.asarray(st.pos, np.float64)[None])
+    return cvec
+
+
+def _layer_results(stats, names, rows, cvec, thm1, clusters, ood) -> tuple[LayerResult, ...]:
+    """Per-layer projections for Figs. 1, 3 and App. C, bundled with the numbers of every layer."""
+    n = len(stats)
+    mid = n // 2
+    panels = {1 if n > 1 else 0, mid, n - 1}
+    scatter = {0, mid, n - 1}
+    out = []
+    for layer, st in enumerate(stats):
+        pos = jnp.asarray(np.asarray(st.pos, np.float32))
+        cv = jnp.asarray(cvec[layer], jnp.float32)
+        pr = geometry.pca_projections(pos, [cv])
+        pr3 = geometry.pca_projections(pos, [cv], n_components=3) if layer in panels else None
+        ctx_pca = (np.asarray(geometry.pca_projections(np.asarray(st.ctx, np.float64), center=True).pos)
+                   if layer in scatter else None)
+        out.append(LayerResult(
+            name=names[layer], metrics=rows[layer], pos_pca=np.asarray(pr.pos),
+            cvec_pca=np.asarray(pr.others[0]), dct=np.asarray(spectral.dct_gram(pos)),
+            theorem1=thm1[layer] if thm1 else None, token_clusters=clusters[layer] if clusters else None,
+            ood=ood[layer] if ood else None,
+            pos_pca3=None if pr3 is None else np.asarray(pr3.pos),
+            cvec_pca3=None if pr3 is None else np.asarray(pr3.others[0]), ctx_pca=ctx_pca))
+    return tuple(out)
+
+
+def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
+    """Song & Zhong §2 on one (model, corpus) pair: the per-layer geometry study as data.
+
+    Validates ``cfg`` (:func:`validate_geometry`), loads the model, draws every window
+    (:func:`prepare_inputs`), decomposes every hidden state in one streaming pass (eqs. (2)-(3)),
+    then computes each layer's Tables 1, 3-5 (:func:`layer_metrics`), Theorem 1's eq. (6)
+    (:func:`theorem1_on_pos`), App. C (:func:`token_cluster_metrics`), Table 2 on the OOD corpus,
+    and the projections Figs. 1-3 / 24-26 draw. cvec comes from a separate fresh draw of
+    ``n_cvec`` windows, as in the source code. Nothing is written.
+
+    Raises:
+      GeomjaxError: an option, model or corpus that cannot serve the study (before the forward pass).
+    """
+    t0 = time.perf_counter()
+    validate_geometry(cfg)
+    m = _load(cfg, progress)  # checks that need only the model come before the corpus sampling
+    vocab = getattr(getattr(m.model, "tokenizer", None), "chars", None)  # a ToyRun's characters
+    inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)
+    w = inputs.windows
+    t1 = time.perf_counter()
+    stats = _stream(cfg, m, w.ids, "forward + decomposition", progress)
+    jax.block_until_ready(stats[-1].ctx)
+    t_extract = time.perf_counter() - t1
+    n_layers = len(stats)
+    names = ["emb"] + [f"L{i}" for i in range(1, n_layers)]
+    fwd = jax.jit(m.forward)  # one jitted forward for the cvec draw and the token clusters
+    states = fwd(m.params, jnp.asarray(inputs.cvec_ids))
+    cvec = _cvec_draw(cfg, stats, states)
+    options = StudyOptions(screenot_k=cfg.screenot_k, centered_relative_norm=cfg.centered_relative_norm)
+    labels = np.asarray(w.doc_labels)
+    multi_doc = np.unique(labels).size >= 2
+    rows = _layer_rows(cfg, stats, states, labels, options, progress)
+    thm1 = _theorem1(stats, rows, progress) if cfg.theorem1 else []
+    clusters = (_token_clusters(cfg, fwd, m.params, w.ids, labels, stats, rows, progress)
+                if cfg.n_cluster_windows and multi_doc else [])
+    ood = _ood(cfg, m, inputs.ood_ids, options, rows, progress) if inputs.ood_ids is not None else None
+    summary = summarize_layers(rows)
+    t_total = time.perf_counter() - t0
+
+    status_line("figures", progress)
+    mid = n_layers // 2
+    T, d = stats[0].n_positions, int(stats[0].pos.shape[-1])
+    X = np.concatenate([np.asarray(stats[mid].pos), np.asarray(stats[mid].ctx)])
+    return StudyResult(
+        config=cfg, options=options, model_desc=_model_desc(cfg, m, n_layers, X.shape[1]), arch=_arch_of(m.model),
+        conventions=m.conventions, layers=_layer_results(stats, names, rows, cvec, thm1, clusters, ood),
+        n_contexts=cfg.n_contexts, n_positions=T, d_model=d, labels=labels,
+        doc_names=tuple(inputs.doc_names), n_tokens_corpus=inputs.n_tokens_corpus, summary=summary,
+        singular_values_mid=top_singular_values(stats[mid], options.n_singular),
+        gram_mid=np.asarray(geometry.normalized_gram(jnp.asarray(X, jnp.float32))),
+        not_available=_unavailable(cfg, multi_doc, T, d),
+        incoherence_baseline=geometry.mean_abs_cos_isotropic(X.shape[1]), ood_dropped=inputs.ood_dropped,
+        seconds_forward=t_extract, seconds_total=t_total)

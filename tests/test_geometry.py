@@ -218,6 +218,37 @@ def test_pca_projections_vs_numpy_svd(dtype, rtol):
     np.testing.assert_allclose(np.asarray(out.others[0]), cvec @ V.T, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("dtype,rtol", DTYPES)
+def test_pca_projections_centered_is_principal_coordinates(dtype, rtol):
+    """center=True: the principal coordinates of a point cloud (NumPy SVD of the centred rows)."""
+    rng = np.random.default_rng(9)
+    X = 5.0 + rng.standard_normal((30, 2)) @ rng.standard_normal((2, 6)) + 0.1 * rng.standard_normal((30, 6))
+    Y = rng.standard_normal((3, 6))
+    m = X.mean(0)
+    _, s, vt = np.linalg.svd(X - m, full_matrices=False)
+    V = vt[:2] * np.sign(vt[:2][np.arange(2), np.argmax(np.abs(vt[:2]), axis=1)])[:, None]
+    out = geometry.pca_projections(X.astype(dtype), [Y.astype(dtype)], center=True)
+    atol = 10 * rtol
+    np.testing.assert_allclose(np.asarray(out.singular_values), s[:2], rtol=rtol)
+    np.testing.assert_allclose(np.asarray(out.pos), (X - m) @ V.T, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(np.asarray(out.others[0]), (Y - m) @ V.T, rtol=rtol, atol=atol)
+
+
+def test_mean_abs_cos_isotropic_against_quadrature():
+    """E|cos| = ∫|x| (1 − x²)^((d−3)/2) dx / ∫(1 − x²)^((d−3)/2) dx (the density of cos(u, v) for
+    isotropic u, v in R^d), by SciPy quadrature; d = 1 gives |cos| = 1."""
+    from scipy import integrate
+
+    assert geometry.mean_abs_cos_isotropic(1) == pytest.approx(1.0, rel=1e-14)
+    for d in (2, 3, 10, 384):
+        w = lambda x, d=d: (1 - x * x) ** ((d - 3) / 2)  # noqa: E731
+        num = integrate.quad(lambda x: x * w(x), 0, 1, limit=200)[0]
+        den = integrate.quad(w, 0, 1, limit=200)[0]
+        assert geometry.mean_abs_cos_isotropic(d) == pytest.approx(num / den, rel=1e-7), d
+    with pytest.raises(ValueError, match="d must be >= 1"):
+        geometry.mean_abs_cos_isotropic(0)
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad input
 # ----------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.polynomial import hermite_e
 
-from geomjax import smoothness as sm
+from geomjax import geometry, smoothness as sm
 from geomjax.claims.registry import Claim, Evaluation, Inequality, MonteCarloRule, Tolerance, register
 
 _PAPER = "Song & Zhong"
@@ -610,7 +610,7 @@ register(
             f"For independent isotropic Gaussian u, v ∈ R^d, E|cos(u, v)| = Γ(d/2)/(√π Γ((d+1)/2)) "
             f"(d = {_D_INCOH}; ≈ √(2/(πd)))"
         ),
-        predicted=math.exp(math.lgamma(_D_INCOH / 2) - math.lgamma((_D_INCOH + 1) / 2)) / math.sqrt(math.pi),
+        predicted=geometry.mean_abs_cos_isotropic(_D_INCOH),
         sampler=lambda key: jnp.abs(_cos_sample(key)),
         n_samples={"quick": 2**18, "full": 2**21},
         notes="E|cos| = E√B, B ~ Beta(1/2, (d−1)/2)",

@@ -33,11 +33,14 @@ def _pos_grams(budget: str):
 
 
 def _pos_grams_uncached(budget: str, key):
-    from geomjax import data, extraction, pipeline
+    # the model stack (convert, models, data) loads on use: importing the claims stays light
+    from geomjax import data, extraction
+    from geomjax.lens import load
     from geomjax.models import model_interface
 
     n_docs, per_doc, T = _SIZES[budget]
-    model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
+    m = load("minilm")
+    model, params, tok = m.model, m.params, m.tokenizer
     corpus = data.tokenize_documents(data.load_corpus("wikitext2"), tok)
     w = data.sample_topics(corpus, n_docs, per_doc, T, key)
     forward = model_interface(model).study_forward(final_norm=False)  # BERT: no final norm either way

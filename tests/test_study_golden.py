@@ -1,0 +1,169 @@
+"""The geometry study's metrics.json against a committed golden (issue 18: results unchanged by
+refactors of the study / pipeline / report code).
+
+``tests/goldens/study_metrics.json`` is the metrics.json of ``geomjax geometry`` on MiniLM with
+tiny sizes and every optional stage on (Theorem 1 on the layers, token clusters, an
+out-of-distribution pass), written by the code before the data-flow refactor. Every number must
+agree to 1e-6 relative (NaN equals NaN), with the same keys and the same strings; timings are
+excluded. Regenerate it only for an intended change of results:
+``GEOMJAX_UPDATE_GOLDEN=1 pytest tests/test_study_golden.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from geomjax import cli
+
+GOLDEN = Path(__file__).parent / "goldens" / "study_metrics.json"
+ARGS = ["--n-docs", "2", "--windows-per-doc", "4", "-T", "16", "--batch-size", "4", "--screenot-k", "5",
+        "--cluster-windows", "2", "--ood-corpus", "pydoc", "--seed", "3", "--no-progress"]
+SKIP = {"timing_s"}  # wall-clock seconds: not results
+
+
+def _number(x):
+    """A JSON value as a float when it is a number (NaN / ±Infinity are written as strings)."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, (int, float)):
+        return float(x)
+    if x in ("NaN", "Infinity", "-Infinity"):
+        return float(x.replace("Infinity", "inf"))
+    return None
+
+
+def compare_metrics(a, b, rtol: float = 1e-6, path: str = "") -> tuple[list[str], float]:
+    """Differences between two decoded metrics.json trees and the largest relative difference.
+
+    Returns:
+      (problems, max_rel): one line per key set, type, length or value that differs (numbers
+      beyond ``rtol`` relative; NaN == NaN; exact zeros compared absolutely at 1e-300), and the
+      largest |a − b| / max(|a|, |b|) over all finite number pairs.
+    """
+    problems: list[str] = []
+    worst = 0.0
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            problems.append(f"{path}: keys differ: only in first {sorted(set(a) - set(b))}, "
+                            f"only in second {sorted(set(b) - set(a))}")
+        for k in sorted(set(a) & set(b)):
+            if k in SKIP:
+                continue
+            p, w = compare_metrics(a[k], b[k], rtol, f"{path}/{k}")
+            problems += p
+            worst = max(worst, w)
+        return problems, worst
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: lengths {len(a)} != {len(b)}"], worst
+        for i, (x, y) in enumerate(zip(a, b)):
+            p, w = compare_metrics(x, y, rtol, f"{path}[{i}]")
+            problems += p
+            worst = max(worst, w)
+        return problems, worst
+    x, y = _number(a), _number(b)
+    if x is not None and y is not None:
+        if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
+            same = (math.isnan(x) and math.isnan(y)) or x == y
+            return ([] if same else [f"{path}: {a!r} != {b!r}"]), worst
+        scale = max(abs(x), abs(y))
+        rel = abs(x - y) / scale if scale > 1e-300 else 0.0
+        return ([] if rel <= rtol else [f"{path}: {a!r} != {b!r} (rel {rel:.2e})"]), rel
+    if a != b or type(a) is not type(b):
+        return [f"{path}: {a!r} != {b!r}"], worst
+    return [], worst
+
+
+def test_compare_metrics_detects_differences():
+    """The comparison itself: keys, lengths, NaN, strings and numbers beyond the tolerance."""
+    base = {"a": [1.0, "NaN", 2], "b": {"c": "x"}, "timing_s": {"total": 1.0}}
+    assert compare_metrics(base, json.loads(json.dumps(base)))[0] == []
+    assert compare_metrics(base, base | {"timing_s": {"total": 9.0}})[0] == []
+    assert compare_metrics(base, base | {"a": [1.0 + 2e-6, "NaN", 2]})[0]
+    assert compare_metrics(base, base | {"a": [1.0 + 5e-7, "NaN", 2]}) == ([], pytest.approx(5e-7, rel=1e-3))
+    assert compare_metrics(base, base | {"a": [1.0, 0.0, 2]})[0]
+    assert compare_metrics(base, base | {"a": [1.0, "NaN"]})[0]
+    assert compare_metrics(base, base | {"b": {"c": "y"}})[0]
+    assert compare_metrics(base, base | {"d": 1})[0]
+
+
+@pytest.mark.slow
+def test_geometry_metrics_equal_golden(tmp_path):
+    out = tmp_path / "golden_run"
+    assert cli.main(["geometry", "--out", str(out), *ARGS]) == 0
+    got = json.loads((out / "metrics.json").read_text())
+    if os.environ.get("GEOMJAX_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+        pytest.skip(f"wrote {GOLDEN.name}")
+    problems, worst = compare_metrics(json.loads(GOLDEN.read_text()), got)
+    print(f"max relative difference to the golden: {worst:.3g}")
+    assert not problems, "\n".join(problems[:20])
+    assert worst <= 1e-6
+
+
+def _synthetic_result(theorem1: bool, clusters: bool, ood: bool):
+    """A StudyResult of three layers with random arrays (shapes as study.run makes them)."""
+    import numpy as np
+
+    from geomjax import study
+
+    rng = np.random.default_rng(0)
+    T, C, d, n_cvec = 12, 4, 5, 2
+    cfg = study.GeometryConfig(n_docs=2, windows_per_doc=2, seq_len=T + 1, batch_size=2,
+                               ood_corpus="pydoc" if ood else None, theorem1=theorem1,
+                               n_cluster_windows=1 if clusters else 0)
+    layers = []
+    for i, name in enumerate(["emb", "L1", "L2"]):
+        m = {k: float(rng.random()) for k in ("screenot_rank", "stable_rank", "relative_norm",
+                                               "incoherence_max", "incoherence_mean", "share_pos")}
+        thm = {"ks": [1, 2], "ms": [1], "lhs": [0.2, 0.1], "rhs_printed": [[0.3], [0.2]],
+               "max_ratio_printed": 0.7, "argmax_printed": [1, 1], "n_certified_violations_printed": 0,
+               "max_ratio_corrected": 0.5, "lhs_over_opnorm": [0.4, 0.3]} if theorem1 else None
+        tc = study.TokenClusters(1.0, 0.5, rng.normal(size=(2 * T, 2)), rng.normal(size=(2 * T, 2)),
+                                 np.repeat([0, 1], T)) if clusters else None
+        if clusters:
+            m |= {"compactness_cvec": 1.0, "compactness_raw": 0.5, "n_cluster_tokens": 2 * T, "d_model": d}
+        layers.append(study.LayerResult(
+            name, m, rng.normal(size=(T, 2)), rng.normal(size=(n_cvec, T, 2)), rng.random((T, T)),
+            theorem1=thm, token_clusters=tc, ood={"relative_norm": 0.1} if ood else None,
+            pos_pca3=rng.normal(size=(T, 3)) if i else None, cvec_pca3=rng.normal(size=(n_cvec, T, 3)) if i else None,
+            ctx_pca=rng.normal(size=(C, 2)) if i != 1 else None))
+    return study.StudyResult(
+        config=cfg, options=study.StudyOptions(), model_desc="BertModel (test), L = 2, d = 5", arch="BERT",
+        conventions={"final_norm_applied": False, "bos_prepended": None}, layers=tuple(layers),
+        n_contexts=C, n_positions=T, d_model=d, labels=np.array([0, 0, 1, 1]), doc_names=("a", "b"),
+        n_tokens_corpus=100, summary=study.summarize_layers([ly.metrics for ly in layers]),
+        singular_values_mid={"P": np.ones(3), "Cvec": np.ones(3), "R": np.ones(3)},
+        gram_mid=rng.random((T + C, T + C)), not_available={}, incoherence_baseline=0.35,
+        ood_dropped=0.0, seconds_forward=1.0, seconds_total=2.0)
+
+
+@pytest.mark.parametrize("stages", [(True, True, True), (False, False, False)])
+def test_report_references_exactly_the_drawn_figures(stages):
+    """report.sections names a figure iff plots.study_figures drew it; to_json is JSON-able with
+    the documented top-level keys."""
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots, report
+
+    result = _synthetic_result(*stages)
+    figs = plots.study_figures(result)
+    plt.close("all")
+    paths = {name: f"figures/{name}.png" for name in figs}
+    secs = report.sections(result, paths)
+    used = {f["path"] for s in secs for f in s.figures}
+    assert used == set(paths.values())
+    headings = [s.heading for s in secs]
+    assert ("Theorem 1 on the real positional Grams (eq. (6))" in headings) == stages[0]
+    assert any(h.startswith("Table 2: out of distribution") for h in headings) == stages[2]
+    assert "E|cos| = 0.350" in " ".join(p for s in secs for p in s.paragraphs)
+    m = json.loads(json.dumps(report.to_jsonable(result.to_json())))
+    assert set(m) == {"model", "n_contexts", "n_positions", "layers", "per_layer", "summary",
+                      "singular_values_mid_layer", "timing_s", "doc_labels", "theorem1",
+                      "ood_fraction_of_characters_dropped", "not_available", "model_conventions"}
+    assert len(m["theorem1"]) == (3 if stages[0] else 0) and m["doc_labels"] == {"0": "a", "1": "b"}
