@@ -32,7 +32,7 @@ from __future__ import annotations
 import importlib as _importlib
 from typing import Any as _Any
 
-__version__ = "0.1.0"
+from geomjax._version import __version__  # noqa: E402
 
 _SUBMODULES = (
     "attention",

@@ -18,7 +18,7 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
-import geomjax
+from geomjax._version import __version__
 from geomjax import claims, data, parallel, plots, report, study, train
 from geomjax.errors import GeomjaxError
 from geomjax.report import Section
@@ -269,6 +269,6 @@ def meta_line(cfg: GeometryConfig, n_positions: int | None = None) -> dict:
             "C": f"{cfg.n_contexts} windows ({cfg.n_docs} document{'s' if cfg.n_docs != 1 else ''} × "
                  f"{cfg.windows_per_doc})",
             "T": f"{T} tokens, {analysed} positions analysed ({note})", "seed": cfg.seed,
-            "geomjax": getattr(geomjax, "__version__", "dev"),
+            "geomjax": __version__,
             "jax": jax.__version__, "backend": jax.default_backend(),
             "devices": len(jax.devices())}

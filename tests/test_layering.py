@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "geomjax"
 
 LAYERS: dict[str, int] = {
-    "geomjax.errors": 0, "geomjax.typing": 0, "geomjax.io": 0, "geomjax._checks": 0,
+    "geomjax.errors": 0, "geomjax._version": 0, "geomjax.typing": 0, "geomjax.io": 0, "geomjax._checks": 0,
     "geomjax._repr": 0, "geomjax.parallel": 0,
     "geomjax.data": 1,
     "geomjax.models": 2,
@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "geomjax.gaussian": 3, "geomjax.localization": 3, "geomjax.fourier": 3,
     "geomjax.kernel_factorization": 3, "geomjax.montecarlo": 3, "geomjax.attention": 3,
     "geomjax.convert": 4, "geomjax.train": 4, "geomjax.extraction": 4,
-    "geomjax.lens": 5, "geomjax.study": 5, "geomjax.report": 5, "geomjax.plots": 5,
+    "geomjax.lens": 5, "geomjax.study": 5, "geomjax.study_config": 5, "geomjax.report": 5, "geomjax.plots": 5,
     "geomjax.comparison": 5,
     "geomjax.pipeline": 6, "geomjax.claims": 6, "geomjax.multihost": 6,
     "geomjax.cli": 7, "geomjax": 7,
@@ -66,30 +66,6 @@ KNOWN_VIOLATIONS: set[tuple[str, str, str]] = {
     ("geomjax.claims.clock", "geomjax.report", "function"),
     ("geomjax.claims.registry", "geomjax.claims", "function"),
     ("geomjax.claims.registry", "geomjax.montecarlo", "function"),
-    ("geomjax.claims.song_zhong_real", "geomjax.data", "function"),
-    ("geomjax.claims.song_zhong_real", "geomjax.extraction", "function"),
-    ("geomjax.claims.song_zhong_real", "geomjax.pipeline", "function"),
-    ("geomjax.claims.song_zhong_real", "geomjax.models", "function"),
-    ("geomjax.claims.song_zhong_real", "geomjax.study", "function"),
-    ("geomjax.claims.wertich", "geomjax.plots", "function"),
-    ("geomjax.claims.wertich", "geomjax.report", "function"),
-    ("geomjax.pipeline", "geomjax.convert", "function"),
-    ("geomjax.pipeline", "geomjax.convert.safetensors_io", "function"),
-    ("geomjax.pipeline", "geomjax.data", "function"),
-    ("geomjax.pipeline", "geomjax.lens", "function"),
-    ("geomjax.pipeline", "geomjax.models", "function"),
-    ("geomjax.pipeline", "geomjax.parallel", "function"),
-    ("geomjax.pipeline", "geomjax.extraction", "function"),
-    ("geomjax.pipeline", "geomjax.geometry", "function"),
-    ("geomjax.pipeline", "geomjax.plots", "function"),
-    ("geomjax.pipeline", "geomjax.spectral", "function"),
-    ("geomjax.pipeline", "geomjax.study", "function"),
-    ("geomjax.pipeline", "geomjax._checks", "function"),
-    ("geomjax.pipeline", "geomjax.claims", "function"),
-    ("geomjax.pipeline", "geomjax.train", "function"),
-    ("geomjax.pipeline", "geomjax", "function"),
-    ("geomjax.pipeline", "geomjax", "order"),  # `import geomjax` for the version string
-    ("geomjax.study", "geomjax.smoothness", "function"),
 }
 
 
@@ -194,8 +170,8 @@ def test_checker_sees_function_level_and_upward_imports(tmp_path):
         == ["geomjax._checks"]
 
 
-# Package-level cycles hidden by function-level imports, still open (see KNOWN_VIOLATIONS).
-KNOWN_CYCLES = {frozenset({"geomjax.claims", "geomjax.pipeline"})}
+# Package-level cycles (the claims <-> pipeline cycle is gone: claims import theory modules, not pipeline).
+KNOWN_CYCLES: set[frozenset[str]] = set()  # none left; a new cycle fails the test
 
 
 def _unit(module: str) -> str:

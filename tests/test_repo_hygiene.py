@@ -38,3 +38,13 @@ def test_no_tracked_file_names_a_path_outside_the_repository():
 
 def test_design_and_data_docs_exist():
     assert (ROOT / "docs" / "DESIGN.md").is_file() and (ROOT / "DATA.md").is_file()
+
+
+def test_version_is_stated_once_and_matches_pyproject():
+    import tomllib
+
+    import geomjax
+    from geomjax._version import __version__
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert geomjax.__version__ == __version__ == meta["version"]

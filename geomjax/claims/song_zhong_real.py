@@ -13,9 +13,12 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-_CACHE: dict = {}
-
+from geomjax import data, extraction, study
 from geomjax.claims.registry import Claim, Evaluation, Inequality, register
+from geomjax.lens import load
+from geomjax.models import model_interface
+
+_CACHE: dict = {}
 
 _PAPER = "Song & Zhong Theorem 1, eq. (6)"
 _SIZES = {"quick": (2, 8, 65), "full": (4, 32, 129)}  # documents, windows per document, T
@@ -33,11 +36,6 @@ def _pos_grams(budget: str):
 
 
 def _pos_grams_uncached(budget: str, key):
-    # the model stack (convert, models, data) loads on use: importing the claims stays light
-    from geomjax import data, extraction
-    from geomjax.lens import load
-    from geomjax.models import model_interface
-
     n_docs, per_doc, T = _SIZES[budget]
     m = load("minilm")
     model, params, tok = m.model, m.params, m.tokenizer
@@ -51,8 +49,6 @@ def _pos_grams_uncached(budget: str, key):
 
 def _evaluate(variant: str):
     def evaluate(budget: str, key) -> Evaluation:
-        from geomjax import study
-
         poss, (C, T) = _pos_grams(budget)
         lhs, lower, rhs, slack, rows = [], [], [], [], []
         for layer, pos in enumerate(poss):

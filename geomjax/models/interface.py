@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax._checks import compiled_cache
-from geomjax.localization import qk_matrix
 from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
 from geomjax.models.common import layer_norm
@@ -208,7 +207,7 @@ class ModelInterface:
         out = []
         for layer in range(self.facts.n_layers):
             w = kv_expanded(self.head_weights(params, layer))
-            out.append(qk_matrix(w["W_q"], w["W_k"]))
+            out.append(jnp.einsum("hdk,hek->hde", w["W_q"], w["W_k"]))  # = localization.qk_matrix
         return tuple(out)
 
     def norm_weights(self, params, layer: int) -> dict[str, Array]:

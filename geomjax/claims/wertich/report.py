@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import gaussian as G
+from geomjax import plots
 from geomjax.claims.wertich.ch5 import FIG5_1_N, FIG5_1_PAIRS, SLERP_T, fig51_fit
 from geomjax.claims.wertich.ch6 import MP_HIST_N, ks_distance, mp_sample
 from geomjax.claims.wertich.ch7 import STACK_D, STACK_LAYERS, STACK_T, STACK_VARIANTS, stack_curves
@@ -48,8 +49,6 @@ def report_sections(run, *, budget: str = "quick", seed: int = 0, sizes: ReportS
     Returns:
       (list of :class:`geomjax.report.Section`, metrics dict).
     """
-    from geomjax import plots  # matplotlib (seconds to import) only when figures are drawn, not on claim discovery
-
     full = budget == "full"
     s51, m51 = _fig5_1_section(run, plots, sizes, full, seed)
     smp, mmp = _marchenko_pastur_section(run, plots, sizes, full, seed)
