@@ -1068,19 +1068,12 @@ def fig5_simulation(key, *, n_seq: int = 300, T: int = 40, d: int = 128, n_draws
             "pairs": pairs, "xi": np.asarray(xi).reshape(P, n_draws), "eta": np.asarray(eta).reshape(P, n_draws)}
 
 
-def report_sections(run, *, budget: str, seed: int):
-    """Figs. 2-5 of Bao et al. for the ``verify`` report (ρ(θ) grids, localization regime, eq. (9), Fig. 5 simulation).
-
-    Returns:
-      (list of :class:`geomjax.report.Section`, metrics dict).
-    """
+def _fig2_section(run, theta):
+    """Bao Fig. 2 (ρ(θ) for a grid of ξ, η; printed and corrected variance) as a report Section."""
     import matplotlib.pyplot as plt
 
     from geomjax import plots
     from geomjax.report import Section
-
-    sections, metrics = [], {}
-    theta = np.linspace(0.0, 1.0, 201)
 
     # Fig. 2: ρ(θ) for a grid of ξ, η (printed and corrected variance)
     xis = (-10.0, -5.0, -1.0, 0.0, 1.0, 5.0, 10.0)
@@ -1104,7 +1097,15 @@ def report_sections(run, *, budget: str, seed: int):
                          "(bottom; bao.lemma1.variance). The qualitative picture (late/early-site focus for large |ξ| and small η, "
                          "middle-site focus for ξη > 2, vanishing signal for large η) is the same; the corrected profile is symmetric about θ = ½.")
     s2.figure(rel, "ρ(θ; ξ, η), eq. (6)")
-    sections.append(s2)
+    return s2
+
+
+def _fig3_section(run, theta):
+    """Bao Fig. 3 (the localization regime, Lemma 2) as a report Section."""
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots
+    from geomjax.report import Section
 
     # Fig. 3: localization regime
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -1127,7 +1128,15 @@ def report_sections(run, *, budget: str, seed: int):
                          "(The paper's caption says η = 0.02 for ξη = 5.12 with ξ = 512; η = 0.01 is used for both.)")
     s3.table(["ξ", "η", "ξη", "variance", "θ_min (ρ>½)", "θ_max (ρ>½)"], rows)
     s3.figure(rel, "ρ(θ) in the localization regime")
-    sections.append(s3)
+    return s3
+
+
+def _fig4_section(run, theta):
+    """Bao Fig. 4 (Zhai et al.'s entropy bound, eq. (9)) as a report Section."""
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots
+    from geomjax.report import Section
 
     # Fig. 4: entropy bound
     nu = np.linspace(0.0, 30.0, 601)
@@ -1152,7 +1161,15 @@ def report_sections(run, *, budget: str, seed: int):
                          "so it cannot be a lower bound there (bao.eq9.printed).")
     s4.table(["T", "ln T", "max of printed bound", "ν*(T)"], rows)
     s4.figure(rel, "eq. (9)")
-    sections.append(s4)
+    return s4
+
+
+def _fig5_section(run, budget: str, seed: int, metrics: dict):
+    """Bao Fig. 5 (simulated ρ_i and attention entropy) as a report Section; fills ``metrics``."""
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots
+    from geomjax.report import Section
 
     # Fig. 5: simulation
     n_seq = 300 if budget == "quick" else 3000
@@ -1197,5 +1214,17 @@ def report_sections(run, *, budget: str, seed: int):
     p, rel = run.figure_path("bao_fig5_simulation.png")
     plots.save(fig, p)
     s5.figure(rel, "Fig. 5: ρ_i (left) and attention entropy (right), isotropic (top) and anisotropic (bottom) Σ")
-    sections.append(s5)
+    return s5
+
+
+def report_sections(run, *, budget: str, seed: int):
+    """Figs. 2-5 of Bao et al. for the ``verify`` report (ρ(θ) grids, localization regime, eq. (9), Fig. 5 simulation).
+
+    Returns:
+      (list of :class:`geomjax.report.Section`, metrics dict).
+    """
+    metrics: dict = {}
+    theta = np.linspace(0.0, 1.0, 201)
+    sections = [_fig2_section(run, theta), _fig3_section(run, theta), _fig4_section(run, theta),
+                _fig5_section(run, budget, seed, metrics)]
     return sections, metrics
