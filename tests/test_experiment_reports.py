@@ -178,7 +178,7 @@ def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():
     rows = {r.key: r for r in comparison_rows(summary, comparable=True)}
     assert rows["screenot_rank"].verdict == "reproduced" and rows["relative_norm"].verdict == "reproduced"
     assert rows["inter_similarity"].verdict == "not reproduced"  # |0.5 − 0.17| > 2 × 0.03
-    assert rows["intra_similarity"].verdict == rows["incoherence_max"].verdict == "not testable at this preset"
+    assert rows["intra_similarity"].verdict == rows["incoherence_mean"].verdict == "not testable at this preset"
     summary["screenot_rank"]["mean"] = 18.1
     assert comparison_rows(summary, comparable=True)[0].verdict == "not reproduced"
     assert {r.verdict for r in comparison_rows(summary, comparable=False)} == {"not testable at this preset"}

@@ -67,7 +67,8 @@ def _departures(cfg: CorporaSweepConfig) -> list[str]:
     return [f"model {g.model} (source: BERT-base, 12 layers, d 768; MiniLM is a 6-layer, d 384 distilled BERT)",
             f"C = {g.n_contexts} windows of T = {g.seq_len} (source 6.4K of 512)",
             "WikiText-2's validation split (source: WikiText-103)",
-            "incoherence: the max over (t, c) per layer (§4's definition; Table 1's caption says 'averaged')"]
+            "incoherence: the mean |cos| over (t, c) per layer, as Table 1's caption says ('averaged cosine "
+            "similarity'); §4's text defines the max, reported in the table below as incoherence_max"]
 
 
 def _table(cfg: CorporaSweepConfig, summaries: dict) -> list[list[str]]:
@@ -95,7 +96,17 @@ def run(cfg: CorporaSweepConfig, out: str | Path, *, progress: bool = True) -> d
         rd.write_json("metrics.json", metrics)
         rd.write_report(f"geomjax geometry: {g.model} on {corpus}", sections, meta=pipeline.meta_line(g))
         summaries[corpus] = (metrics["n_contexts"], metrics["summary"])
-    g = cfg.geometry
+    write_sweep_report(cfg, out, summaries)
+    return {k: v[1] for k, v in summaries.items()}
+
+
+def write_sweep_report(cfg: CorporaSweepConfig, out: str | Path, summaries: dict) -> None:
+    """``out/report.md`` (source-vs-run table, Table 1 across corpora), ``metrics.json`` and ``table1.md``.
+
+    Args:
+      summaries: corpus → (C, the study's ``metrics["summary"]``), in the sweep's order.
+    """
+    out, g = Path(out), cfg.geometry
     wiki = summaries.get("wikitext2", (0, {}))[1]
     cmp = source_section(SOURCE, cfg.preset, f"{g.model}, C = {g.n_contexts} windows of T = {g.seq_len} per corpus, "
                          f"seed {g.seed}; corpora {', '.join(cfg.corpora)} (the table compares WikiText-2).",
@@ -114,7 +125,6 @@ def run(cfg: CorporaSweepConfig, out: str | Path, *, progress: bool = True) -> d
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
              *("| " + " | ".join(r) + " |" for r in table), ""]
     (out / "table1.md").write_text("\n".join(lines))
-    return {k: v[1] for k, v in summaries.items()}
 
 
 def main(argv=None) -> int:

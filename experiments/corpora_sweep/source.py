@@ -16,7 +16,7 @@ COLUMNS = (
     ("relative_norm", 3, "relative norm ‖P‖_op / ‖M‖_op of the positional basis, mean (std) across layers"),
     ("inter_similarity", 4, "inter-cluster cosine similarity of ctx, mean (std) across layers"),
     ("intra_similarity", 5, "intra-cluster cosine similarity of ctx, mean (std) across layers"),
-    ("incoherence_max", 6, "incoherence max |cos(pos_t, ctx_c)|, mean (std) across layers"),
+    ("incoherence_mean", 6, "incoherence: mean |cos(pos_t, ctx_c)| over (t, c), mean (std) across layers"),
 )
 ROW = next(r for r in PAPER_TABLE1 if r[:2] == ("BERT", "WikiText"))
 
