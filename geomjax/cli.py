@@ -156,15 +156,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _record_full(results) -> None:
+    """``verify --budget full``: record the verdicts as soon as the claims are checked (before the report)."""
+    from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
+
+    print(f"full verdicts recorded in {registry.record_full_verdicts(results)}")
+
+
 def _erratum(args, run, metrics) -> None:
-    """``verify --erratum``: write the erratum; at ``--budget full`` also record the full verdicts (and the
-    erratum then covers every recorded full result, so per-source full runs accumulate)."""
+    """``verify --erratum``: write the erratum; at ``--budget full`` it covers every recorded full result
+    (recorded by :func:`_record_full`), so per-source full runs accumulate."""
     from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
 
     results = [registry.ClaimResult.from_dict(d) for d in metrics["results"]]
     records = registry.results_as_records(results)
     if args.budget == "full":  # per-source full runs accumulate; the erratum covers every recorded claim
-        print(f"full verdicts recorded in {registry.record_full_verdicts(results)}")
         records = registry.load_full_verdicts()
     if args.erratum is not None:
         path = Path(args.erratum) if args.erratum else run.path / "ERRATA.md"
@@ -310,12 +316,13 @@ def _execute(args, run, progress: bool) -> str | None:
         run.write_report(f"geomjax train: {args.task} ({args.preset})", sections)
         return None
     sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
-                                            seed=args.seed, progress=progress)
+                                            seed=args.seed, progress=progress,
+                                            on_results=_record_full if args.budget == "full" else None)
     run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
                       "seed": args.seed})
     run.write_json("metrics.json", metrics)
     run.write_report("geomjax verify", sections)
-    if args.erratum is not None or args.budget == "full":
+    if args.erratum is not None:
         _erratum(args, run, metrics)
     return (f"claims: {len(metrics['results'])} checked: {pipeline.claims_summary(metrics['counts'])} "
             "(see claims.md)")

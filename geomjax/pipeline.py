@@ -92,13 +92,19 @@ def claims_summary(counts: dict) -> str:
 
 
 def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0,
-               progress: bool = False):
+               progress: bool = False, on_results=None):
     """Check the registered claims (``geomjax.claims.run``); writes claims.json / claims.md.
+
+    ``on_results(results)``, if given, is called as soon as the claims are checked, before the sources'
+    report sections are drawn (minutes of figures at ``full``): ``verify --budget full`` records its
+    verdicts there, so a report step that fails or is killed does not lose them.
 
     Returns:
       (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts.
     """
     results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress)
+    if on_results is not None:
+        on_results(results)
     rows = []
     for r in results:
         d = r.to_dict()

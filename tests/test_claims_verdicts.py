@@ -86,3 +86,27 @@ def test_quick_verdicts_never_contradict_full(recorded, quick_claims):
     by_id = {r.id: r for r in results}
     for cid in ("clock.relu_free_groks", "clock.petals_sum_to_circles.used"):
         assert by_id[cid].verdict in ("holds", "inconclusive"), (cid, by_id[cid].reason)
+
+
+def test_verify_full_records_verdicts_before_the_report(tmp_path, monkeypatch):
+    """A report step that fails after the claims are checked must not lose the full verdicts."""
+    from geomjax import cli, pipeline
+
+    store = tmp_path / "full_verdicts.json"
+    real = R.record_full_verdicts
+    monkeypatch.setattr(R, "record_full_verdicts", lambda results, path=store: real(results, path))
+
+    def failing_hooks(results):
+        def hook(run, *, budget, seed):
+            raise RuntimeError("report step killed")
+        yield "song_zhong", hook
+
+    monkeypatch.setattr(pipeline, "_claim_report_hooks", failing_hooks)
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="report step killed"):
+        cli.main(["verify", "--source", "song_zhong.theorem1.proof_basis", "--budget", "full",
+                  "--out", str(out), "--no-progress"])
+    rec = R.load_full_verdicts(store)
+    assert set(rec) == {"song_zhong.theorem1.proof_basis"}
+    assert rec["song_zhong.theorem1.proof_basis"]["verdict"] in ("holds", "does not hold", "inconclusive")
+    assert not out.exists()  # the run directory is complete or absent

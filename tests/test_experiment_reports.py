@@ -165,10 +165,10 @@ def test_verdict_rules_of_token_randomization_and_addition():
 
 def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():
     """The corpora sweep's source numbers are Table 1's BERT/WikiText row (typed once, in
-    geomjax.pipeline.PAPER_TABLE1); a run's mean within 2 source std is 'reproduced'."""
+    geomjax.report.PAPER_TABLE1); a run's mean within 2 source std is 'reproduced'."""
     from experiments.corpora_sweep.run import comparison_rows
     from experiments.corpora_sweep.source import SOURCE
-    from geomjax.pipeline import PAPER_TABLE1
+    from geomjax.report import PAPER_TABLE1
 
     bert = next(r for r in PAPER_TABLE1 if r[:2] == ("BERT", "WikiText"))
     assert [n.value for n in SOURCE.numbers] == list(bert[2:7])
