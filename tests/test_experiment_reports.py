@@ -163,6 +163,28 @@ def test_verdict_rules_of_token_randomization_and_addition():
     assert v["carry_short"][1] == "not testable at this preset"  # precondition (in-distribution accuracy) not met
 
 
+def test_localization_trend_counts_only_beyond_the_checkpoint_noise():
+    """(C)/(D) of the LocATER sweep: the κ2_max − κ2_0 difference at the last evaluation must exceed 2 sd of that
+    difference over the last 5 checkpoints (sd computed here with NumPy); inside it the verdict is 'not testable'."""
+    from experiments.localization.run import check_rows, source_rows
+
+    k2 = [0.0, 0.1, 1.0]
+    diffs = [0.3, -0.3, 0.3, -0.3, 0.2]  # ppl(κ2=1) − ppl(κ2=0) at 5 checkpoints; sd 0.31, last 0.2
+    evals = [{"step": s, "ppl": [20.0, 20.0, 20.0 + d], "entropy": [2.0, 2.01, 2.02 + d]} for s, d in enumerate(diffs)]
+    sd = np.std(diffs, ddof=1)
+    assert abs(diffs[-1]) <= 2 * sd  # the ppl rise is within the noise
+    m = {"kappa2": k2, "final_scale": [3.0, 2.0, 1.0], "final_val_entropy": evals[-1]["entropy"],
+         "final_val_ppl": evals[-1]["ppl"], "rho_stripes_sd": [0.1, 0.1, 0.3], "evals": evals}
+    v = {r.key: r.verdict for r in source_rows(check_rows(m))}
+    assert v["ppl"] == "not testable at this preset" and v["scale"] == "reproduced" and v["stripes"] == "reproduced"
+    assert v["entropy"] == "not testable at this preset"  # entropy difference 0.02 + d: last 0.22, sd 0.31
+    evals[-1]["ppl"][2] = 10.0  # final difference −10: beyond 2 sd (9.0), in the claimed direction
+    evals[-1]["entropy"][2] = -8.0  # −10: beyond 2 sd, against the claim
+    m |= {"final_val_ppl": evals[-1]["ppl"], "final_val_entropy": evals[-1]["entropy"]}
+    v = {r.key: r.verdict for r in source_rows(check_rows(m))}
+    assert v["ppl"] == "reproduced" and v["entropy"] == "not reproduced"
+
+
 def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():
     """The corpora sweep's source numbers are Table 1's BERT/WikiText row (typed once, in
     geomjax.pipeline.PAPER_TABLE1); a run's mean within 2 source std is 'reproduced'."""
