@@ -16,10 +16,10 @@ import re
 from collections.abc import Sequence
 
 from geomjax.errors import GeomjaxError
-from geomjax.report import Section
+from geomjax.report import Section, render_markdown
 
 __all__ = ["HEADING", "PLUMBING_NOTICE", "VERDICTS", "Row", "Source", "SourceNumber", "parse_source_table",
-           "source_section", "verdict"]
+           "replace_source_rows", "source_section", "verdict"]
 
 HEADING = "Source vs this run"
 VERDICTS = ("reproduced", "not reproduced", "not testable at this preset")
@@ -125,3 +125,21 @@ def parse_source_table(markdown: str) -> list[dict[str, str]]:
         raise GeomjaxError(f"parse_source_table: the '{HEADING}' section has no table")
     head = [c.strip() for c in lines[0].strip("|").split(" | ")]
     return [dict(zip(head, (c.strip() for c in ln.strip()[2:-2].split(" | ")))) for ln in lines[1:]]
+
+
+def replace_source_rows(markdown: str, source: Source, rows: Sequence[Row]) -> str:
+    """A rendered report with the rows of its "Source vs this run" table rebuilt from ``rows`` (as
+    :func:`source_section` renders them); every other line is kept. Used to re-apply changed verdict rules
+    to a committed report from its saved metrics without re-running the experiment.
+
+    Raises:
+      GeomjaxError: the report has no such section or table (see :func:`parse_source_table`).
+    """
+    parse_source_table(markdown)  # validates the section and its table
+    lines = markdown.split("\n")
+    start = lines.index(f"## {HEADING}")
+    first = next(i for i in range(start, len(lines)) if lines[i].startswith("| "))
+    end = next((i for i in range(first, len(lines)) if not lines[i].startswith("|")), len(lines))
+    new = render_markdown("", [source_section(source, "", "", [], rows)]).split("\n")
+    table = [ln for ln in new if ln.startswith("|")]
+    return "\n".join(lines[:first] + table + lines[end:])

@@ -146,11 +146,24 @@ def test_verdict_rules_of_token_randomization_and_addition():
         return [junk] + [{"pos_share_first": sf, "pos_share_second": ss, "roughness_first": rf,
                           "roughness_second": rs}] * L
 
+    def cp(r, L=3):  # per-layer change points; layer 0 junk (excluded)
+        return [{"jump_ratio": 9.0}] + [{"jump_ratio": r}] * L
+
+    C = 128  # noise floor of the position share 1/C; the precondition asks for 2/C = 0.0156
     half = {"0->0": hm(0.5, 0.5, 0.1, 0.12), "1->1": hm(0.5, 0.1, 0.1, 0.9), "2->2": hm(0.4, 0.4, 0.8, 0.9)}
-    v = {r.key: r.verdict for r in tr_rows(half, (0, 1, 2))}
+    change = {"0->0": cp(0.6), "1->1": cp(3.0), "2->2": cp(0.9)}
+    v = {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C, change)}
     assert v == {"clean_smooth": "reproduced", "half_split": "reproduced", "full_destroyed": "reproduced"}
-    half["1->1"] = hm(0.5, 0.45, 0.1, 0.15)  # no break at T/2
-    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2))}["half_split"] == "not reproduced"
+    change["1->1"] = [{"jump_ratio": 9.0}, {"jump_ratio": 3.0}, {"jump_ratio": 0.8}, {"jump_ratio": 3.0}]  # one layer
+    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C, change)}["half_split"] == "not reproduced"
+    change["1->1"], change["0->0"] = cp(3.0), cp(2.0)  # the clean model splits at T/2 too: not caused by the noise
+    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C, change)}["half_split"] == "not reproduced"
+    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C)}["half_split"] == "not testable at this preset"
+    half["0->0"] = hm(0.5, 0.5, 0.9, 1.0)  # clean basis as rough as noise (> √2/2)
+    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C)}["clean_smooth"] == "not reproduced"
+    half["0->0"] = hm(0.015, 0.012, 0.1, 0.1)  # below 2/C: no positional component to be smooth or destroyed
+    v = {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C)}
+    assert v["clean_smooth"] == v["full_destroyed"] == "not testable at this preset"
 
     def setting(acc, short, tv):
         return {"in_distribution_accuracy": acc, "short_accuracy_mean": short,
@@ -161,6 +174,46 @@ def test_verdict_rules_of_token_randomization_and_addition():
     assert v["no_carry_acc"] == ("95.00%", "reproduced") and v["carry_acc"] == ("20.00%", "not reproduced")
     assert v["no_carry_short"][1] == "reproduced" and v["fractured"][1] == "reproduced"
     assert v["carry_short"][1] == "not testable at this preset"  # precondition (in-distribution accuracy) not met
+
+
+def test_token_randomization_noise_floor_and_change_point():
+    """With no positional signal the position share of C windows is about 1/C (drawn here with NumPy), below the
+    2/C precondition; a smooth positional curve lifts it above; a jump at T/2 makes the step across it the largest."""
+    from experiments.token_randomization.run import change_point, half_metrics, has_positional_component, positional_profile
+
+    C, T, d = 128, 40, 32
+    h = np.random.default_rng(0).normal(size=(C, T, d))
+    hm = [half_metrics(positional_profile(h), T // 2)] * 2  # layer 0 and layer 1
+    assert abs(hm[1]["pos_share_first"] * C - 1) < 0.15 and not has_positional_component(hm, C)
+    t = np.arange(T)[:, None]
+    curve = 1.5 * np.concatenate([np.cos(np.pi * t / T), np.sin(np.pi * t / T), np.zeros((T, d - 2))], axis=1)
+    assert has_positional_component([half_metrics(positional_profile(h + curve), T // 2)] * 2, C)
+    line = {"step": np.linalg.norm(np.diff(t * np.ones((1, d)), axis=0), axis=-1)}  # equal steps: ratio exactly 1
+    assert change_point(line, T // 2)["jump_ratio"] == 1.0
+    jump = t * np.ones((1, d)) + 5.0 * (t >= T // 2)
+    assert change_point({"step": np.linalg.norm(np.diff(jump, axis=0), axis=-1)}, T // 2)["jump_ratio"] == pytest.approx(6.0)
+
+
+def test_localization_trend_counts_only_beyond_the_checkpoint_noise():
+    """(C)/(D) of the LocATER sweep: the κ2_max − κ2_0 difference at the last evaluation must exceed 2 sd of that
+    difference over the last 5 checkpoints (sd computed here with NumPy); inside it the verdict is 'not testable'."""
+    from experiments.localization.run import check_rows, source_rows
+
+    k2 = [0.0, 0.1, 1.0]
+    diffs = [0.3, -0.3, 0.3, -0.3, 0.2]  # ppl(κ2=1) − ppl(κ2=0) at 5 checkpoints; sd 0.31, last 0.2
+    evals = [{"step": s, "ppl": [20.0, 20.0, 20.0 + d], "entropy": [2.0, 2.01, 2.02 + d]} for s, d in enumerate(diffs)]
+    sd = np.std(diffs, ddof=1)
+    assert abs(diffs[-1]) <= 2 * sd  # the ppl rise is within the noise
+    m = {"kappa2": k2, "final_scale": [3.0, 2.0, 1.0], "final_val_entropy": evals[-1]["entropy"],
+         "final_val_ppl": evals[-1]["ppl"], "rho_stripes_sd": [0.1, 0.1, 0.3], "evals": evals}
+    v = {r.key: r.verdict for r in source_rows(check_rows(m))}
+    assert v["ppl"] == "not testable at this preset" and v["scale"] == "reproduced" and v["stripes"] == "reproduced"
+    assert v["entropy"] == "not testable at this preset"  # entropy difference 0.02 + d: last 0.22, sd 0.31
+    evals[-1]["ppl"][2] = 10.0  # final difference −10: beyond 2 sd (9.0), in the claimed direction
+    evals[-1]["entropy"][2] = -8.0  # −10: beyond 2 sd, against the claim
+    m |= {"final_val_ppl": evals[-1]["ppl"], "final_val_entropy": evals[-1]["entropy"]}
+    v = {r.key: r.verdict for r in source_rows(check_rows(m))}
+    assert v["ppl"] == "reproduced" and v["entropy"] == "not reproduced"
 
 
 def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():

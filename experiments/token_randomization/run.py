@@ -118,6 +118,27 @@ def half_metrics(prof: dict[str, np.ndarray], start: int | None = None) -> dict[
     return out
 
 
+def change_point(prof: dict[str, np.ndarray], start: int) -> dict[str, float]:
+    """Change point of the positional basis at ``start`` (Song & Zhong §5.1: the structure breaks "at exact
+    positions where randomization takes place").
+
+    Args:
+      prof: :func:`positional_profile` of T positions (``step`` (T−1,) = ‖pos_{t+1} − pos_t‖).
+      start: first position of the second half (1 <= start <= T−1).
+
+    Returns:
+      ``jump_ratio`` = ‖pos_start − pos_{start−1}‖ / max of the other T−2 steps: > 1 iff the step across the split
+      is the largest of all steps (with no change point there, each of the T−1 steps is about equally likely
+      to be the largest).
+    """
+    step = np.asarray(prof["step"], np.float64)
+    if not 1 <= start <= step.shape[0] or step.shape[0] < 2:
+        raise ValueError(f"change_point: the split {start} must fall inside the {step.shape[0] + 1} positions")
+    rest = np.delete(step, start - 1)
+    top = float(rest.max())
+    return {"jump_ratio": float(step[start - 1] / top) if top > 0 else float("inf")}
+
+
 def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) -> dict:
     """Train, evaluate 3 × 3, decompose, write the report into ``out``; returns the metrics."""
     from geomjax.models.toy import ToyTransformer
@@ -137,8 +158,8 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     iface = model_interface(model)  # the residual stream through the one model interface (every family)
     states = jax.jit(lambda p, i: iface.hidden_states(p, i, final_norm=False))
     T = tc.seq_len
-    metrics = {"preset": cfg.preset, "train_seconds": {}, "loss": {}, "half_metrics": {}, "final_train_loss": {},
-               "anomalies": []}
+    metrics = {"preset": cfg.preset, "n_windows": int(len(val)), "train_seconds": {}, "loss": {}, "half_metrics": {},
+               "change_point": {}, "final_train_loss": {}, "anomalies": []}
     anomaly_text = []
     table, half_rows, figs = [], [], Section("Positional basis on its top-2 principal directions (Figs. 6a-c, 42-50)")
     all_profs: dict = {}
@@ -167,10 +188,12 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
             hm = [half_metrics(p, noise_start(T) - 1) for p in profs]  # profile index i = input position i + 1
             all_profs[(i, j)] = profs
             metrics["half_metrics"][f"{i}->{j}"] = hm
-            for l, m in enumerate(hm):
+            cp = [change_point(p, noise_start(T) - 1) for p in profs]
+            metrics["change_point"][f"{i}->{j}"] = cp
+            for l, (m, c) in enumerate(zip(hm, cp)):
                 half_rows.append([LEVEL_NAMES[i], LEVEL_NAMES[j], l, round(m["pos_share_first"], 3),
                                   round(m["pos_share_second"], 3), round(m["roughness_first"], 3),
-                                  round(m["roughness_second"], 3)])
+                                  round(m["roughness_second"], 3), round(c["jump_ratio"], 2)])
         table.append(row)
     for layer in sorted({1, cfg.train.model.n_layers}):
         p, rel = rd.figure_path(f"pos_pca_grid_layer{layer}.png")
@@ -191,49 +214,88 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     s2 = Section("Where the positional structure breaks", [
         "Per layer (residual stream, first token dropped): share of the centred variance explained by the "
         "positional basis, Σ‖pos_t‖² / Σ_c,t‖h − μ‖², and roughness mean‖pos_{t+1} − pos_t‖ / rms‖pos‖, "
-        "each in the first and the second half of the positions."])
+        "each in the first and the second half of the positions; jump ratio: the step across T/2 over the largest "
+        "step inside the halves (> 1: the largest step of the basis is at T/2)."])
     s2.table(["train", "inference", "layer", "pos share 1st half", "pos share 2nd half", "roughness 1st half",
-              "roughness 2nd half"], half_rows)
+              "roughness 2nd half", "jump ratio at T/2"], half_rows)
     cmp = source_section(SOURCE, cfg.preset, f"{cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d {cfg.train.model.d_model}, T {T}, "
                          f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} per model, tiny Shakespeare characters.",
-                         _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels))
+                         _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels, metrics["n_windows"],
+                                                           metrics["change_point"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
     rd.write_json("metrics.json", metrics)
     rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, s1, s2, figs])
     return metrics
 
 
-ROUGH_RATIO = 2.0  # "structure breaks": roughness of the second half >= 2x the first, or position share <= 1/2
+ROUGH_RATIO = 2.0  # "destroyed": both halves at least 2x rougher than the clean model (the rule's original factor)
+NOISE_ROUGHNESS = float(np.sqrt(2.0))  # roughness of a basis of independent positions: E‖x − y‖ ≈ √2 rms (high d)
 
 
 def _median_layers(hm: list[dict], name: str) -> float:
     return float(np.median([m[name] for m in hm[1:]]))  # layers 1..L (layer 0 = embeddings)
 
 
-def comparison_rows(half: dict, levels) -> list[Row]:
-    """Verdicts from the per-layer half metrics (medians over layers 1..L) of the 0→0, 1→1 and 2→2 pairs."""
-    rows = []
+def has_positional_component(hm: list[dict], n_windows: int) -> bool:
+    """Whether a model's positional basis stands above sampling noise: the median over layers 1..L of the
+    position share is >= 2 / C in both halves. With no positional signal the mean over C windows still leaves
+    ‖pos_t‖² ≈ tr Σ / C, i.e. a share of 1 / C; 2 / C asks for at least as much positional signal as noise."""
+    floor = 2.0 / n_windows
+    return all(_median_layers(hm, f"pos_share_{h}") >= floor for h in ("first", "second"))
+
+
+def _split_at_half(cp: list[dict]) -> bool:
+    return all(c["jump_ratio"] > 1 for c in cp[1:])  # layers 1..L: the largest step is the one across T/2
+
+
+def comparison_rows(half: dict, levels, n_windows: int, change: dict | None = None) -> list[Row]:
+    """Verdicts from the per-layer half metrics (medians over layers 1..L) of the 0→0, 1→1 and 2→2 pairs.
+
+    Args:
+      half: pair "i->j" → per-layer :func:`half_metrics` (layers 0..L).
+      levels: the noise levels run.
+      n_windows: C, the number of validation windows the positional bases average over (noise floor 1 / C).
+      change: pair → per-layer :func:`change_point`; ``None`` (a run that did not save it) leaves the T/2 split
+        "not testable".
+
+    Rules: the clean model must have a positional component (:func:`has_positional_component`), else Fig. 6a and
+    6c are "not testable at this preset". 6a: that component is smooth, both halves' roughness <= √2 / 2 (half
+    that of independent positions). 6b: in every layer 1..L of the 1→1 pair the largest step of the basis is the
+    one across T/2 (by chance 1 in T − 1 per layer), and not so in every layer of the clean or fully random model.
+    6c: the fully random model has no positional component, or both halves >= 2× rougher than the clean model's.
+    """
+    rows, floor = [], 2.0 / n_windows
 
     def desc(hm):
-        return (f"median over layers: pos share {_median_layers(hm, 'pos_share_first'):.2f} / "
-                f"{_median_layers(hm, 'pos_share_second'):.2f}, roughness {_median_layers(hm, 'roughness_first'):.2f} / "
+        return (f"median over layers: pos share {_median_layers(hm, 'pos_share_first'):.3f} / "
+                f"{_median_layers(hm, 'pos_share_second'):.3f}, roughness {_median_layers(hm, 'roughness_first'):.2f} / "
                 f"{_median_layers(hm, 'roughness_second'):.2f} (1st / 2nd half)")
 
-    def broken(hm):
-        return (_median_layers(hm, "roughness_second") >= ROUGH_RATIO * _median_layers(hm, "roughness_first")
-                or _median_layers(hm, "pos_share_second") <= _median_layers(hm, "pos_share_first") / ROUGH_RATIO)
-
+    clean = "0->0" in half and has_positional_component(half["0->0"], n_windows)
+    pre = f"needs the clean model's pos share >= 2/C = {floor:.3f} (C = {n_windows} windows; noise alone gives 1/C)"
     if "0->0" in half:
-        rows.append(Row("clean_smooth", desc(half["0->0"]), verdict(not broken(half["0->0"])),
-                        f"reproduced = neither half {ROUGH_RATIO:g}× rougher nor {ROUGH_RATIO:g}× less positional"))
+        r = max(_median_layers(half["0->0"], "roughness_first"), _median_layers(half["0->0"], "roughness_second"))
+        rows.append(Row("clean_smooth", desc(half["0->0"]), verdict(r <= NOISE_ROUGHNESS / 2 if clean else None),
+                        f"{pre}; reproduced = roughness <= √2/2 = {NOISE_ROUGHNESS / 2:.2f} (√2: independent positions)"))
     if "1->1" in half:
-        rows.append(Row("half_split", desc(half["1->1"]), verdict(broken(half["1->1"])),
-                        f"reproduced = 2nd half ≥ {ROUGH_RATIO:g}× rougher or ≤ 1/{ROUGH_RATIO:g} the position share"))
+        if change is None or "1->1" not in change:
+            rows.append(Row("half_split", "jump ratio at T/2 not saved by this run", verdict(None),
+                            "re-run the preset to record the change point"))
+        else:
+            ratios = ", ".join(f"{c['jump_ratio']:.2f}" for c in change["1->1"][1:])
+            controls = [p for p in ("0->0", "2->2") if p in change and _split_at_half(change[p])]
+            rows.append(Row("half_split", f"jump ratio at T/2, layers 1..L: {ratios}" + (
+                f" (also split: {', '.join(controls)})" if controls else ""),
+                verdict(_split_at_half(change["1->1"]) and not controls),
+                "reproduced = the step across T/2 is the largest of the basis (ratio > 1) in every layer 1..L, and "
+                "not so in the clean and fully random models (by chance 1 in T − 1 per layer)"))
     if "2->2" in half and "0->0" in half:
         c = max(_median_layers(half["0->0"], "roughness_first"), _median_layers(half["0->0"], "roughness_second"))
         f = min(_median_layers(half["2->2"], "roughness_first"), _median_layers(half["2->2"], "roughness_second"))
-        rows.append(Row("full_destroyed", f"roughness {f:.2f} at least (clean model: {c:.2f} at most)",
-                        verdict(f >= ROUGH_RATIO * c), f"reproduced = both halves ≥ {ROUGH_RATIO:g}× rougher than the "
+        gone = not has_positional_component(half["2->2"], n_windows)
+        rows.append(Row("full_destroyed", f"{desc(half['2->2'])}; clean model's roughness {c:.2f} at most",
+                        verdict((gone or f >= ROUGH_RATIO * c) if clean else None),
+                        f"{pre}; reproduced = pos share < 2/C, or both halves >= {ROUGH_RATIO:g}× rougher than the "
                         "clean model's"))
     return rows
 
