@@ -52,21 +52,9 @@ THEORY_ORDER = [
 # Function-level imports that are allowed (see the module docstring).
 ALLOWED_FUNCTION_IMPORTS = {"geomjax", "geomjax.cli"}
 
-# Modules owned by other work in progress at the time this test was written (pipeline/study
-# restructuring, claims split): their remaining function-level imports and edges against the order
-# are listed here so that the test passes; the list is to shrink to empty, never to grow.
-KNOWN_VIOLATIONS: set[tuple[str, str, str]] = {
-    # (importing module, imported module, "function" | "order")
-    ("geomjax.claims.bao", "geomjax.montecarlo", "function"),
-    ("geomjax.claims.bao", "geomjax.plots", "function"),
-    ("geomjax.claims.bao", "geomjax.report", "function"),
-    ("geomjax.claims.clock", "geomjax.models.toy", "function"),
-    ("geomjax.claims.clock", "geomjax.train.grokking", "function"),
-    ("geomjax.claims.clock", "geomjax.plots", "function"),
-    ("geomjax.claims.clock", "geomjax.report", "function"),
-    ("geomjax.claims.registry", "geomjax.claims", "function"),
-    ("geomjax.claims.registry", "geomjax.montecarlo", "function"),
-}
+# Known exceptions to the order (empty: the pipeline/study restructuring and the claims modules
+# removed the last ones); an entry may only ever be removed.
+KNOWN_VIOLATIONS: set[tuple[str, str, str]] = set()  # none left; a new violation fails the test
 
 
 def _module_name(path: Path) -> str:

@@ -45,6 +45,8 @@ import numpy as np
 from scipy.special import erf
 
 from geomjax import localization as loc
+from geomjax import montecarlo, plots
+from geomjax.report import Section
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, register
 
 _PAPER = "Bao"
@@ -159,7 +161,6 @@ _L1_MARGIN = ("an o(1) term: the remainder's limit must be 0; 1% of the leading 
 def _lemma1_variance_witness(budget, key):
     """Monte Carlo (random walks, no exact-moment code): Var s_i − printed v^i at T = 128, θ = ¼, ½, 1, over
     tr(W²)/λ² — the remainder at finite T, which the printed limit says is o(1)."""
-    from geomjax import montecarlo  # the witness's own estimator (the module imports the mesh helpers)
 
     W, Sig, F, lam = _lemma1_instance()
     T = 128
@@ -1072,8 +1073,6 @@ def _fig2_section(run, theta):
     """Bao Fig. 2 (ρ(θ) for a grid of ξ, η; printed and corrected variance) as a report Section."""
     import matplotlib.pyplot as plt
 
-    from geomjax import plots
-    from geomjax.report import Section
 
     # Fig. 2: ρ(θ) for a grid of ξ, η (printed and corrected variance)
     xis = (-10.0, -5.0, -1.0, 0.0, 1.0, 5.0, 10.0)
@@ -1104,8 +1103,6 @@ def _fig3_section(run, theta):
     """Bao Fig. 3 (the localization regime, Lemma 2) as a report Section."""
     import matplotlib.pyplot as plt
 
-    from geomjax import plots
-    from geomjax.report import Section
 
     # Fig. 3: localization regime
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -1135,8 +1132,6 @@ def _fig4_section(run, theta):
     """Bao Fig. 4 (Zhai et al.'s entropy bound, eq. (9)) as a report Section."""
     import matplotlib.pyplot as plt
 
-    from geomjax import plots
-    from geomjax.report import Section
 
     # Fig. 4: entropy bound
     nu = np.linspace(0.0, 30.0, 601)
@@ -1168,8 +1163,6 @@ def _fig5_section(run, budget: str, seed: int, metrics: dict):
     """Bao Fig. 5 (simulated ρ_i and attention entropy) as a report Section; fills ``metrics``."""
     import matplotlib.pyplot as plt
 
-    from geomjax import plots
-    from geomjax.report import Section
 
     # Fig. 5: simulation
     n_seq = 300 if budget == "quick" else 3000

@@ -29,6 +29,11 @@ import jax
 import numpy as np
 
 from geomjax import fourier as fx
+from geomjax import plots
+from geomjax.models.toy import head_weights, nanda_config
+from geomjax.report import Section
+from geomjax.train.grokking import (GrokkingConfig, config_hash, grokking_config, grokking_data, grokking_init,
+                                    grokking_milestones, load_grokking_run, param_snapshots, train_grokking)
 from geomjax.claims.registry import Claim, Evaluation, Inequality, register
 
 __all__ = ["analyze", "analysis_sections", "cache_dir", "claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
@@ -46,8 +51,6 @@ def cache_dir() -> Path:
 
 def claim_config(budget: str, relu: bool = True, seed: int = 0):
     """The grokking config the claims train for ``budget`` (see the module docstring)."""
-    from geomjax.models.toy import nanda_config
-    from geomjax.train.grokking import GrokkingConfig, grokking_config
 
     if budget not in ("quick", "full"):
         raise ValueError(f"claim_config: budget must be 'quick' or 'full', got {budget!r}")
@@ -63,7 +66,6 @@ def claim_config(budget: str, relu: bool = True, seed: int = 0):
 
 def trained_run(cfg, *, progress: bool = False, root: str | os.PathLike | None = None):
     """Train ``cfg`` (or load/resume it) under ``<root or cache_dir()>/grokking/<config hash>``."""
-    from geomjax.train.grokking import config_hash, load_grokking_run, train_grokking
 
     d = Path(root or cache_dir()) / "grokking" / config_hash(cfg)
     try:
@@ -75,8 +77,6 @@ def trained_run(cfg, *, progress: bool = False, root: str | os.PathLike | None =
 # ---------------------------------------------------------------------------------------- analysis
 
 def _train_idx(cfg) -> np.ndarray:
-    from geomjax.train.grokking import grokking_data
-
     x = np.asarray(grokking_data(cfg).x_train)
     return x[:, 0] * cfg.train.p + x[:, 1]
 
@@ -89,7 +89,6 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
       seed: picks the random (non-key) frequencies and the illustrated a values.
       with_snapshots: compute restricted/excluded loss over training from the parameter snapshots.
     """
-    from geomjax.train.grokking import grokking_milestones
 
     cfg = res.config
     p, mcfg = cfg.train.p, cfg.train.model
@@ -166,7 +165,6 @@ def _analyze_circles_attention(out: dict, params, A, p: int, seed: int) -> None:
 def _analyze_petals_planes(out: dict, params, A, cE) -> dict:
     """Petals for a fixed a (the blog's a = 70, mod p; §6.2-7) and dihedral angles between W_E and o circle
     planes (§8); returns the o circle plane per key frequency."""
-    from geomjax.models.toy import head_weights
 
     p, key = out["p"], out["key"]
     a0 = 70 % p
@@ -238,7 +236,6 @@ def _restricted_model_accuracy(params, mcfg, p: int, y: np.ndarray, freqs) -> fl
 def _analyze_readout(out: dict, res, params, A, logits: np.ndarray, y: np.ndarray, with_snapshots: bool) -> None:
     """Correct-logit ranks (blog §10), Nanda's restricted/excluded loss over training, sufficiency of one
     circle, two coprime circles and all key frequencies (§11), logit- and embedding-restricted."""
-    from geomjax.train.grokking import grokking_init, param_snapshots
 
     cfg, p, key = res.config, out["p"], out["key"]
     mcfg = cfg.train.model
@@ -757,14 +754,10 @@ register(Claim(
 # ------------------------------------------------------------------------------------------ figures
 
 def _plt():
-    from geomjax import plots  # matplotlib is optional at import time; plots applies the shared style
-
     return plots.plt
 
 
 def _save(run, fig, name):
-    from geomjax import plots
-
     path, rel = run.figure_path(name)
     plots.save(fig, path)
     return rel
@@ -792,7 +785,6 @@ def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str 
 
 def _sec_training(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Training curves and grokking milestones (ReLU and ReLU-free runs). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax.report import Section
 
     plt = _plt()
     p = an["p"]
@@ -844,8 +836,6 @@ def _sec_training(run, an: dict, an_free: dict | None, S: list, M: dict, tag: st
 
 def _sec_spectra(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Fourier spectra of W_E and W_L, key frequencies, Nanda's neuron frequencies (blog §5). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax import plots
-    from geomjax.report import Section
 
     plt = plots.plt
     p, key = an["p"], an["key"]
@@ -885,8 +875,6 @@ def _sec_spectra(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str
 
 def _sec_circles(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """W_E and W_L circles on each frequency's Fourier-inferred 2D basis (blog §5.1-5.2). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax import plots
-    from geomjax.report import Section
 
     plt = plots.plt
     p, key = an["p"], an["key"]
@@ -914,8 +902,6 @@ def _sec_circles(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str
 
 def _sec_attention(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Periodic attention maps and their spectra (blog §6). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax import plots
-    from geomjax.report import Section
 
     plt = plots.plt
     key = an["key"]
@@ -945,8 +931,6 @@ def _sec_attention(run, an: dict, an_free: dict | None, S: list, M: dict, tag: s
 
 def _sec_petals(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Predicted and actual petals; per-head o petals sum to circles (blog §6.1-7). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax import plots
-    from geomjax.report import Section
 
     plt = plots.plt
     p, key = an["p"], an["key"]
@@ -996,7 +980,6 @@ def _sec_petals(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str)
 
 def _sec_dihedral(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Dihedral angles between W_E and o circle planes (blog §8). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax.report import Section
 
     plt = _plt()
     key = an["key"]
@@ -1016,7 +999,6 @@ def _sec_dihedral(run, an: dict, an_free: dict | None, S: list, M: dict, tag: st
 
 def _sec_mlp(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """MLP biases, W_in columns, activation circles, revolution vs rotation (blog §8-9). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax.report import Section
 
     plt = _plt()
     key = an["key"]
@@ -1053,7 +1035,6 @@ def _sec_mlp(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) ->
 
 def _sec_readout(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Correct-logit ranks; restricted and excluded loss over training (blog §10; Nanda §5.1). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax.report import Section
 
     plt = _plt()
     # read-out
@@ -1084,7 +1065,6 @@ def _sec_readout(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str
 
 def _sec_sufficiency(run, an: dict, an_free: dict | None, S: list, M: dict, tag: str) -> None:
     """Sufficiency of one circle, two coprime circles and all (blog §11). Appends to ``S`` (sections) and ``M`` (metrics)."""
-    from geomjax.report import Section
 
     plt = _plt()
     # sufficiency: logit-restricted (Nanda §5.1) and embedding-restricted accuracies, side by side
@@ -1114,7 +1094,6 @@ def report_sections(run, *, budget: str = "quick", seed: int = 0):
     loads from the cache) the budget's ReLU and ReLU-free runs (:func:`claim_config`)."""
     an, free = _bundle(budget, seed)
     sections, metrics = analysis_sections(run, an, free, title=f"{budget}")
-    from geomjax.report import Section
 
     head = Section("Clock: what was trained")
     head.paragraphs.append(_what(budget) + "; the ReLU-free variant uses the same recipe with activation 'none'.")

@@ -66,6 +66,7 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
+from geomjax import montecarlo
 from geomjax._repr import summarize
 from geomjax.errors import GeomjaxError
 from geomjax.io import to_jsonable
@@ -588,11 +589,9 @@ def _caller_module() -> str:
 
 
 def _source_modules() -> list[str]:
-    import geomjax.claims as pkg
-
     return sorted(
         name
-        for _, name, ispkg in pkgutil.iter_modules(pkg.__path__)
+        for _, name, ispkg in pkgutil.iter_modules([str(Path(__file__).parent)])
         if not name.startswith("_") and name not in _NOT_SOURCE_MODULES
     )
 
@@ -785,8 +784,6 @@ def _flat_tree(t) -> np.ndarray:
 
 
 def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult:
-    from geomjax import montecarlo  # geomjax.montecarlo imports the mesh helpers; only MC claims need it
-
     rule: MonteCarloRule = claim.rule  # type: ignore[assignment]
     n = int(claim.n_samples[budget])
     chunk = min(claim.chunk, n)
