@@ -151,6 +151,18 @@ def as_real_array(x, where: str, what: str = "array") -> jax.Array:
     return x
 
 
+def as_float32_or_64(x, where: str, what: str = "array") -> jax.Array:
+    """A real array in the computation dtype of the float32 routines: float64 stays float64 (needs
+    x64, switched on by :func:`float64_aware`), every other real dtype (float32, half, integer)
+    becomes float32 — the dtype rule for functions that used to cast their input to float32, whose
+    float32 results stay bit-identical."""
+    dt = _dtype_of(x)
+    if dt == np.float64:
+        check_no_silent_float64(dt, where, what)
+        return jnp.asarray(x)
+    return jnp.asarray(x, jnp.float32)
+
+
 def as_float_array(x, name: str, ndim: int, shape_doc: str, finite: bool = False) -> jax.Array:
     """Checks rank, floating dtype (and optionally finiteness); returns a JAX array, same dtype."""
     if not hasattr(x, "dtype"):

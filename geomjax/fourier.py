@@ -12,7 +12,8 @@ Conventions. P is the modulus; tokens 0..P-1 are numbers and token P is "=". Par
 (P, P) matrix whose rows are [const, cos 1, sin 1, …, cos P//2, sin P//2], each of unit norm
 (:func:`fourier_basis`); frequency k ∈ 1..P//2 owns rows 2k−1 (cos) and 2k (sin). Inputs are all P²
 pairs (a, b) in row-major order (index a·P + b). Everything is float32 under "highest" matmul
-precision unless stated.
+precision unless stated; a float64 input (NumPy float64 or a Python list) is computed in float64
+instead (the dtype rule, ``geomjax._checks.float64_aware``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import as_float32_or_64, float64_aware, x64_context
 from geomjax.errors import GeomjaxError
 from geomjax.models.toy import check_one_layer
 from geomjax.typing import Array, Float, Int
@@ -69,7 +71,7 @@ def _check_p(p: int, who: str) -> int:
     return int(p)
 
 
-def fourier_basis(p: int) -> Float[Array, "P P"]:
+def fourier_basis(p: int, dtype=jnp.float32) -> Float[Array, "P P"]:
     """Orthonormal Fourier basis mod p (Nanda et al.; the blog's ``fourier_basis``), rows = waves.
 
     Rows: ``[1/√p, cos(2π·1·x/p), sin(2π·1·x/p), …]`` each normalized to unit length, x = 0..p−1;
@@ -78,9 +80,10 @@ def fourier_basis(p: int) -> Float[Array, "P P"]:
 
     Args:
       p: modulus >= 3.
+      dtype: float32 (default) or float64 (computed in float64 either way).
 
     Returns:
-      (p, p) float32 array.
+      (p, p) array of ``dtype``.
     """
     p = _check_p(p, "fourier_basis")
     x = np.arange(p)
@@ -92,7 +95,8 @@ def fourier_basis(p: int) -> Float[Array, "P P"]:
     if p % 2 == 0:
         r = np.cos(np.pi * x)
         rows.append(r / np.linalg.norm(r))
-    return jnp.asarray(np.stack(rows), jnp.float32)
+    with x64_context(dtype):
+        return jnp.asarray(np.stack(rows), dtype)
 
 
 def fourier_basis_names(p: int) -> list[str]:
@@ -106,6 +110,7 @@ def _n_freq(p: int) -> int:
     return (p - 1) // 2
 
 
+@float64_aware(arrays=("W",))
 def fourier_coefficients(W: Float[Array, "V d"], p: int) -> Float[Array, "P d"]:
     """Fourier coefficients of the first p rows of W along the token axis: ``B @ W[:p]``.
 
@@ -119,13 +124,14 @@ def fourier_coefficients(W: Float[Array, "V d"], p: int) -> Float[Array, "P d"]:
     Returns:
       (p, d): row j is the d-dimensional coefficient of basis row j.
     """
-    W = jnp.asarray(W)
+    W = as_float32_or_64(W, "fourier_coefficients", "W")
     if W.ndim != 2 or W.shape[0] < p:
         raise GeomjaxError(f"fourier_coefficients: W must be (V >= {p}, d), got shape {W.shape}")
     with jax.default_matmul_precision("highest"):
-        return fourier_basis(p) @ W[:p].astype(jnp.float32)
+        return fourier_basis(p, W.dtype) @ W[:p]
 
 
+@float64_aware(arrays=("coeffs",))
 def frequency_energy(coeffs: Float[Array, "P ..."], p: int) -> Float[Array, "F1"]:
     """Squared Fourier norm per frequency: entry k (0..P//2) is Σ (cos k² + sin k²) over the other axes
     (entry 0 the constant row). The blog's bar plots show the per-row norms; this groups them.
@@ -142,6 +148,7 @@ def frequency_energy(coeffs: Float[Array, "P ..."], p: int) -> Float[Array, "F1"
     return jnp.concatenate([c2[:1], c2[1: 2 * K + 1].reshape(K, 2).sum(axis=1)])
 
 
+@float64_aware(arrays=("coeffs",))
 def key_fraction(coeffs: Float[Array, "P ..."], p: int, freqs) -> Float[Array, ""]:
     """Fraction of the squared Fourier norm (constant row excluded) held by the cos/sin rows of
     ``freqs`` — the clock claim "W_E's spectrum is sparse" (a random W_E gives ≈ 2k/(p−1))."""
@@ -150,6 +157,7 @@ def key_fraction(coeffs: Float[Array, "P ..."], p: int, freqs) -> Float[Array, "
     return jnp.sum(e[idx]) / jnp.sum(e[1:])
 
 
+@float64_aware(arrays=("W_E",))
 def key_frequencies_embed(W_E: Float[Array, "V d"], p: int, *, ratio: float = 10.0) -> list[int]:
     """Key frequencies from W_E's Fourier norms (the blog §5): frequencies whose energy (cos² + sin²
     summed over d) exceeds ``ratio`` × the median energy of the frequencies 1..P//2.
@@ -181,6 +189,7 @@ class NeuronFrequencies(NamedTuple):
     counts: dict
 
 
+@float64_aware(arrays=("post",))
 def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction: float = 0.0) -> NeuronFrequencies:
     """Key frequencies from MLP neurons (Nanda et al. §4.1, REFERENCE.md).
 
@@ -198,10 +207,10 @@ def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction
     Returns:
       :class:`NeuronFrequencies`.
     """
-    post = jnp.asarray(post, jnp.float32)
+    post = as_float32_or_64(post, "key_frequencies_neurons", "post")
     if post.ndim != 3 or post.shape[:2] != (p, p):
         raise GeomjaxError(f"key_frequencies_neurons: post must be (p, p, F) = ({p}, {p}, F), got {post.shape}")
-    B = fourier_basis(p)
+    B = fourier_basis(p, post.dtype)
     A = post - jnp.mean(post, axis=(0, 1), keepdims=True)
     with jax.default_matmul_precision("highest"):
         Ah = jnp.einsum("ia,abn,jb->ijn", B, A, B)
@@ -226,6 +235,7 @@ def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction
 
 # ------------------------------------------------------------------------------------- circles
 
+@float64_aware(arrays=("coeffs",))
 def circle_basis(coeffs: Float[Array, "P d"], k: int) -> Float[Array, "2 d"]:
     """The blog's "Fourier-inferred 2D basis" (§5.1) of frequency k: the cos-k and sin-k coefficient
     vectors (rows 2k−1, 2k of ``coeffs``), each normalized to unit length (not orthogonalized).
@@ -240,19 +250,22 @@ def circle_basis(coeffs: Float[Array, "P d"], k: int) -> Float[Array, "2 d"]:
     return b / jnp.linalg.norm(b, axis=1, keepdims=True)
 
 
+@float64_aware(arrays=("W",))
 def circle_projection(W: Float[Array, "V d"], p: int, k: int) -> Float[Array, "P 2"]:
     """Rows 0..p−1 of W projected on frequency k's Fourier-inferred 2D basis (the blog's W_E and W_L
     circles, §5.1–5.2): ``W[:p] @ circle_basis(B @ W[:p], k)ᵀ``. Key frequencies give circles,
     other frequencies noise."""
+    W = as_float32_or_64(W, "circle_projection", "W")
     basis = circle_basis(fourier_coefficients(W, p), k)
     with jax.default_matmul_precision("highest"):
-        return jnp.asarray(W)[:p].astype(jnp.float32) @ basis.T
+        return W[:p] @ basis.T
 
 
+@float64_aware(arrays=("xy",))
 def circle_fit_r2(xy: Float[Array, "P 2"], k: int) -> Float[Array, ""]:
     """R² of the least-squares fit ``xy ≈ c + [cos(2πkx/p), sin(2πkx/p)] M`` over x = 0..p−1 (1 for
     points exactly on a (possibly elliptical) frequency-k circle, ≈ 2/p for noise)."""
-    xy = jnp.asarray(xy, jnp.float32)
+    xy = as_float32_or_64(xy, "circle_fit_r2", "xy")
     p = xy.shape[0]
     x = jnp.arange(p)
     X = jnp.stack([jnp.ones(p), jnp.cos(2 * jnp.pi * k * x / p), jnp.sin(2 * jnp.pi * k * x / p)], axis=1)
@@ -344,6 +357,7 @@ def unembed_matrix(params: dict) -> Float[Array, "V F"]:
 
 # ----------------------------------------------------------------------------- periodic attention
 
+@float64_aware(arrays=("att",))
 def attention_spectrum(att: Float[Array, "P P"]) -> dict[str, Array]:
     """2D Fourier analysis of one head's last-row attention on token a over all (a, b) (the blog §6).
 
@@ -355,9 +369,9 @@ def attention_spectrum(att: Float[Array, "P P"]) -> dict[str, Array]:
       frequency along a (summed over all b-basis rows) and along b; ``dominant``: the frequency
       1..P//2 with the largest energy_a + energy_b; ``key_fraction_fn``: use :func:`attention_key_fraction`.
     """
-    att = jnp.asarray(att, jnp.float32)
+    att = as_float32_or_64(att, "attention_spectrum", "att")
     p = att.shape[0]
-    B = fourier_basis(p)
+    B = fourier_basis(p, att.dtype)
     with jax.default_matmul_precision("highest"):
         C = B @ att @ B.T
     ea = frequency_energy(C, p)
@@ -366,6 +380,7 @@ def attention_spectrum(att: Float[Array, "P P"]) -> dict[str, Array]:
     return {"coeffs": C, "energy_a": ea, "energy_b": eb, "dominant": dom}
 
 
+@float64_aware(arrays=("att",))
 def attention_key_fraction(att: Float[Array, "P P"], freqs) -> Float[Array, ""]:
     """Fraction of the (constant-removed) variance of one head's attention map over (a, b) lying in
     2D Fourier components whose a- and b-frequencies are both in ``freqs`` ∪ {0} (the blog §6:
@@ -403,6 +418,7 @@ def predicted_petal(p: int, emb_freq: int, att_freq: int, a: int, phase: float =
     return alpha[:, None] * circ(jnp.full_like(b, a))[:1] + (1 - alpha[:, None]) * circ(b)
 
 
+@float64_aware(arrays=("z", "W_V", "basis",))
 def per_head_circle_projection(z: Float[Array, "P H K"], W_V: Float[Array, "H d K"],
                                basis: Float[Array, "2 d"]) -> Float[Array, "H P 2"]:
     """The blog's actual petals (§6.2): each head's z vectors (fixed a, all b) projected on the
@@ -419,6 +435,7 @@ def per_head_circle_projection(z: Float[Array, "P H K"], W_V: Float[Array, "H d 
         return jnp.einsum("bhk,hkj->hbj", z, new)
 
 
+@float64_aware(arrays=("o_heads",))
 def petal_fourier_projection(o_heads: Float[Array, "P H d"], k: int) -> dict[str, Array]:
     """Per-head o vectors and their head sum projected on the summed o vectors' own frequency-k
     Fourier plane (the blog §7, "alternative visualization"): b varies, a fixed.
@@ -435,13 +452,14 @@ def petal_fourier_projection(o_heads: Float[Array, "P H d"], k: int) -> dict[str
     return {"heads": heads, "total": heads.sum(axis=0), "basis": basis}
 
 
+@float64_aware(arrays=("xy",))
 def complex_peak_fraction(xy: Float[Array, "P 2"]) -> dict[str, Any]:
     """Spectrum of a closed planar curve over b (the blog §7: "a dominant single frequency means a
     circle"): the DFT of x + iy over b = 0..p−1 with the mean removed; returns ``spectrum`` (p,)
     |DFT|², ``peak_fraction`` (largest bin's share of the non-constant energy: 1 for a perfect circle
     traversed at one speed, lower for petals and ellipses), ``peak_freq`` in (−p/2, p/2] and
     ``freq_fraction`` (the share of bins ±peak_freq: 1 for any ellipse at that single frequency)."""
-    xy = jnp.asarray(xy, jnp.float32)
+    xy = as_float32_or_64(xy, "complex_peak_fraction", "xy")
     c = (xy[:, 0] - jnp.mean(xy[:, 0])) + 1j * (xy[:, 1] - jnp.mean(xy[:, 1]))
     s = jnp.abs(jnp.fft.fft(c)) ** 2
     i = int(jnp.argmax(s))
@@ -454,6 +472,7 @@ def complex_peak_fraction(xy: Float[Array, "P 2"]) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------- geometry
 
+@float64_aware(arrays=("U", "V",))
 def principal_angles(U: Float[Array, "m d"], V: Float[Array, "n d"]) -> Float[Array, "r"]:
     """Principal (dihedral) angles in degrees between span(rows of U) and span(rows of V) (the blog
     §8: W_E circle planes vs o circle planes), ascending; r = min(m, n). Computed as arccos of the
@@ -464,6 +483,7 @@ def principal_angles(U: Float[Array, "m d"], V: Float[Array, "n d"]) -> Float[Ar
     return jnp.asarray(np.sort(np.degrees(np.arccos(s))))
 
 
+@float64_aware(arrays=("o",))
 def o_circle_plane(o: Float[Array, "P P d"], k: int) -> Float[Array, "2 d"]:
     """The o circle plane of frequency k (the blog §8–9.3): for each a, the cos-k / sin-k Fourier
     coefficients of o(a, ·) over b; the 2p vectors stacked and the top-2 right singular vectors kept
@@ -472,6 +492,7 @@ def o_circle_plane(o: Float[Array, "P P d"], k: int) -> Float[Array, "2 d"]:
     return plane
 
 
+@float64_aware(arrays=("act",))
 def mlp_plane_svd(act: Float[Array, "P P F"], k: int, n_components: int = 4) -> tuple[Array, Array]:
     """SVD of the stacked per-a Fourier-inferred basis vectors (the blog §9.3–9.5).
 
@@ -482,15 +503,16 @@ def mlp_plane_svd(act: Float[Array, "P P F"], k: int, n_components: int = 4) -> 
     Returns:
       (components (n, F), singular values (min(2p, F),)).
     """
-    act = jnp.asarray(act, jnp.float32)
+    act = as_float32_or_64(act, "mlp_plane_svd", "act")
     p = act.shape[0]
-    B = fourier_basis(p)[jnp.asarray([2 * k - 1, 2 * k])]
+    B = fourier_basis(p, act.dtype)[jnp.asarray([2 * k - 1, 2 * k])]
     with jax.default_matmul_precision("highest"):
         c = jnp.einsum("jb,abf->ajf", B, act).reshape(2 * p, -1)
     _, s, vt = jnp.linalg.svd(c, full_matrices=False)
     return vt[:n_components], s
 
 
+@float64_aware(arrays=("b_in",))
 def negative_bias_count(b_in: Float[Array, "F"], *, rel: float = 0.25) -> int:
     """Number of MLP input biases below −rel·max|b_in| (the blog §8: "way fewer than 113 are
     significantly negative", so the model does not use ReLU to superpose features)."""
@@ -500,6 +522,7 @@ def negative_bias_count(b_in: Float[Array, "F"], *, rel: float = 0.25) -> int:
 
 # --------------------------------------------------------------------------------------- read-out
 
+@float64_aware(arrays=("logits", "y",))
 def correct_logit_rank(logits: Float[Array, "N C"], y: Int[Array, "N"]) -> Int[Array, "N"]:
     """Rank of the correct logit among the classes (0 = the argmax; ties counted against it) — the
     blog §10's read-out: the correct row of W_L is among the most activated."""
@@ -508,16 +531,17 @@ def correct_logit_rank(logits: Float[Array, "N C"], y: Int[Array, "N"]) -> Int[A
     return jnp.sum(logits > correct, axis=1)
 
 
-def _sum_waves(p: int, freqs) -> Float[Array, "J N"]:
+def _sum_waves(p: int, freqs, dtype=jnp.float32) -> Float[Array, "J N"]:
     a, b = np.divmod(np.arange(p * p), p)
     rows = []
     for w in sorted(set(int(f) for f in freqs)):
         for f in (np.cos, np.sin):
             r = f(2 * np.pi * w * (a + b) / p)
             rows.append(r / np.linalg.norm(r))
-    return jnp.asarray(np.stack(rows) if rows else np.zeros((0, p * p)), jnp.float32)
+    return jnp.asarray(np.stack(rows) if rows else np.zeros((0, p * p)), dtype)
 
 
+@float64_aware(arrays=("logits",))
 def restricted_logits(logits: Float[Array, "N C"], p: int, freqs) -> tuple[Array, Array]:
     """Nanda et al. §5.1: split the logits over all p² inputs into their cos/sin(w(a+b)) components
     for w in ``freqs`` and the rest.
@@ -534,20 +558,21 @@ def restricted_logits(logits: Float[Array, "N C"], p: int, freqs) -> tuple[Array
     Returns:
       (restricted (p², C), excluded (p², C)).
     """
-    L = jnp.asarray(logits, jnp.float32)
+    L = as_float32_or_64(logits, "restricted_logits", "logits")
     if L.shape[0] != p * p:
         raise GeomjaxError(f"restricted_logits: logits must have p² = {p * p} rows (all inputs), got {L.shape}")
-    U = _sum_waves(p, freqs)
+    U = _sum_waves(p, freqs, L.dtype)
     with jax.default_matmul_precision("highest"):
         proj = U.T @ (U @ L)
     return proj + jnp.mean(L, axis=0, keepdims=True), L - proj
 
 
 def _ce(logits, y):
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    logp = jax.nn.log_softmax(as_float32_or_64(logits, "_ce", "logits"), axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 
 
+@float64_aware(arrays=("logits", "train_idx",))
 def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs, train_idx) -> dict[str, float]:
     """Nanda et al.'s progress measures: restricted loss (cross-entropy of the restricted logits over
     all p² inputs) and excluded loss (of the excluded logits on the training inputs), plus the plain
@@ -561,7 +586,7 @@ def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs, train_i
     """
     a, b = np.divmod(np.arange(p * p), p)
     y = jnp.asarray((a + b) % p)
-    L = jnp.asarray(logits, jnp.float32)
+    L = as_float32_or_64(logits, "restricted_excluded_loss", "logits")
     rest, excl = restricted_logits(L, p, freqs)
     tr = np.zeros(p * p, bool)
     tr[np.asarray(train_idx)] = True
@@ -570,6 +595,7 @@ def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs, train_i
             "train": float(_ce(L[tri], y[tri])), "test": float(_ce(L[tei], y[tei]))}
 
 
+@float64_aware(arrays=("logits",))
 def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs) -> float:
     """Accuracy over all p² inputs of the logits restricted to ``freqs`` (:func:`restricted_logits`)."""
     a, b = np.divmod(np.arange(p * p), p)
@@ -577,6 +603,7 @@ def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs) -> float:
     return float(np.mean(np.asarray(jnp.argmax(rest, axis=1)) == (a + b) % p))
 
 
+@float64_aware(arrays=("logits",))
 def sufficiency(logits: Float[Array, "N C"], p: int, key_freqs) -> dict[str, Any]:
     """The blog §11: accuracy when the model is restricted to one key frequency, to two coprime ones,
     and to all of them (restriction of the logits as in Nanda et al. §5.1).

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax._checks import float64_aware
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Float, Key
 
@@ -85,6 +86,7 @@ def haar_orthogonal(key: Key, n: int, dtype=None) -> Float[Array, "n n"]:
     return q
 
 
+@float64_aware(arrays=("singular_values",))
 def random_spectrum_matrix(key: Key, singular_values: Float[Array, "n"]) -> Float[Array, "n n"]:
     """U diag(s) Vᵀ with independent Haar U, V (thesis §6.2.5: prescribed spectrum ŝ, random
     orientation). ``singular_values``: (n,)."""
@@ -125,6 +127,7 @@ def _psd_factor(cov):
     return v * jnp.sqrt(jnp.maximum(w, 0.0))[None, :]
 
 
+@float64_aware(arrays=("mean", "cov"))
 def joint_gaussian(key: Key, mean: Float[Array, "D"], cov: Float[Array, "D D"]) -> Float[Array, "D"]:
     """One draw of N(mean, cov) (thesis eq. 4.1; cov symmetric PSD, possibly singular)."""
     mean = jnp.asarray(mean)
@@ -137,6 +140,7 @@ def joint_gaussian(key: Key, mean: Float[Array, "D"], cov: Float[Array, "D D"]) 
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("x", "mean", "cov"))
 def gaussian_logpdf(x: Float[Array, "d"], mean: Float[Array, "d"], cov: Float[Array, "d d"]) -> Array:
     """log N(x; mean, cov) for a positive-definite cov (Cholesky)."""
     d = mean.shape[-1]
@@ -145,12 +149,14 @@ def gaussian_logpdf(x: Float[Array, "d"], mean: Float[Array, "d"], cov: Float[Ar
     return -0.5 * jnp.dot(z, z) - jnp.sum(jnp.log(jnp.diagonal(c))) - 0.5 * d * jnp.log(2 * jnp.pi)
 
 
+@float64_aware(arrays=("cov",))
 def gaussian_entropy(cov: Float[Array, "d d"]) -> Array:
     """Differential entropy ½ log((2πe)^d |Σ|) in nats (thesis §4.2.2)."""
     d = cov.shape[-1]
     return 0.5 * (d * jnp.log(2 * jnp.pi * jnp.e) + jnp.linalg.slogdet(cov)[1])
 
 
+@float64_aware(arrays=("cov",))
 def gaussian_mutual_information(cov: Float[Array, "D D"], d1: int) -> Array:
     """I(X; Y) = ½ log(|Σ_X||Σ_Y| / |Σ|) for (X, Y) jointly Gaussian, X the first d1 coordinates
     (thesis §4.2.2)."""
@@ -158,6 +164,7 @@ def gaussian_mutual_information(cov: Float[Array, "D D"], d1: int) -> Array:
     return 0.5 * (ld(cov[:d1, :d1]) + ld(cov[d1:, d1:]) - ld(cov))
 
 
+@float64_aware(arrays=("m0", "c0", "m1", "c1"))
 def gaussian_kl(m0, c0, m1, c1) -> Array:
     """KL(N(m0, c0) ‖ N(m1, c1)) in nats (thesis §4.2.2 "the same linear invariance ... KL")."""
     d = m0.shape[-1]
@@ -166,12 +173,14 @@ def gaussian_kl(m0, c0, m1, c1) -> Array:
     return 0.5 * (jnp.trace(s) + dm @ jnp.linalg.solve(c1, dm) - d + jnp.linalg.slogdet(c1)[1] - jnp.linalg.slogdet(c0)[1])
 
 
+@float64_aware(arrays=("L", "mean", "cov"))
 def linear_map_joint(L: Float[Array, "d d"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]):
     """Thesis eq. (4.2): the law of (LX_1, …, LX_T) for a joint Gaussian with token means ``mean``
     (T, d) and blocks ``cov[i, j] = Σ_ij`` (T, T, d, d): means Lμ_i, blocks LΣ_ijLᵀ."""
     return mean @ L.T, jnp.einsum("ab,ijbc,dc->ijad", L, cov, L)
 
 
+@float64_aware(arrays=("l1", "l2", "alpha"))
 def block2_eigenvalues(l1, l2, alpha):
     """Eigenvalues (larger, smaller) of [[λ1², λ1λ2α], [λ1λ2α, λ2²]] (thesis §4.3.2, exact formula):
     (λ1² + λ2² ± √((λ1² + λ2²)² − 4λ1²λ2²(1 − α²)))/2."""
@@ -185,16 +194,19 @@ def block2_eigenvalues(l1, l2, alpha):
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("mu", "s2"))
 def lognormal_mean(mu, s2):
     """E[exp X] = exp(μ + σ²/2) for X ~ N(μ, σ²) (correct form of thesis §5.1.2)."""
     return jnp.exp(mu + s2 / 2)
 
 
+@float64_aware(arrays=("mu", "s2"))
 def lognormal_mean_printed(mu, s2):
     """E[exp X] as printed in thesis §5.1.2 / §5.3.1: exp((μ + σ²)/2) (wrong unless μ = 0)."""
     return jnp.exp((mu + s2) / 2)
 
 
+@float64_aware(arrays=("mu", "s2"))
 def lognormal_var(mu, s2):
     """Var(exp X) = (exp(σ²) − 1) exp(2μ + σ²) (thesis §5.1.2, correct)."""
     return jnp.expm1(s2) * jnp.exp(2 * mu + s2)
@@ -210,33 +222,39 @@ def xavier_exp_var_taylor(n):
     return 1 / n + 3 / (2 * n**2)
 
 
+@float64_aware(arrays=("mu_i", "mu_j", "s_i2", "s_j2", "s_ij"))
 def softmax_ratio_mean(mu_i, mu_j, s_i2, s_j2, s_ij):
     """E[p_i/p_j] = exp(μ_i − μ_j + (σ_i² + σ_j² − 2σ_ij)/2) (corrected thesis eq. 5.20)."""
     return jnp.exp(mu_i - mu_j + (s_i2 + s_j2 - 2 * s_ij) / 2)
 
 
+@float64_aware(arrays=("mu_i", "mu_j", "s_i2", "s_j2", "s_ij"))
 def softmax_ratio_mean_printed(mu_i, mu_j, s_i2, s_j2, s_ij):
     """Thesis eq. (5.20) as printed: exp((μ_i − μ_j + σ_i² + σ_j² − 2σ_ij)/2)."""
     return jnp.exp((mu_i - mu_j + s_i2 + s_j2 - 2 * s_ij) / 2)
 
 
+@float64_aware(arrays=("mu_i", "mu_j", "s_i2", "s_j2", "s_ij"))
 def softmax_ratio_var(mu_i, mu_j, s_i2, s_j2, s_ij):
     """Thesis eq. (5.21): Var(p_i/p_j) = (exp(s²) − 1) exp(2(μ_i − μ_j) + s²), s² = σ_i²+σ_j²−2σ_ij."""
     s2 = s_i2 + s_j2 - 2 * s_ij
     return jnp.expm1(s2) * jnp.exp(2 * (mu_i - mu_j) + s2)
 
 
+@float64_aware(arrays=("x",))
 def softmax_entropy(x: Float[Array, "... n"]) -> Array:
     """Entropy (nats) of softmax(x) along the last axis (thesis §5.2.3)."""
     logp = jax.nn.log_softmax(x, axis=-1)
     return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
+@float64_aware(arrays=("x_target", "x"))
 def softmax_cross_entropy(x_target: Float[Array, "... n"], x: Float[Array, "... n"]) -> Array:
     """H(Sm(x_target), Sm(x)) = −Σ Sm(x_target)_i log Sm(x)_i (nats; thesis §5.2.1, §5.2.4)."""
     return -jnp.sum(jax.nn.softmax(x_target, axis=-1) * jax.nn.log_softmax(x, axis=-1), axis=-1)
 
 
+@float64_aware(arrays=("x_target", "x"))
 def softmax_kl(x_target: Float[Array, "... n"], x: Float[Array, "... n"]) -> Array:
     """D_KL(Sm(x_target) ‖ Sm(x)) (nats; thesis §5.2.4 corollary)."""
     lp = jax.nn.log_softmax(x_target, axis=-1)
@@ -248,6 +266,7 @@ def softmax_kl(x_target: Float[Array, "... n"], x: Float[Array, "... n"]) -> Arr
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("C", "mu_x", "mu_y", "cov_xy"))
 def bilinear_mean(C, mu_x, mu_y, cov_xy):
     """E[xᵀCy] = μ_XᵀCμ_Y + Tr(CᵀΣ_XY), Σ_XY = Cov(x, y) the upper-right block (corrected eq. 6.2).
 
@@ -255,17 +274,20 @@ def bilinear_mean(C, mu_x, mu_y, cov_xy):
     return mu_x @ C @ mu_y + jnp.trace(C.T @ cov_xy)
 
 
+@float64_aware(arrays=("C", "mu_x", "mu_y", "cov_xy"))
 def bilinear_mean_printed(C, mu_x, mu_y, cov_xy):
     """Thesis eq. (6.2) as printed: μ_XᵀCμ_Y + Tr(CΣ_XY) (with Σ_XY = Cov(x, y))."""
     return mu_x @ C @ mu_y + jnp.trace(C @ cov_xy)
 
 
+@float64_aware(arrays=("C", "mu_x", "mu_y", "cov_x", "cov_y"))
 def bilinear_variance(C, mu_x, mu_y, cov_x, cov_y):
     """Thesis eq. (6.3), x ⟂ y: Var(xᵀCy) = Tr(Σ_X C Σ_Y Cᵀ) + μ_YᵀCᵀΣ_XCμ_Y + μ_XᵀCΣ_YCᵀμ_X."""
     return (jnp.trace(cov_x @ C @ cov_y @ C.T) + mu_y @ C.T @ cov_x @ C @ mu_y
             + mu_x @ C @ cov_y @ C.T @ mu_x)
 
 
+@float64_aware(arrays=("C", "mu", "cov"))
 def self_bilinear_mean(C, mu, cov):
     """Thesis §6.2.4: E[xᵀCx] = Tr(CΣ_X) + μᵀCμ for x ~ N(μ, Σ_X)."""
     return jnp.trace(C @ cov) + mu @ C @ mu
@@ -283,6 +305,7 @@ def mp_edges(n: int, m: int, sigma2: float = 1.0) -> tuple[float, float]:
     return sigma2 * (math.sqrt(q) - math.sqrt(p)) ** 2, sigma2 * (math.sqrt(q) + math.sqrt(p)) ** 2
 
 
+@float64_aware(arrays=("x",))
 def mp_density(x, n: int, m: int, sigma2: float = 1.0):
     """Marchenko–Pastur density of the p = min(n, m) squared singular values of an n×m N(0, σ²)
     matrix (corrected thesis §2.5): f(x) = √((b−x)(x−a)) / (2π σ² p x), a ≤ x ≤ b (mp_edges).
@@ -296,6 +319,7 @@ def mp_density(x, n: int, m: int, sigma2: float = 1.0):
     return jnp.where(inside, f, 0.0)
 
 
+@float64_aware(arrays=("x",))
 def mp_density_printed(x, sigma2: float):
     """Thesis §2.5 as printed: f(x) = √(4σ²x − x²) / (2πσ²x) on [0, 4σ²] (n×n, entries N(0, σ²)).
     This is the law of σ_i²/n, not of σ_i² (the support misses the factor n)."""
@@ -305,6 +329,7 @@ def mp_density_printed(x, sigma2: float):
     return jnp.where(inside, jnp.sqrt(jnp.maximum(4 * sigma2 * xs - xs**2, 0.0)) / (2 * jnp.pi * sigma2 * xs), 0.0)
 
 
+@float64_aware(arrays=("x",))
 def mp_cdf(x, n: int, m: int, sigma2: float = 1.0, grid: int = 20001) -> np.ndarray:
     """CDF of :func:`mp_density` at ``x`` (NumPy, float64; trapezoid rule on a fine grid in
     θ with x = centre + half·cos θ, which removes the square-root edge singularities)."""
@@ -339,6 +364,7 @@ def sigma1_sq_tw(n: int, sigma2: float = 1.0) -> float:
     return sigma2 * (mu + s * (-1.2065335745820))
 
 
+@float64_aware(arrays=("sa", "sb"))
 def random_orientation_trace_var(sa, sb):
     """Var Tr(ÂᵀB̂) = (Σσ̂_ai²)(Σσ̂_bi²)/n² for Â = U_A D_A V_Aᵀ, B̂ = U_B D_B V_Bᵀ with four independent
     Haar orthogonal matrices (corrected thesis §6.2.5; the mean is 0). sa, sb: (n,) spectra."""
@@ -346,6 +372,7 @@ def random_orientation_trace_var(sa, sb):
     return jnp.sum(sa**2, -1) * jnp.sum(sb**2, -1) / n**2
 
 
+@float64_aware(arrays=("sa", "sb"))
 def random_orientation_trace_var_printed(sa, sb):
     """Thesis §6.2.5 / eq. (6.34) as printed: Var Tr(ÂᵀB̂) = (1/n) Σ σ̂_ai² σ̂_bi² (true only for
     spectra with Σσ_a²σ_b² = (Σσ_a²)(Σσ_b²)/n, e.g. flat ones)."""
@@ -358,6 +385,7 @@ def random_orientation_trace_var_printed(sa, sb):
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("v", "w", "t"))
 def slerp(v: Float[Array, "n"], w: Float[Array, "n"], t) -> Array:
     """SLERP(v, w, t) = sin((1−t)θ)/sinθ · v + sin(tθ)/sinθ · w, θ = ∠(v, w) (thesis eq. 5.6; for
     ‖v‖ = ‖w‖ it stays on the sphere). ``t`` scalar or (T,) -> (n,) or (T, n)."""
@@ -370,6 +398,7 @@ def slerp(v: Float[Array, "n"], w: Float[Array, "n"], t) -> Array:
     return (l1 * v[None, :] + l2 * w[None, :]).reshape(t.shape + v.shape)
 
 
+@float64_aware(arrays=("v", "w", "t"))
 def slerp_printed(v, w, t) -> Array:
     """SLERP with the weights printed in thesis §5.2.3: λ1(t) = sin((t−1)θ)/sinθ (sign error:
     it gives −v at t = 0), λ2(t) = sin(tθ)/sinθ."""
@@ -381,11 +410,13 @@ def slerp_printed(v, w, t) -> Array:
     return out.reshape(t.shape + v.shape)
 
 
+@float64_aware(arrays=("v", "w", "ts"))
 def slerp_ce_curve(v, w, ts) -> Array:
     """Thesis conjecture §5.2.4: H(Sm(w), Sm(SLERP(v, w, t))) on the grid ``ts`` (T,) -> (T,)."""
     return softmax_cross_entropy(w[None, :], slerp(v, w, ts))
 
 
+@float64_aware(arrays=("v", "w", "ts"))
 def slerp_kl_curve(v, w, ts) -> Array:
     """Thesis Fig. 5.1: D_KL(Sm(w) ‖ Sm(SLERP(v, w, t))) on ``ts`` (T,) -> (T,)."""
     return softmax_kl(w[None, :], slerp(v, w, ts))
@@ -402,6 +433,7 @@ class CosineFit(NamedTuple):
     max_abs: float
 
 
+@float64_aware(arrays=("ts", "ys", "weights"))
 def fit_cosine(ts, ys, weights=None, offset: bool = True) -> CosineFit:
     """Best a, b, c with y ≈ a·cos(πt/2 + b) + c (linear least squares in cos, sin, 1; NumPy float64).
 
@@ -427,12 +459,14 @@ def fit_cosine(ts, ys, weights=None, offset: bool = True) -> CosineFit:
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("lam", "V"))
 def taylor_cross_noise(lam: Float[Array, "k"], V: Float[Array, "k n"]) -> Float[Array, "n"]:
     """The noise term Σ_{i<j} λ_iλ_j v_i∘v_j of thesis §5.3.2 (elementwise products; (n,))."""
     z = lam @ V
     return 0.5 * (z**2 - jnp.sum((lam[:, None] * V) ** 2, axis=0))
 
 
+@float64_aware(arrays=("lam",))
 def taylor_noise_var(lam, sigma2):
     """Var of one component of Σ_{i<j}λ_iλ_j v_i v_j for independent v_i ~ N(0, σ²I):
     σ⁴ Σ_{i<j} λ_i²λ_j² = σ⁴ ((Σλ²)² − Σλ⁴)/2 (corrected §5.3.2)."""
@@ -474,12 +508,14 @@ def bilinear_fourth_moment(n: int):
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("lam", "mean", "cov"))
 def mixture_moments(lam: Float[Array, "T T"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]):
     """Thesis §7.1.1: X̂_k = Σ_i λ_i^{(k)} X_i with fixed weights ``lam[k, i]`` and a joint Gaussian
     X (means (T, d), blocks (T, T, d, d)): mean Λμ (T, d) and blocks Σ_ij λ_i^{(k)}λ_j^{(l)} Σ_ij."""
     return lam @ mean, jnp.einsum("ki,lj,ijab->klab", lam, lam, cov)
 
 
+@float64_aware(arrays=("lam_row", "mean", "cov"))
 def mixture_moments_mixture_reading(lam_row: Float[Array, "T"], mean, cov):
     """Mean and covariance of the Gaussian MIXTURE Σ_i λ_i N(μ_i, Σ_ii) (pick token i w.p. λ_i):
     μ̄ = Σλ_iμ_i, Σλ_i(Σ_ii + μ_iμ_iᵀ) − μ̄μ̄ᵀ. (What "Gaussian mixture" would mean; not §7.1.1's
@@ -495,11 +531,13 @@ def mixture_moments_mixture_reading(lam_row: Float[Array, "T"], mean, cov):
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("p",))
 def attention_entropy(p: Float[Array, "... T T"]) -> Array:
     """Mean row entropy (nats) of attention matrices (rows sum to 1)."""
     return jnp.mean(-jnp.sum(jax.scipy.special.xlogy(p, p), axis=-1), axis=-1)  # 0·log 0 = 0
 
 
+@float64_aware(arrays=("X",))
 def token_diversity(X: Float[Array, "T d"]) -> Array:
     """‖X − 1x̄ᵀ‖_F / ‖X‖_F (0 when all tokens are equal; thesis §7.2.3 "uniform embedding mixture")."""
     return jnp.linalg.norm(X - X.mean(0, keepdims=True)) / jnp.linalg.norm(X)
@@ -518,6 +556,7 @@ def _rescale_to_norm(W, max_norm):
     return W * jnp.minimum(1.0, max_norm / s)
 
 
+@float64_aware(arrays=("X",))
 def random_attention_stack(key: Key, X: Float[Array, "T d"], n_layers: int, *, max_norm: float = 2.0,
                            beta: float = 1.0, layernorm: bool = False, sigma2: float | None = None) -> StackStats:
     """Thesis §7.2.3: L single-head self-attention layers X ← β·Attn(X) + (1−β)·X (β = 1: no skip),

@@ -55,7 +55,7 @@ import numpy as np
 import optax
 from jax.scipy.special import erf
 
-from geomjax._checks import is_concrete
+from geomjax._checks import float64_aware, is_concrete
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, ArrayLike, Float, Key
 
@@ -170,6 +170,7 @@ def taylor_coefficients(T: int, dtype=jnp.float32) -> tuple[Float[Array, "T T"],
     return gamma, jnp.full((T,), 1.0 / T, dtype)
 
 
+@float64_aware(arrays=("omega",))
 def linear_scores(omega: Float[Array, "... T"]) -> Float[Array, "... T"]:
     """Linearised softmax ⟨γ^i, ω⟩ + γ_0^i for every i (Bao §2, Def. 1): (ω_i − mean ω)/T + 1/T.
 
@@ -185,12 +186,14 @@ def linear_scores(omega: Float[Array, "... T"]) -> Float[Array, "... T"]:
     return (omega - jnp.mean(omega, axis=-1, keepdims=True)) / T + 1.0 / T
 
 
+@float64_aware(arrays=("omega",))
 def propagates(omega: Float[Array, "... T"]) -> Array:
     """Def. 1's event ⟨γ^i, ω⟩ + γ_0^i ∈ [0, 1] for every token i (boolean (..., T))."""
     s = linear_scores(omega)
     return (s >= 0) & (s <= 1)
 
 
+@float64_aware(arrays=("omega",))
 def piecewise_coefficients(omega: Float[Array, "T"]) -> tuple[Float[Array, "T T"], Float[Array, "T"]]:
     """(Γ, γ̃_0) of the piecewise-linear softmax S̃ (Bao §2): column i of Γ is γ̃^i.
 
@@ -214,11 +217,13 @@ def piecewise_coefficients(omega: Float[Array, "T"]) -> tuple[Float[Array, "T T"
     return Gamma, g0
 
 
+@float64_aware(arrays=("omega",))
 def piecewise_softmax(omega: Float[Array, "... T"]) -> Float[Array, "... T"]:
     """Piecewise-linear softmax S̃(ω)_i = max{0, min{1, ⟨γ^i, ω⟩ + γ_0^i}} (Bao §2, Fig. 1)."""
     return jnp.clip(linear_scores(omega), 0.0, 1.0)
 
 
+@float64_aware(arrays=("X", "W_qk", "lam"))
 def softmax_input(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam) -> Float[Array, "T"]:
     """ω = Xᵀ W_QK x_T / λ of Def. 1 for one sequence X (T, d) (tokens as rows): ω_j = x_jᵀ W_QK x_T / λ."""
     return X @ (W_qk @ X[-1]) / lam
@@ -229,6 +234,7 @@ def softmax_input(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam) -> Flo
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("factor",))
 def random_walk(key: Key, T: int, factor: Float[Array, "d d"]) -> Float[Array, "T d"]:
     """One Gaussian random walk of Assumption 1 (Bao §4): x_1 ~ N(0, Σ), x_{t+1} ~ N(x_t, Σ).
 
@@ -279,6 +285,7 @@ def random_wqk(key: Key, d: int, mean, scale, dtype=jnp.float32):
     return (B * w[None, :]) @ B.T, w
 
 
+@float64_aware(arrays=("probs",))
 def attention_entropy(probs: Float[Array, "... T T"], axis: int = -1) -> Float[Array, "..."]:
     """Attention entropy (Zhai et al.; Bao §5): mean over rows of −Σ_j A_ij ln A_ij (nats).
 
@@ -319,6 +326,7 @@ def _rho_from_walks(Z, M, lam):
     return jnp.mean(((s >= 0) & (s <= 1)).astype(Z.dtype), axis=1)
 
 
+@float64_aware(arrays=("Z", "M", "lam"))
 def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam) -> Float[Array, "D T"]:
     """Def. 1 frequencies from given walks (Bao §3): Z (D, S, T, d) cumulative sums of standard normals
     per draw and sequence, M = Fᵀ W_QK F (D, d, d); ω_j = Z_j M Z_T / λ. Same math as :func:`empirical_rho`."""
@@ -329,6 +337,7 @@ def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam) ->
     return _rho_from_walks(jnp.asarray(Z), jnp.asarray(M), jnp.asarray(lam, jnp.asarray(Z).dtype))
 
 
+@float64_aware(arrays=("W_qk", "factor", "lam"))
 def empirical_rho(
     key: Key,
     W_qk: Float[Array, "*D d d"],
@@ -377,6 +386,7 @@ def empirical_rho(
     return out
 
 
+@float64_aware(arrays=("probs",))
 def frequency_from_probs(probs: Float[Array, "B T"]) -> Float[Array, "T"]:
     """Per-token propagation frequency in a batch (Bao §7, Fig. 7) from the last query's attention row.
 
@@ -397,6 +407,7 @@ def frequency_from_probs(probs: Float[Array, "B T"]) -> Float[Array, "T"]:
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("W_qk", "Sigma"))
 def w_traces(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str, Array]:
     """tr(W), tr(W²) and tr(W_QK Σ W_QKᵀ Σ) for W = W_QK Σ (Bao Lemma 1, eq. (6))."""
     _check_pair(W_qk, Sigma, "w_traces")
@@ -404,6 +415,7 @@ def w_traces(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str,
     return {"trW": jnp.trace(W), "trW2": jnp.trace(W @ W), "trMMt": jnp.trace(W @ W_qk.T @ Sigma)}
 
 
+@float64_aware(arrays=("W_qk", "Sigma", "lam"))
 def xi_eta(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam) -> tuple[Array, Array]:
     """ξ = tr(W)/√tr(W²) and η = √tr(W²)/λ with W = W_QK Σ (Bao eq. (6)).
 
@@ -420,6 +432,7 @@ def xi_eta(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam) -> tuple[
     return t["trW"] / s, s / lam
 
 
+@float64_aware(arrays=("theta",))
 def variance_profile(theta, form: str = "printed"):
     """Variance factor of Lemma 1 at θ = i/T: printed 2θ² + 7/12; corrected 2θ² − 2θ + 7/12 (geomjax)."""
     if form == "printed":
@@ -438,6 +451,7 @@ def _positions(T, positions, dtype, where):
     return p
 
 
+@float64_aware(arrays=("trW", "trW2", "lam", "positions"))
 def lemma1_moments(T: int, trW, trW2, lam, form: str = "printed", positions=None) -> tuple[Float[Array, "T"], Float[Array, "T"]]:
     """Asymptotic mean and variance of ⟨γ^i, ω⟩ + γ_0^i (Bao Lemma 1), i = 1..T, without the o(1) terms.
 
@@ -453,6 +467,7 @@ def lemma1_moments(T: int, trW, trW2, lam, form: str = "printed", positions=None
     return mu, v
 
 
+@float64_aware(arrays=("W_qk", "Sigma", "lam", "positions"))
 def exact_moments(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], T: int, lam, positions=None) -> tuple[Float[Array, "T"], Float[Array, "T"]]:
     """Exact finite-T mean and variance of ⟨γ^i, ω⟩ + γ_0^i under Assumption 1 (geomjax; Bao Lemma 1).
 
@@ -476,6 +491,7 @@ def exact_moments(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], T: int,
     return mean, var
 
 
+@float64_aware(arrays=("mu", "v"))
 def gaussian_rho(mu, v):
     """Gaussian approximation of Def. 1 (Bao §4): ρ ≈ ½{erf((1 − μ)/√(2v)) + erf(μ/√(2v))}."""
     r = jnp.sqrt(2.0 * v)
@@ -486,6 +502,7 @@ def _Phi(z, theta, form):
     return 0.5 * erf(z / jnp.sqrt(2.0 * variance_profile(theta, form)))
 
 
+@float64_aware(arrays=("theta", "xi", "eta"))
 def rho_theta(theta, xi, eta, form: str = "printed"):
     """Closed-form signal propagation probability (Bao eq. (6)).
 
@@ -509,6 +526,7 @@ def rho_theta(theta, xi, eta, form: str = "printed"):
     return _Phi(a, theta, form) - _Phi(a - 1.0 / eta, theta, form)
 
 
+@float64_aware(arrays=("theta",))
 def rho_limit(theta, r):
     """Lemma 2 (Bao), items 1-2: the limit of ρ(θ) as (ξ, η) → (±∞, 0) with ξη → r.
 
@@ -528,6 +546,7 @@ def rho_limit(theta, r):
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("W_qk", "Sigma"))
 def eq5_terms(W_qk, Sigma) -> dict[str, Array]:
     """Both sides of Bao eq. (5): |tr(W)| <= √(d·tr(W²)), W = W_QK Σ."""
     t = w_traces(W_qk, Sigma)
@@ -535,6 +554,7 @@ def eq5_terms(W_qk, Sigma) -> dict[str, Array]:
     return {"lhs": jnp.abs(t["trW"]), "rhs": jnp.sqrt(d * t["trW2"])}
 
 
+@float64_aware(arrays=("W_qk", "Sigma"))
 def eq7_terms(W_qk, Sigma) -> dict[str, Array]:
     """The four members of Bao eq. (7): |tr W|/(√d‖Σ‖₂) <= ‖W_QK‖₂ <= ‖W_QK‖_F <= ‖W_QK‖₁.
 
@@ -553,6 +573,7 @@ def eq7_terms(W_qk, Sigma) -> dict[str, Array]:
     }
 
 
+@float64_aware(arrays=("w",))
 def eigen_variance_identity(w: Float[Array, "d"]) -> tuple[Array, Array]:
     """Both sides of Bao eq. (8): d²·V[w_i] and d·Σw_i² − (Σw_i)², V the population variance over i."""
     w = jnp.asarray(w)
@@ -562,6 +583,7 @@ def eigen_variance_identity(w: Float[Array, "d"]) -> tuple[Array, Array]:
     return lhs, rhs
 
 
+@float64_aware(arrays=("W_qk", "Sigma"))
 def eq10_terms(W_qk, Sigma) -> dict[str, Array]:
     """Members of Bao eq. (10): ‖Σ⁻¹‖_F √tr(W²) >= |tr W_QK| >= ‖W_QK‖₂; also ‖Σ⁻¹‖₂√tr(W²) and ‖W_QK‖_F."""
     _check_pair(W_qk, Sigma, "eq10_terms")
@@ -577,12 +599,14 @@ def eq10_terms(W_qk, Sigma) -> dict[str, Array]:
     }
 
 
+@float64_aware(arrays=("X", "W_qk", "lam"))
 def zhai_nu(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam=1.0):
     """ν = ‖X Xᵀ‖₂·‖W_QK‖₂/λ of Bao eq. (9) (λ = 1 as printed; λ > 1 for the scaled logits)."""
     _check_lambda(lam, "zhai_nu")
     return jnp.linalg.norm(X.T @ X, 2) * jnp.linalg.norm(W_qk, 2) / lam
 
 
+@float64_aware(arrays=("nu",))
 def zhai_bound(nu, T):
     """Zhai et al.'s entropy lower bound as printed in Bao eq. (9): ln(1 + T e^{−ν}) + ν e^{−ν/2}/(T⁻¹ + e^{−ν})."""
     if isinstance(T, (int, np.integer)):
@@ -591,6 +615,7 @@ def zhai_bound(nu, T):
     return jnp.log1p(T * jnp.exp(-nu)) + nu * jnp.exp(-nu / 2) / (1.0 / T + jnp.exp(-nu))
 
 
+@float64_aware(arrays=("gap",))
 def one_vs_rest_entropy(gap, T):
     """Entropy of softmax of T logits, one larger than the other T − 1 by ``gap`` (geomjax; Bao eq. (9)).
 
@@ -610,6 +635,7 @@ def one_vs_rest_entropy(gap, T):
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware(arrays=("W_q", "W_k"))
 def qk_matrix(W_q: Float[Array, "*H d K"], W_k: Float[Array, "*H d K"]) -> Float[Array, "*H d d"]:
     """W_QK = W_q W_kᵀ (d, d) per head, scoring query i against key j as x_i W_QK x_jᵀ (Bao §6)."""
     if np.shape(W_q) != np.shape(W_k) or len(np.shape(W_q)) < 2:
@@ -754,6 +780,7 @@ def _check_qk_paper(W_Q, W_K, where):
         raise GeomjaxError(f"{where}: W_Q and W_K must be matrices of the same shape (K, d), got {np.shape(W_Q)} and {np.shape(W_K)}")
 
 
+@float64_aware(arrays=("W_Q", "W_K"))
 def locater_grads_printed(W_Q: Float[Array, "K d"], W_K: Float[Array, "K d"]) -> dict[str, Array]:
     """The §6 derivative formulae of Bao as printed, for W_QK = W_Qᵀ W_K (W_Q, W_K (K, d)).
 
@@ -771,6 +798,7 @@ def locater_grads_printed(W_Q: Float[Array, "K d"], W_K: Float[Array, "K d"]) ->
     }
 
 
+@float64_aware(arrays=("W_Q", "W_K"))
 def locater_grads_corrected(W_Q: Float[Array, "K d"], W_K: Float[Array, "K d"]) -> dict[str, Array]:
     """Correct gradients of (tr W_QK − 1)², W_QK = W_Qᵀ W_K (Bao §6): 2(tr W_QK − 1)·W_K and 2(tr W_QK − 1)·W_Q.
 
