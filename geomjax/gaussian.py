@@ -61,6 +61,7 @@ def xavier_variance(n_in: int, n_out: int) -> float:
     return 2.0 / (n_in + n_out)
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def xavier_normal(key: Key, shape: tuple[int, int], dtype=None) -> Float[Array, "n m"]:
     """An n×m matrix with i.i.d. N(0, 2/(n+m)) entries (thesis §2.5 "Xavier"; N(0, 1/n) if square)."""
     if len(shape) != 2:
@@ -69,6 +70,7 @@ def xavier_normal(key: Key, shape: tuple[int, int], dtype=None) -> Float[Array, 
     return s * jax.random.normal(key, shape, _float(dtype))
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def haar_orthogonal(key: Key, n: int, dtype=None) -> Float[Array, "n n"]:
     """A Haar-distributed n×n orthogonal matrix, the "randomly oriented singular vectors" of thesis
     §6.2.5: the Q factor with positive diag(R) of a Gaussian matrix (Mezzadri 2007), computed by
@@ -98,12 +100,14 @@ def random_spectrum_matrix(key: Key, singular_values: Float[Array, "n"]) -> Floa
     return (u * s[None, :]) @ v.T
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def sphere_uniform(key: Key, n: int, radius: float = 1.0, dtype=None) -> Float[Array, "n"]:
     """A uniform point on the sphere S_l^{n−1} = {x ∈ R^n : ‖x‖ = l} (thesis §6.1.2 case 2)."""
     z = jax.random.normal(key, (n,), _float(dtype))
     return radius * z / jnp.linalg.norm(z)
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def sphere_pair(key: Key, n: int, k: float, l1: float = 1.0, l2: float = 1.0, dtype=None):
     """(x, y) uniform on {(x, y) ∈ S_{l1}^{n−1} × S_{l2}^{n−1} : ⟨x, y⟩ = k·l1·l2} (thesis §6.3.1).
 

@@ -155,6 +155,7 @@ def _check_finite(x, where: str, what: str) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def taylor_coefficients(T: int, dtype=jnp.float32) -> tuple[Float[Array, "T T"], Float[Array, "T"]]:
     """Taylor coefficients of softmax at 0 (Bao §2): γ^i = e^i/T − 1/T² (row i), γ_0^i = 1/T.
 
@@ -253,6 +254,7 @@ def random_walk(key: Key, T: int, factor: Float[Array, "d d"]) -> Float[Array, "
     return jnp.cumsum(z, axis=0) @ factor.T
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def anisotropic_covariance(key: Key, d: int, half_width: float = 2.5, dtype=jnp.float32):
     """Anisotropic Σ = RᵀR/d with R ~ Unif(−2.5, 2.5)^{d×d} (Bao §5, "Numerical simulation").
 
@@ -266,6 +268,7 @@ def anisotropic_covariance(key: Key, d: int, half_width: float = 2.5, dtype=jnp.
     return F @ F.T, F
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def random_orthogonal(key: Key, d: int, dtype=jnp.float32) -> Float[Array, "d d"]:
     """Haar-random orthogonal matrix B (d, d) (QR of a Gaussian matrix with the sign fix)."""
     g = jax.random.normal(key, (d, d), dtype)
@@ -273,6 +276,7 @@ def random_orthogonal(key: Key, d: int, dtype=jnp.float32) -> Float[Array, "d d"
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def random_wqk(key: Key, d: int, mean, scale, dtype=jnp.float32):
     """Random symmetric W_QK = B diag(w) Bᵀ with w_i ~ N(mean, scale²) i.i.d. (Bao §5, Fig. 5).
 

@@ -117,3 +117,22 @@ def test_float32_path_unchanged_by_the_rule():
     fo.attention_spectrum(ATT)
     assert fo.attention_spectrum(ATT.astype(np.float32))["coeffs"].dtype == jnp.float32
     assert not jax.config.jax_enable_x64
+
+
+@pytest.mark.parametrize("sample", [
+    lambda k, dt: ga.xavier_normal(k, (3, 4), dt),
+    lambda k, dt: ga.haar_orthogonal(k, 4, dt),
+    lambda k, dt: ga.sphere_uniform(k, 5, 1.0, dt),
+    lambda k, dt: lo.random_orthogonal(k, 4, dt),
+    lambda k, dt: lo.anisotropic_covariance(k, 4, dtype=dt)[0],
+])  # values differ between dtypes (jax.random draws float64 from 64-bit words), so only dtypes are compared
+def test_samplers_honour_an_explicit_float64_dtype(sample):
+    """dtype="float64" on a sampler computes in float64 even with JAX x64 off (and x64 stays off after)."""
+    assert not jax.config.jax_enable_x64
+    key = jax.random.key(0)
+    for dt in ("float64", jnp.float64, np.float64):
+        assert sample(key, dt).dtype == jnp.float64
+    assert sample(key, jnp.float32).dtype == jnp.float32
+    assert not jax.config.jax_enable_x64
+    x = np.asarray(sample(key, "float64"))
+    assert np.all(np.isfinite(x)) and np.abs(x).max() > 0
