@@ -56,6 +56,7 @@ import json
 import math
 import pkgutil
 import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -589,9 +590,10 @@ def _caller_module() -> str:
 
 
 def _source_modules() -> list[str]:
+    pkg = sys.modules[__package__]  # geomjax.claims, imported before this module (its package)
     return sorted(
         name
-        for _, name, ispkg in pkgutil.iter_modules([str(Path(__file__).parent)])
+        for _, name, ispkg in pkgutil.iter_modules(pkg.__path__)
         if not name.startswith("_") and name not in _NOT_SOURCE_MODULES
     )
 
