@@ -59,15 +59,21 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,fn,args,want", CASES, ids=[c[0] for c in CASES])
-def test_float64_numpy_and_lists_computed_in_float64(name, fn, args, want):
+def check_dtype_rule(fn, args, want, *, tol64: float, tol32: float) -> None:
+    """The dtype rule on one function: float64 NumPy and Python lists computed in float64 (equal to the
+    independent float64 value ``want`` within ``tol64``), float32 stays float32 (within ``tol32``)."""
     out64 = fn(args)
     outl = fn(tuple(a.tolist() for a in args))
     out32 = fn(tuple(a.astype(np.float32) for a in args))
     assert out64.dtype == jnp.float64 and outl.dtype == jnp.float64 and out32.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(out64), want, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(outl), want, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(np.asarray(out32), want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(out64), want, rtol=tol64, atol=tol64)
+    np.testing.assert_array_equal(np.asarray(outl), np.asarray(out64))  # a list is the float64 array
+    np.testing.assert_allclose(np.asarray(out32), want, rtol=tol32, atol=tol32)
+
+
+@pytest.mark.parametrize("name,fn,args,want", CASES, ids=[c[0] for c in CASES])
+def test_float64_numpy_and_lists_computed_in_float64(name, fn, args, want):
+    check_dtype_rule(fn, args, want, tol64=1e-12, tol32=2e-5)
 
 
 def test_qk_decomposition_float64_and_lists():

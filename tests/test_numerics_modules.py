@@ -16,6 +16,7 @@ from scipy import stats
 from geomjax import fourier as fo
 from geomjax import gaussian as ga
 from geomjax import localization as lo
+from tests.test_numerics import check_dtype_rule
 
 
 @pytest.fixture(autouse=True)
@@ -101,13 +102,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,fn,args,want", CASES, ids=[c[0] for c in CASES])
 def test_float64_numpy_and_lists_computed_in_float64(name, fn, args, want):
-    out64 = fn(args)
-    outl = fn(tuple(a.tolist() for a in args))
-    out32 = fn(tuple(a.astype(np.float32) for a in args))
-    assert out64.dtype == jnp.float64 and outl.dtype == jnp.float64 and out32.dtype == jnp.float32
-    np.testing.assert_allclose(np.asarray(out64), want, rtol=1e-11, atol=1e-11)
-    np.testing.assert_array_equal(np.asarray(outl), np.asarray(out64))
-    np.testing.assert_allclose(np.asarray(out32), want, rtol=1e-4, atol=1e-4)
+    check_dtype_rule(fn, args, want, tol64=1e-11, tol32=1e-4)
 
 
 def test_float32_path_unchanged_by_the_rule():
