@@ -156,6 +156,8 @@ def test_verdict_rules_of_token_randomization_and_addition():
     assert v == {"clean_smooth": "reproduced", "half_split": "reproduced", "full_destroyed": "reproduced"}
     change["1->1"] = [{"jump_ratio": 9.0}, {"jump_ratio": 3.0}, {"jump_ratio": 0.8}, {"jump_ratio": 3.0}]  # one layer
     assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C, change)}["half_split"] == "not reproduced"
+    change["1->1"] = cp(1.5)  # the largest step, but not twice the others: no break
+    assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C, change)}["half_split"] == "not reproduced"
     change["1->1"], change["0->0"] = cp(3.0), cp(2.0)  # the clean model splits at T/2 too: not caused by the noise
     assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C, change)}["half_split"] == "not reproduced"
     assert {r.key: r.verdict for r in tr_rows(half, (0, 1, 2), C)}["half_split"] == "not testable at this preset"
@@ -178,7 +180,7 @@ def test_verdict_rules_of_token_randomization_and_addition():
 
 def test_token_randomization_noise_floor_and_change_point():
     """With no positional signal the position share of C windows is about 1/C (drawn here with NumPy), below the
-    2/C precondition; a smooth positional curve lifts it above; a jump at T/2 makes the step across it the largest."""
+    2/C precondition; a smooth positional curve lifts it above; a jump next to the boundary position makes its ratio the largest."""
     from experiments.token_randomization.run import change_point, half_metrics, has_positional_component, positional_profile
 
     C, T, d = 128, 40, 32
@@ -190,8 +192,13 @@ def test_token_randomization_noise_floor_and_change_point():
     assert has_positional_component([half_metrics(positional_profile(h + curve), T // 2)] * 2, C)
     line = {"step": np.linalg.norm(np.diff(t * np.ones((1, d)), axis=0), axis=-1)}  # equal steps: ratio exactly 1
     assert change_point(line, T // 2)["jump_ratio"] == 1.0
-    jump = t * np.ones((1, d)) + 5.0 * (t >= T // 2)
-    assert change_point({"step": np.linalg.norm(np.diff(jump, axis=0), axis=-1)}, T // 2)["jump_ratio"] == pytest.approx(6.0)
+    b = T // 2  # the boundary position: a jump entering it or leaving it counts, a jump elsewhere does not
+    for first_after, ratio in ((b, 6.0), (b + 1, 6.0), (b + 2, 1 / 6), (b - 1, 1 / 6)):
+        jump = t * np.ones((1, d)) + 5.0 * (t >= first_after)
+        cp = change_point({"step": np.linalg.norm(np.diff(jump, axis=0), axis=-1)}, b)
+        assert cp["jump_ratio"] == pytest.approx(ratio) and cp["largest_step"] == first_after - 1
+    with pytest.raises(ValueError, match="boundary"):
+        change_point(line, T - 1)
 
 
 def test_localization_trend_counts_only_beyond_the_checkpoint_noise():

@@ -118,25 +118,31 @@ def half_metrics(prof: dict[str, np.ndarray], start: int | None = None) -> dict[
     return out
 
 
-def change_point(prof: dict[str, np.ndarray], start: int) -> dict[str, float]:
-    """Change point of the positional basis at ``start`` (Song & Zhong §5.1: the structure breaks "at exact
-    positions where randomization takes place").
+def change_point(prof: dict[str, np.ndarray], boundary: int) -> dict[str, float]:
+    """Change point of the positional basis at a boundary position (Song & Zhong §5.1: the structure breaks "at
+    exact positions where randomization takes place").
+
+    Under level-1 noise the boundary position (input t = m − 1, :func:`split_positions`) has a clean input but the
+    first random target, so a model that knows by position where prediction becomes hopeless may switch regime
+    on entering it (the state encodes what to predict) or on leaving it (the state encodes the inputs): the break
+    is one of the two steps next to it.
 
     Args:
-      prof: :func:`positional_profile` of T positions (``step`` (T−1,) = ‖pos_{t+1} − pos_t‖).
-      start: first position of the second half (1 <= start <= T−1).
+      prof: :func:`positional_profile` of T positions (``step`` (T−1,) = ‖pos_{i+1} − pos_i‖).
+      boundary: index of the boundary position in ``prof`` (1 <= boundary <= T−2).
 
     Returns:
-      ``jump_ratio`` = ‖pos_start − pos_{start−1}‖ / max of the other T−2 steps: > 1 iff the step across the split
-      is the largest of all steps (with no change point there, each of the T−1 steps is about equally likely
-      to be the largest).
+      ``jump_ratio`` = max(‖pos_b − pos_{b−1}‖, ‖pos_{b+1} − pos_b‖) / max of the other T−3 steps: > 1 iff the
+      largest step of the basis is next to the boundary (with no change point there, by chance 2 in T − 1);
+      ``largest_step`` = index i of the largest step (from position i to i + 1 of ``prof``).
     """
     step = np.asarray(prof["step"], np.float64)
-    if not 1 <= start <= step.shape[0] or step.shape[0] < 2:
-        raise ValueError(f"change_point: the split {start} must fall inside the {step.shape[0] + 1} positions")
-    rest = np.delete(step, start - 1)
-    top = float(rest.max())
-    return {"jump_ratio": float(step[start - 1] / top) if top > 0 else float("inf")}
+    if not 1 <= boundary <= step.shape[0] - 1:
+        raise ValueError(f"change_point: the boundary {boundary} must have a position on each side among the "
+                         f"{step.shape[0] + 1} positions")
+    rest = np.delete(step, [boundary - 1, boundary])
+    top, near = float(rest.max()), float(max(step[boundary - 1], step[boundary]))
+    return {"jump_ratio": near / top if top > 0 else float("inf"), "largest_step": int(np.argmax(step))}
 
 
 def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) -> dict:
@@ -188,19 +194,20 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
             hm = [half_metrics(p, noise_start(T) - 1) for p in profs]  # profile index i = input position i + 1
             all_profs[(i, j)] = profs
             metrics["half_metrics"][f"{i}->{j}"] = hm
-            cp = [change_point(p, noise_start(T) - 1) for p in profs]
+            cp = [change_point(p, noise_start(T) - 2) for p in profs]  # boundary input t = m − 1 is profile index m − 2
             metrics["change_point"][f"{i}->{j}"] = cp
             for l, (m, c) in enumerate(zip(hm, cp)):
                 half_rows.append([LEVEL_NAMES[i], LEVEL_NAMES[j], l, round(m["pos_share_first"], 3),
                                   round(m["pos_share_second"], 3), round(m["roughness_first"], 3),
-                                  round(m["roughness_second"], 3), round(c["jump_ratio"], 2)])
+                                  round(m["roughness_second"], 3), round(c["jump_ratio"], 2),
+                                  f"{c['largest_step'] + 1} → {c['largest_step'] + 2}"])  # profile i = input i + 1
         table.append(row)
     for layer in sorted({1, cfg.train.model.n_layers}):
         p, rel = rd.figure_path(f"pos_pca_grid_layer{layer}.png")
         _grid_figure(all_profs, cfg.levels, layer, noise_start(T) - 1, p)
         figs.figure(rel, f"Layer {layer}: positional basis of every (training, inference) pair on its top-2 principal "
-                         f"directions (Fig. 6a–c as one grid); colour = position t, ringed point = t = T/2 (first random "
-                         "input under level-1 noise)")
+                         f"directions (Fig. 6a–c as one grid); colour = position t, red ring = t = T/2 (first random "
+                         "input under level-1 noise), orange ring = t = T/2 − 1 (clean input, first random target)")
     metrics["seconds"] = time.perf_counter() - t0
     s1 = Section("3 × 3 evaluation", [
         f"Tiny Shakespeare characters (vocabulary {V}); model {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
@@ -214,10 +221,12 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     s2 = Section("Where the positional structure breaks", [
         "Per layer (residual stream, first token dropped): share of the centred variance explained by the "
         "positional basis, Σ‖pos_t‖² / Σ_c,t‖h − μ‖², and roughness mean‖pos_{t+1} − pos_t‖ / rms‖pos‖, "
-        "each in the first and the second half of the positions; jump ratio: the step across T/2 over the largest "
-        "step inside the halves (> 1: the largest step of the basis is at T/2)."])
+        "each in the first and the second half of the positions; jump ratio: the larger of the two steps "
+        f"next to the boundary position t = {noise_start(T) - 1} (clean input, first random target) over the largest "
+        "other step (>= 2: a break at T/2, see the comparison's rule); largest step: between which inputs t → t + 1 "
+        "the basis moves most."])
     s2.table(["train", "inference", "layer", "pos share 1st half", "pos share 2nd half", "roughness 1st half",
-              "roughness 2nd half", "jump ratio at T/2"], half_rows)
+              "roughness 2nd half", "jump ratio at T/2", "largest step"], half_rows)
     cmp = source_section(SOURCE, cfg.preset, f"{cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d {cfg.train.model.d_model}, T {T}, "
                          f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} per model, tiny Shakespeare characters.",
                          _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels, metrics["n_windows"],
@@ -229,6 +238,10 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
 
 
 ROUGH_RATIO = 2.0  # "destroyed": both halves at least 2x rougher than the clean model (the rule's original factor)
+# "breaks at T/2": the step next to the boundary is at least twice every other step. On a basis with no change point
+# the ratio is <= 1 up to the jitter of neighbouring steps (a smooth curve's steps near its fastest point are about
+# equal); a break adds a displacement at least as large as a regular step, doubling it. Same factor as ROUGH_RATIO.
+JUMP_RATIO = 2.0
 NOISE_ROUGHNESS = float(np.sqrt(2.0))  # roughness of a basis of independent positions: E‖x − y‖ ≈ √2 rms (high d)
 
 
@@ -245,7 +258,7 @@ def has_positional_component(hm: list[dict], n_windows: int) -> bool:
 
 
 def _split_at_half(cp: list[dict]) -> bool:
-    return all(c["jump_ratio"] > 1 for c in cp[1:])  # layers 1..L: the largest step is the one across T/2
+    return all(c["jump_ratio"] >= JUMP_RATIO for c in cp[1:])  # layers 1..L: a jump next to the boundary
 
 
 def comparison_rows(half: dict, levels, n_windows: int, change: dict | None = None) -> list[Row]:
@@ -260,8 +273,9 @@ def comparison_rows(half: dict, levels, n_windows: int, change: dict | None = No
 
     Rules: the clean model must have a positional component (:func:`has_positional_component`), else Fig. 6a and
     6c are "not testable at this preset". 6a: that component is smooth, both halves' roughness <= √2 / 2 (half
-    that of independent positions). 6b: in every layer 1..L of the 1→1 pair the largest step of the basis is the
-    one across T/2 (by chance 1 in T − 1 per layer), and not so in every layer of the clean or fully random model.
+    that of independent positions). 6b: in every layer 1..L of the 1→1 pair a step next to the boundary position
+    t = T/2 − 1 is at least :data:`JUMP_RATIO` × every other step of the basis (:func:`change_point`), and not so
+    in every layer of the clean or fully random model.
     6c: the fully random model has no positional component, or both halves >= 2× rougher than the clean model's.
     """
     rows, floor = [], 2.0 / n_windows
@@ -287,8 +301,9 @@ def comparison_rows(half: dict, levels, n_windows: int, change: dict | None = No
             rows.append(Row("half_split", f"jump ratio at T/2, layers 1..L: {ratios}" + (
                 f" (also split: {', '.join(controls)})" if controls else ""),
                 verdict(_split_at_half(change["1->1"]) and not controls),
-                "reproduced = the step across T/2 is the largest of the basis (ratio > 1) in every layer 1..L, and "
-                "not so in the clean and fully random models (by chance 1 in T − 1 per layer)"))
+                f"reproduced = a step next to the boundary position T/2 − 1 (clean input, first random target) is >= "
+                f"{JUMP_RATIO:g}× every other step of the basis in every layer 1..L, and not so in the clean and fully "
+                "random models (a smooth curve's neighbouring steps are about equal, ratio ≈ 1 at most)"))
     if "2->2" in half and "0->0" in half:
         c = max(_median_layers(half["0->0"], "roughness_first"), _median_layers(half["0->0"], "roughness_second"))
         f = min(_median_layers(half["2->2"], "roughness_first"), _median_layers(half["2->2"], "roughness_second"))
@@ -326,9 +341,10 @@ def _grid_figure(all_profs: dict, levels, layer: int, start: int, path):
             ax.plot(Z[:, 0], Z[:, 1], lw=0.4, color="0.75", zorder=0)
             sc = ax.scatter(Z[:, 0], Z[:, 1], c=np.arange(1, len(Z) + 1), cmap="viridis", s=10)
             ax.scatter(Z[start, 0], Z[start, 1], s=60, facecolors="none", edgecolors="red", linewidths=1.2)
+            ax.scatter(Z[start - 1, 0], Z[start - 1, 1], s=60, facecolors="none", edgecolors="orange", linewidths=1.2)
             ax.set_xlabel(f"PC1 ({ev[0]:.0%} of pos variance)")
             ax.set_ylabel(f"PC2 ({ev[1]:.0%})")
-            ax.set_title(f"train: {SHORT[i]} → inference: {SHORT[j]}", fontsize=8)
+            ax.set_title(f"train: {SHORT[i]}\ninference: {SHORT[j]}", fontsize=8)  # two lines: no overlap
     plots.colorbar(fig, sc, axes, "position t")
     fig.suptitle(f"Positional basis, layer {layer}")
     return plots.save(fig, path)
