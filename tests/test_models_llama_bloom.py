@@ -18,7 +18,7 @@ import pytest
 
 import geomjax as gj
 from geomjax.errors import GeomjaxError
-from geomjax.models.bloom import alibi_slopes
+from geomjax.positional import alibi_slopes
 
 GOLD = Path(__file__).parent / "goldens"
 T = 11  # longer than the Mistral window (4) below
