@@ -120,8 +120,9 @@ def qk_weights(model, params: dict, layer: int) -> dict[str, Array]:
     Returns:
       dict with ``W_q``, ``W_k``, ``W_v`` (H, d, K), ``W_o`` (H, K, d), ``b_q``, ``b_k``, ``b_v`` (H, K)
       (zeros when the model has no attention biases), ``kv_head`` (H,), and the position parameters
-      the scores use: ``rope_inv_freq`` (K/2,) for rotary models (zeros otherwise) and ``alibi_slope`` (H,) for BLOOM (zeros otherwise). Head h computes
-      ``q = x @ W_q[h] + b_q[h]`` on the attention input x (then rotated for rotary models).
+      the scores use: ``rope_inv_freq`` (K/2,) for rotary models (zeros otherwise) and ``alibi_slope``
+      (H,) for BLOOM (zeros otherwise). Head h computes ``q = x @ W_q[h] + b_q[h]`` on the attention
+      input x (then rotated for rotary models).
 
     Raises:
       ValueError: layer out of range.

@@ -48,7 +48,8 @@ def rope_inv_freq(head_dim: int, theta: float, rope_type: str = "default", facto
     """
     K = int(head_dim)
     if K < 2 or K % 2:
-        raise GeomjaxError(f"rope_inv_freq: head_dim must be even and >= 2 (pairs of rotated coordinates), got {head_dim}")
+        raise GeomjaxError(f"rope_inv_freq: head_dim must be even and >= 2 (pairs of rotated coordinates), "
+                           f"got {head_dim}")
     if rope_type not in ROPE_TYPES:
         raise GeomjaxError(f"rope_inv_freq: rope_type={rope_type!r} is not implemented (only {ROPE_TYPES})")
     inv = 1.0 / (theta ** (np.arange(0, K, 2, dtype=np.int64).astype(np.float32) / K))

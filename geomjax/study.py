@@ -794,7 +794,7 @@ def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     """Theorem 1, eq. (6), on every layer's pos Gram, k = 1..min(20, T − 1)."""
     T = stats[0].n_positions
     ks = tuple(range(1, min(20, T - 1) + 1))
-    return [theorem1_on_pos(stats[layer].pos, ks=ks) for layer in _bar(range(len(stats)), "Theorem 1, eq. (6)", progress)]
+    return [theorem1_on_pos(st.pos, ks=ks) for st in _bar(stats, "Theorem 1, eq. (6)", progress)]
 
 
 def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> list[TokenClusters]:

@@ -150,6 +150,30 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
     assert len(err) == 1 and "exceeds the 64 positions" in err[0] and not (tmp_path / "b").exists()
 
 
+def test_layer_results_are_typed_and_serialise_to_the_documented_rows():
+    """LayerMetrics / Theorem1OnPos are frozen dataclasses; their JSON rows keep metrics.json's keys and order."""
+    import dataclasses
+
+    h = np.random.default_rng(3).normal(size=(6, 12, 8)).astype(np.float32)
+    m = study.layer_metrics(decompose_stream([h]), np.array([0, 0, 0, 1, 1, 1]),
+                            study.StudyOptions(screenot_k=2, n_freq=3))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.stable_rank = 0.0
+    assert list(m.to_json()) == [
+        "n_contexts", "n_positions", "screenot_rank", "screenot_threshold", "explained_ratio", "stable_rank",
+        "relative_norm", "share_pos", "share_ctx", "share_resid", "incoherence_max", "incoherence_mean",
+        "intra_similarity", "inter_similarity", "dct_low_freq_energy"]
+    assert isinstance(m.screenot_rank, int) and abs(m.share_pos + m.share_ctx + m.share_resid - 1) < 1e-5
+    t = study.theorem1_on_pos(_spiral_pos(12, 8, np.random.default_rng(4)), ks=(1, 2, 3), ms=(1, 2))
+    row = study.LayerResult("L1", dataclasses.replace(m, cluster_compactness=0.5), np.zeros((12, 2)),
+                            np.zeros((1, 12, 2)), np.zeros((12, 12)), theorem1=t, ood=m).to_json(8)
+    assert row["cluster_compactness"] == 0.5 and row["ood_stable_rank"] == m.stable_rank
+    assert row["theorem1_lhs_k10_over_opnorm"] == t.lhs_over_opnorm[2]  # k = 10 capped at the largest k
+    j = json.loads(json.dumps(t.to_json()))
+    assert j["ks"] == [1, 2, 3] and j["argmax_printed"] == list(t.argmax_printed)
+    assert np.asarray(j["ratio_corrected"]).shape == (3, 2)
+
+
 def test_layer_metrics_records_why_screenot_cannot_run():
     """T = 6 positions cannot carry k = 20: no silent None, a note and a warning instead."""
     h = np.random.default_rng(0).normal(size=(5, 6, 8)).astype(np.float32)
