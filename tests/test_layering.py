@@ -15,9 +15,9 @@ Layers, lowest first; a module may import its own layer or lower ones, never a h
 In one sentence: base < theory < data < models < convert/train/extraction/attention_probe <
 lens/study/report/plots < pipeline/claims < cli — theory modules import only the base layer, and
 models, data, convert and train import theory but never pipeline, claims or experiments. Inside the
-theory layer the order is THEORY_ORDER (a module imports only earlier ones). No geomjax import sits inside a function, except the lazy exports of
-``geomjax/__init__.py`` (``__getattr__``: ``import geomjax`` stays cheap) and the command dispatch of
-``geomjax/cli.py`` (``geomjax --help`` stays fast).
+theory layer the order is THEORY_ORDER (a module imports only earlier ones). No geomjax import sits
+inside a function, except the lazy exports of ``geomjax/__init__.py`` (``__getattr__``: ``import
+geomjax`` stays cheap) and the command dispatch of ``geomjax/cli.py`` (``geomjax --help`` stays fast).
 """
 
 from __future__ import annotations
