@@ -155,7 +155,7 @@ def child_mixed(C: int, T: int, B: int, repeats: int) -> None:
             m = study.layer_metrics(s)
             layers.append({"pos": np.asarray(s.pos, np.float64), "ctx": np.asarray(s.ctx, np.float64),
                            "cen": np.asarray(s.centered_second_moment, np.float64),
-                           "rank": int(m["screenot_rank"]), "rel": float(m["relative_norm"])})
+                           "rank": int(m.screenot_rank), "rel": float(m.relative_norm)})
         if ref is None:
             ref = layers
         rows = []

@@ -16,7 +16,9 @@ float64 (JAX's x64 switched on locally), float32 in float32 — the one dtype ru
 Submodules (each imported on first use, so ``import geomjax`` stays cheap)::
 
     gj.spectral.screenot_rank(Y, k)        gj.geometry.incoherence(pos, ctx)
-    gj.study, gj.extraction, gj.attention, gj.smoothness, gj.kernel_factorization   (Song & Zhong)
+    gj.study, gj.extraction, gj.attention, gj.attention_probe, gj.smoothness,
+    gj.kernel_factorization                 (Song & Zhong)
+    gj.positional                           (rotary and ALiBi position encodings)
     gj.gaussian, gj.montecarlo              (Wertich)      gj.localization   (Bao et al.)
     gj.fourier                              (clock algorithm)
     gj.lens (load, run_with_cache, hooks), gj.models, gj.convert, gj.data, gj.train, gj.claims,
@@ -36,6 +38,7 @@ from geomjax._version import __version__  # noqa: E402
 
 _SUBMODULES = (
     "attention",
+    "attention_probe",
     "claims",
     "cli",
     "convert",
@@ -55,6 +58,7 @@ _SUBMODULES = (
     "parallel",
     "pipeline",
     "plots",
+    "positional",
     "report",
     "smoothness",
     "spectral",

@@ -37,17 +37,17 @@ part of x, *after* the model's rotation, shapes the scores; the purely rotationa
 position) effect on cvec_cvec is inside that term too, not in pos_pos. **ALiBi (BLOOM)** adds
 m_h·s to every score of key s; that term is part of ``bias``.
 
-Model support: every family behind :func:`geomjax.models.model_interface` — GPT-2, BERT, Llama,
-Mistral, BLOOM and the toy transformer (or a :class:`geomjax.models.toy_run.ToyRun`); grouped-query
-models' shared keys are expanded to one W_k per query head (:func:`qk_weights`).
+Everything here acts on arrays (attention inputs, weights, scores); the model-facing half — reading
+a model's attention inputs, per-head weights and estimating μ/pos over windows of a corpus — is
+:mod:`geomjax.attention_probe`, which calls these functions. Rotary tables and ALiBi slopes come
+from :mod:`geomjax.positional`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -57,29 +57,19 @@ from flax import struct
 
 from geomjax._checks import as_real_array, float64_aware
 from geomjax.errors import GeomjaxError
-from geomjax.models.bloom import alibi_slopes
-from geomjax.models.common import check_input_ids
-from geomjax.models.interface import kv_expanded, model_interface
-from geomjax.models.llama import rope_inv_freq, rotary_from_inv_freq
+from geomjax.positional import rotary_from_inv_freq
 from geomjax.typing import Array, Float, Int, Key
 
 __all__ = [
     "AttentionBasis",
-    "AttentionModel",
     "COMPONENTS",
     "HEAD_TYPES",
     "QKParts",
     "attention_entropy",
-    "attention_inputs",
-    "attention_inputs_jit",
     "causal_softmax",
     "classify_heads",
     "component_strength",
-    "describe_model",
-    "embed_unembed",
-    "estimate_attention_basis",
     "haar_orthogonal",
-    "head_qk_decomposition",
     "hard_threshold",
     "head_pattern_scores",
     "layer_qk_decomposition",
@@ -87,7 +77,6 @@ __all__ = [
     "matrix_smoothness",
     "ov_copying_scores",
     "qk_decomposition",
-    "qk_weights",
     "repeated_random_tokens",
     "rotate_offdiagonal",
     "topleft_energy_fraction",
@@ -104,151 +93,7 @@ HEAD_TYPES = ("self_token", "neighbours", "copying")
 to neighbouring tokens (pos-pos), and to the token being copied (shifted diagonal)."""
 
 
-# ------------------------------------------------------------------------------------- models
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionModel:
-    """What the dissection needs to know about a model (hashable; from the model interface's facts).
-
-    Attributes:
-      kind: the family: ``"gpt2"``, ``"bert"``, ``"llama"``, ``"mistral"``, ``"bloom"`` or ``"toy"``.
-      n_layers: L blocks.
-      n_heads: H query heads per block.
-      head_dim: K per head.
-      d_model: d.
-      max_positions: longest sequence the model takes (None: unbounded, rotary / ALiBi).
-      causal: whether the attention is causal (BERT: the ``causal`` override, as the source code
-        ran BERT with ``is_decoder=True``).
-      pre_ln: the attention input is norm_1(h) (GPT-2, Llama, BLOOM, pre-LN toy) rather than h.
-      n_kv_heads: key/value heads (< H: grouped-query attention).
-      positions: ``learned``, ``sinusoidal``, ``none``, ``rotary`` or ``alibi``.
-    """
-
-    kind: str
-    n_layers: int
-    n_heads: int
-    head_dim: int
-    d_model: int
-    max_positions: int | None
-    causal: bool
-    pre_ln: bool
-    n_kv_heads: int = 0
-    positions: str = "learned"
-
-
-def describe_model(model, *, causal: bool | None = None) -> AttentionModel:
-    """Describe a model for the attention dissection (Song & Zhong §4), from its model interface.
-
-    Args:
-      model: a geomjax GPT2, Bert, Llama, Bloom, ToyTransformer, ToyRun or ModelInterface.
-      causal: BERT only: None uses ``config.causal``; True gives the causal mask (the source code's
-        ``is_decoder=True``). Other families use their own mask; passing a different value raises.
-
-    Raises:
-      ValueError: ``causal`` contradicts a causal-only model. TypeError: unsupported model.
-    """
-    try:
-        f = model_interface(model, causal=causal).facts
-    except ValueError as e:
-        raise GeomjaxError(f"describe_model: {e}") from None
-    return AttentionModel(f.family, f.n_layers, f.n_heads, f.head_dim, f.d_model, f.max_positions, f.causal,
-                          f.pre_norm, f.n_kv_heads, f.positions)
-
-
-def _check_layer(spec: AttentionModel, layer: int) -> int:
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= int(layer) < spec.n_layers:
-        raise GeomjaxError(f"layer must be an int in [0, {spec.n_layers}) for this {spec.kind} model "
-                         f"({spec.n_layers} layers), got {layer!r}")
-    return int(layer)
-
-
-def _check_head(spec: AttentionModel, head: int) -> int:
-    if isinstance(head, bool) or not isinstance(head, (int, np.integer)) or not 0 <= int(head) < spec.n_heads:
-        raise GeomjaxError(f"head must be an int in [0, {spec.n_heads}) for this {spec.kind} model "
-                         f"({spec.n_heads} heads per layer), got {head!r}")
-    return int(head)
-
-
-def qk_weights(model, params: dict, layer: int) -> dict[str, Array]:
-    """Per-head query/key/value/output weights of one block, stacked by query head (eq. (8) inputs).
-
-    Grouped-query attention (H_kv < H) is made explicit: entry h of W_k, W_v, b_k is the shared key/
-    value head h // (H / H_kv) that query head h reads (``kv_head`` says which).
-
-    Args:
-      model: any model :func:`describe_model` accepts.
-      params: the model's parameters.
-      layer: block index in [0, L).
-
-    Returns:
-      dict with ``W_q``, ``W_k``, ``W_v`` (H, d, K), ``W_o`` (H, K, d), ``b_q``, ``b_k``, ``b_v`` (H, K)
-      (zeros when the model has no attention biases), ``kv_head`` (H,), and the position parameters
-      the scores use: ``rope_inv_freq`` (K/2,) for rotary models (zeros otherwise, with
-      ``rotary`` False) and ``alibi_slope`` (H,) for BLOOM (zeros otherwise). Head h computes
-      ``q = x @ W_q[h] + b_q[h]`` on the attention input x (then rotated for rotary models).
-
-    Raises:
-      ValueError: layer out of range.
-    """
-    spec = describe_model(model)
-    layer = _check_layer(spec, layer)
-    m = model_interface(model)
-    w = kv_expanded(m.head_weights(params, layer))
-    out = {k: w[k] for k in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "kv_head")}
-    K, H = spec.head_dim, spec.n_heads
-    rot = spec.positions == "rotary"
-    out["rope_inv_freq"] = jnp.asarray(rope_inv_freq(m.config) if rot else np.zeros(K // 2, np.float32))
-    out["alibi_slope"] = jnp.asarray(alibi_slopes(H) if spec.positions == "alibi" else np.zeros(H, np.float32))
-    return out
-
-
-def embed_unembed(model, params) -> tuple[Array, Array]:
-    """Token embedding W_E (V, d) and unembedding W_U (d, V) for the OV copying score.
-
-    Tied models use W_U = W_Eᵀ (GPT-2, BLOOM; BERT, whose masked-LM decoder is tied to its word
-    embeddings); untied ones (Llama, untied toys) their own read-out.
-    """
-    return model_interface(model).embed_unembed(params)
-
-
-def attention_inputs(model, params, ids: Int[Array, "B T"], *, causal: bool | None = None
-                     ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
-    """Every block's attention input x and attention probabilities for token ids (Song & Zhong §4.1).
-
-    x is what W_q/W_k multiply: norm_1(h) for pre-norm models (LayerNorm or RMSNorm applied exactly
-    once, with the block's own parameters), h for BERT and post-/no-LN toys.
-
-    Args:
-      model: any model :func:`describe_model` accepts.
-      params: its parameters.
-      ids: (B, T) token ids, T <= the model's positions.
-      causal: BERT only (see :func:`describe_model`).
-
-    Returns:
-      (xs, attentions): L arrays (B, T, d) and L arrays (B, H, T, T) computed by the model itself.
-    """
-    describe_model(model, causal=causal)
-    return model_interface(model, causal=causal).attention_inputs(params, ids)
-
-
-@functools.partial(jax.jit, static_argnames=("model", "causal"))
-def _attention_inputs_jit(model, params, ids, causal):
-    return attention_inputs(model, params, ids, causal=causal)
-
-
-def attention_inputs_jit(model, params, ids: Int[Array, "B T"], *, causal: bool | None = None
-                         ) -> tuple[tuple[Array, ...], tuple[Array, ...]]:
-    """:func:`attention_inputs` compiled once per (model config, causal, input shape) and reused across calls.
-
-    The ids are checked eagerly (shape, length, vocabulary range) before the compiled call, so a bad id
-    raises a ValueError instead of producing NaNs inside ``jit``.
-    """
-    spec = describe_model(model, causal=causal)
-    m = model_interface(model, causal=causal)
-    ids = check_input_ids(ids, m.facts.vocab_size, spec.max_positions or np.iinfo(np.int32).max,
-                          what=f"{spec.kind} model")
-    return _attention_inputs_jit(m, params, ids, causal)
+# ------------------------------------------------------------------------------ QK decomposition
 
 
 @struct.dataclass
@@ -269,48 +114,6 @@ class AttentionBasis:
     def n_positions(self) -> int:
         """T, the number of positions the basis was estimated on."""
         return int(self.pos.shape[1])
-
-
-def estimate_attention_basis(model, params, id_batches: Iterable[Int[Array, "_B T"]], *,
-                             causal: bool | None = None) -> AttentionBasis:
-    """Estimate μ and pos of every block's attention input over C windows (Song & Zhong eq. (2)).
-
-    pos_t = mean_c x_{c,t} − μ and μ = mean_{c,t} x_{c,t}, accumulated in float64 on the host.
-
-    Args:
-      model, params: the model (see :func:`attention_inputs`).
-      id_batches: iterable of (B, T) id windows, all with the same T (C = total windows >= 2).
-      causal: BERT only.
-
-    Raises:
-      ValueError: fewer than 2 windows, T changing between batches, non-finite inputs.
-    """
-    total, n, T = None, 0, None
-    describe_model(model, causal=causal)
-    for b, ids in enumerate(id_batches):
-        ids = np.asarray(ids)
-        if ids.ndim != 2:
-            raise GeomjaxError(f"estimate_attention_basis: batch {b} must be (B, T) ids, got shape {ids.shape}")
-        if T is None:
-            T = ids.shape[1]
-        elif ids.shape[1] != T:
-            raise GeomjaxError(f"estimate_attention_basis: batch {b} has T={ids.shape[1]}, earlier batches T={T}")
-        xs = np.stack([np.asarray(x, np.float64)
-                       for x in attention_inputs_jit(model, params, ids, causal=causal)[0]])  # (L, B, T, d)
-        if not np.isfinite(xs).all():
-            raise GeomjaxError(f"estimate_attention_basis: non-finite attention inputs in batch {b}")
-        s = xs.sum(axis=1)
-        total = s if total is None else total + s
-        n += ids.shape[0]
-    if n < 2:
-        raise GeomjaxError(f"estimate_attention_basis: need at least 2 windows (contexts), got {n}")
-    per_pos = total / n  # (L, T, d)
-    mean = per_pos.mean(axis=1)
-    pos = per_pos - mean[:, None, :]
-    return AttentionBasis(jnp.asarray(mean, jnp.float32), jnp.asarray(pos, jnp.float32), n)
-
-
-# ------------------------------------------------------------------------------ QK decomposition
 
 
 @struct.dataclass
@@ -408,7 +211,7 @@ def qk_decomposition(
     if T > pos.shape[0]:
         raise GeomjaxError(f"qk_decomposition: the sequence has {T} positions but the positional basis was estimated "
                          f"on only {pos.shape[0]}; estimate pos on windows of at least {T} tokens "
-                         "(estimate_attention_basis) or use a shorter sequence")
+                         "(attention_probe.estimate_attention_basis) or use a shorter sequence")
     K = W_q.shape[-1]
     s = 1.0 / math.sqrt(K)
     cos, sin = (None, None) if rope_inv_freq is None else rotary_from_inv_freq(rope_inv_freq, T, x.dtype)
@@ -445,8 +248,8 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
 
     Args:
       x: (T, d) the layer's attention input for one sequence.
-      basis: from :func:`estimate_attention_basis`.
-      weights: :func:`qk_weights` of that layer (its rotary frequencies / ALiBi slopes are used
+      basis: from :func:`geomjax.attention_probe.estimate_attention_basis`.
+      weights: :func:`geomjax.attention_probe.qk_weights` of that layer (its rotary frequencies / ALiBi slopes are used
         when present and non-zero).
       layer: index into ``basis``.
     """
@@ -461,44 +264,6 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
                                                     remove_mean=remove_mean, causal=causal,
                                                     rope_inv_freq=inv, alibi_slope=sl)
     return jax.vmap(f)(weights["W_q"], weights["W_k"], weights["b_q"], weights["b_k"], slopes)
-
-
-def head_qk_decomposition(model, params, basis: AttentionBasis, ids: Int[Array, " T"], layer: int, head: int, *,
-                          causal: bool | None = None, remove_mean: bool = True) -> QKParts:
-    """eq. (7) parts of one head of a model for one token sequence (Song & Zhong Fig. 4), checked inputs.
-
-    Args:
-      model, params: GPT-2, BERT or toy model (see :func:`describe_model`).
-      basis: μ/pos of the model's attention inputs (:func:`estimate_attention_basis`, same ``causal``).
-      ids: (T,) token ids, T <= the positions the basis was estimated on.
-      layer, head: which head.
-      causal: BERT only.
-      remove_mean: see :func:`qk_decomposition`.
-
-    Returns:
-      :class:`QKParts` of (T, T) arrays.
-
-    Raises:
-      ValueError: layer or head out of range; T longer than the basis' positions.
-    """
-    spec = describe_model(model, causal=causal)
-    layer, head = _check_layer(spec, layer), _check_head(spec, head)
-    ids = np.asarray(ids)
-    if ids.ndim != 1:
-        raise GeomjaxError(f"head_qk_decomposition: ids must be one sequence (T,), got shape {ids.shape}")
-    if basis.mean.shape[0] != spec.n_layers:
-        raise GeomjaxError(f"head_qk_decomposition: the basis has {basis.mean.shape[0]} layers but the model "
-                         f"{spec.n_layers}; estimate it with this model")
-    if ids.shape[0] > basis.n_positions:
-        raise GeomjaxError(f"head_qk_decomposition: the sequence has {ids.shape[0]} tokens but the positional basis was "
-                         f"estimated on {basis.n_positions} positions; estimate it on windows of at least "
-                         f"{ids.shape[0]} tokens or shorten the sequence")
-    xs, _ = attention_inputs_jit(model, params, ids[None], causal=causal)
-    w = qk_weights(model, params, layer)
-    return qk_decomposition(xs[layer][0], basis.mean[layer], basis.pos[layer], w["W_q"][head], w["W_k"][head],
-                            w["b_q"][head], w["b_k"][head], remove_mean=remove_mean, causal=spec.causal,
-                            rope_inv_freq=w["rope_inv_freq"] if spec.positions == "rotary" else None,
-                            alibi_slope=w["alibi_slope"][head] if spec.positions == "alibi" else None)
 
 
 # ------------------------------------------------------------------------- induction-head study

@@ -18,7 +18,6 @@ instead (the dtype rule, ``geomjax._checks.float64_aware``).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, NamedTuple
 
@@ -28,16 +27,13 @@ import numpy as np
 
 from geomjax._checks import as_float32_or_64, float64_aware, x64_context
 from geomjax.errors import GeomjaxError
-from geomjax.models.toy import check_one_layer
 from geomjax.typing import Array, Float, Int
 
 __all__ = [
-    "ClockActivations",
     "attention_spectrum",
     "circle_basis",
     "circle_fit_r2",
     "circle_projection",
-    "clock_activations",
     "complex_peak_fraction",
     "correct_logit_rank",
     "embed_restricted_params",
@@ -276,77 +272,7 @@ def circle_fit_r2(xy: Float[Array, "P 2"], k: int) -> Float[Array, ""]:
     return 1.0 - jnp.sum(res**2) / jnp.sum(tot**2)
 
 
-# ------------------------------------------------------------------------------ forward analysis
-
-class ClockActivations(NamedTuple):
-    """Activations of the 1-layer model on all p² inputs (a, b, "="), at the "=" position.
-
-    Attributes (leading axes (p, p) = [a, b]):
-      logits: (p, p, V_out).
-      attn: (p, p, H, T) attention of the "=" query on positions 0..T−1 (T = 3).
-      z: (p, p, H, K) per-head attention outputs before W_O.
-      o_heads: (p, p, H, d) per-head outputs z_h W_O[h].
-      o: (p, p, d) their sum (plus b_O if any).
-      pre: (p, p, F) MLP pre-activations; post: (p, p, F) after the activation.
-      mlp_out: (p, p, d) MLP outputs (W_out post + b_out).
-    """
-
-    logits: Array
-    attn: Array
-    z: Array
-    o_heads: Array
-    o: Array
-    pre: Array
-    post: Array
-    mlp_out: Array
-
-
-def clock_activations(params: dict, mcfg, p: int) -> ClockActivations:
-    """Run Nanda et al.'s 1-layer model on all p² inputs and keep the "=" position's activations.
-
-    Computes the same function as ``ToyTransformer(mcfg).apply`` (a test checks the logits) with the
-    per-head z / o vectors the blog analyses (§6–10).
-
-    Args:
-      params: ToyTransformer parameters of a 1-layer, LayerNorm-free, causal model.
-      mcfg: its :class:`~geomjax.models.toy.ToyConfig` (vocab p + 1).
-      p: modulus.
-    """
-    check_one_layer(mcfg)
-    if mcfg.vocab_size != p + 1:
-        raise GeomjaxError(f"clock_activations: the model's vocab_size is {mcfg.vocab_size}, expected p + 1 = {p + 1}")
-    act = {"relu": jax.nn.relu, "none": lambda v: v}.get(mcfg.activation)
-    if act is None:
-        raise GeomjaxError(f"clock_activations: activation must be 'relu' or 'none', got {mcfg.activation!r}")
-    return _clock_forward(params, mcfg, int(p))
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _clock_forward(params: dict, mcfg, p: int) -> ClockActivations:
-    act = {"relu": jax.nn.relu, "none": lambda v: v}[mcfg.activation]
-    a_, b_ = np.divmod(np.arange(p * p), p)
-    x = jnp.asarray(np.stack([a_, b_, np.full_like(a_, p)], 1), jnp.int32)
-    with jax.default_matmul_precision("highest"):
-        h = params["embed"]["embedding"][x] + params["pos_embed"]["embedding"][None, :3]  # (N, 3, d)
-        at = params["block_0"]["attn"]
-        bias = lambda n: at[n]["bias"][None, None] if "bias" in at[n] else 0.0
-        q = jnp.einsum("nd,dhk->nhk", h[:, -1], at["q"]["kernel"]) + (at["q"]["bias"][None] if "bias" in at["q"] else 0.0)
-        k = jnp.einsum("ntd,dhk->nthk", h, at["k"]["kernel"]) + bias("k")
-        v = jnp.einsum("ntd,dhk->nthk", h, at["v"]["kernel"]) + bias("v")
-        s = jnp.einsum("nhk,nthk->nht", q, k) / np.float32(math.sqrt(mcfg.head_dim))
-        prob = jax.nn.softmax(s, axis=-1)
-        z = jnp.einsum("nht,nthk->nhk", prob, v)
-        o_heads = jnp.einsum("nhk,hkd->nhd", z, at["o"]["kernel"])
-        o = o_heads.sum(axis=1) + (at["o"]["bias"][None] if "bias" in at["o"] else 0.0)
-        r = h[:, -1] + o
-        m = params["block_0"]["mlp"]
-        pre = r @ m["fc"]["kernel"] + (m["fc"]["bias"][None] if "bias" in m["fc"] else 0.0)
-        post = act(pre)
-        out = post @ m["proj"]["kernel"] + (m["proj"]["bias"][None] if "bias" in m["proj"] else 0.0)
-        logits = (r + out) @ params["unembed"]["kernel"]
-    rs = lambda t: t.reshape(p, p, *t.shape[1:])
-    return ClockActivations(rs(logits), rs(jnp.moveaxis(prob, 1, 1)), rs(z), rs(o_heads), rs(o), rs(pre), rs(post), rs(out))
-
+# ----------------------------------------------------------------------------- W_L matrix
 
 def unembed_matrix(params: dict) -> Float[Array, "V F"]:
     """W_L = W_U W_out (the blog §5.2, Nanda et al.): (V_out, F), row c = the direction in MLP

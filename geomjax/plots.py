@@ -335,7 +335,8 @@ def _metrics_figure(result):
     na = result.not_available
     series, refs, missing = {}, {}, {}
     for key, (title, col) in report.METRIC_PANELS.items():
-        series[title] = [ly.metrics[key] if ly.metrics.get(key) is not None else np.nan for ly in result.layers]
+        series[title] = [np.nan if getattr(ly.metrics, key) is None else getattr(ly.metrics, key)
+                         for ly in result.layers]
         if key in na:
             missing[title] = na[key]
         ref = report.paper_value(row[col]) if row is not None and col is not None else None
@@ -384,7 +385,7 @@ def study_figures(result) -> dict:
     r = layers[mid].theorem1
     if r is not None:
         figs["theorem1_mid_layer"] = theorem1_curves(
-            r["ks"], r["lhs"], r["rhs_printed"], r["ms"],
+            r.ks, r.lhs, r.rhs_printed, r.ms,
             f"eq. (6) on the pos Gram, {names[mid]} (printed constant 6/(8k)^m)")
     for ly in layers:
         if ly.ctx_pca is not None:

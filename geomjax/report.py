@@ -399,9 +399,10 @@ def _fmt_ms(na: dict | None, summary: dict, key: str) -> str:
     return (na or {}).get(key, "—") if v is None else f"{v['mean']:.3g} ({v['std']:.2g})"
 
 
-def _cell(m: dict, key: str, na: dict):
-    """A table cell: the value, or the reason it is not available."""
-    v = m.get(key)
+def _cell(m, key: str, na: dict):
+    """A table cell: the value of the per-layer metric ``key`` (an attribute of ``m``, a
+    ``geomjax.study.LayerMetrics`` or ``TokenClusters``), or the reason it is not available."""
+    v = None if m is None else getattr(m, key)
     return na.get(key, "n/a") if v is None else v
 
 
@@ -502,10 +503,9 @@ def _theorem1_section(r, figure_paths: dict) -> Section:
         "as printed, and with the corrected constant (claims `song_zhong.theorem1.*`). "
         "A ratio ≤ 1 means eq. (6) holds at that (k, m); 'certified' violations are (k, m) "
         "where even a lower bound over all B exceeds the RHS. k = 1..%d, m = 1..4."
-        % len(thm1[0]["ks"]))
-    rows = [[name, t["max_ratio_printed"], str(tuple(t["argmax_printed"])),
-             t["n_certified_violations_printed"], t["max_ratio_corrected"],
-             t["lhs_over_opnorm"][min(10, len(t["ks"])) - 1]] for name, t in zip(r.layer_names, thm1)]
+        % len(thm1[0].ks))
+    rows = [[name, t.max_ratio_printed, str(tuple(t.argmax_printed)), t.n_certified_violations_printed,
+             t.max_ratio_corrected, t.lhs_k10_over_opnorm] for name, t in zip(r.layer_names, thm1)]
     s.table(["layer", "max LHS/RHS (printed)", "at (k, m)", "certified violations (printed)",
              "max LHS/RHS (corrected)", "LHS(k=10) / (‖G‖op/T)"], rows)
     if "theorem1_mid_layer" in figure_paths:
@@ -513,26 +513,31 @@ def _theorem1_section(r, figure_paths: dict) -> Section:
     return s
 
 
+def _cluster_row(ly, na: dict) -> list:
+    """One layer's App. C row: ctx, token-level cvec and raw compactness, and their ratio."""
+    tc = ly.token_clusters
+    ratio = tc.compactness_cvec / tc.compactness_raw if tc is not None and tc.compactness_raw else None
+    return [ly.name, _cell(ly.metrics, "cluster_compactness", na), _cell(tc, "compactness_cvec", na),
+            _cell(tc, "compactness_raw", na), ratio]
+
+
 def _clusters_section(r, tok_figs: list) -> Section:
-    cfg, na, per_layer = r.config, r.not_available, [ly.metrics for ly in r.layers]
+    cfg, na = r.config, r.not_available
     s = Section("Clusters of tokens: cvec vs raw states (App. C, Figs. 24-26)")
     s.paragraphs.append(
         f"Tr(Σ_B Σ_W⁺) by document (larger = better separated) of token-level cvec = h − μ − "
         f"pos and of the raw states h, on {cfg.n_cluster_windows} windows per document; the "
         f"context means ctx (one point per window) for comparison. The paper reports cvec "
         f"better separated than raw states.")
-    n_tok = per_layer[0].get("n_cluster_tokens")
-    d_model = per_layer[0].get("d_model")
-    if n_tok is not None and d_model is not None and n_tok - cfg.n_docs < d_model:
+    tc0 = r.layers[0].token_clusters
+    n_tok, d_model = (None if tc0 is None else int(tc0.token_labels.size)), r.d_model
+    if n_tok is not None and n_tok - cfg.n_docs < d_model:
         s.paragraphs.append(
             f"Caution: {n_tok} tokens in {cfg.n_docs} documents is fewer than d + K = "
             f"{d_model + cfg.n_docs}, so Σ_W is singular and its pseudo-inverse inflates "
             "the token-level values; use more --cluster-windows.")
     s.table(["layer", "ctx", "cvec (tokens)", "raw (tokens)", "cvec / raw"],
-            [[n, _cell(m, "cluster_compactness", na), _cell(m, "compactness_cvec", na),
-              _cell(m, "compactness_raw", na),
-              (m["compactness_cvec"] / m["compactness_raw"] if m.get("compactness_raw") else None)]
-             for n, m in zip(r.layer_names, per_layer)])
+            [_cluster_row(ly, na) for ly in r.layers])
     for name, rel in tok_figs:
         s.figure(rel, f"Figs. 24-26: cvec (left) vs raw states (right), {name}.")
     return s
@@ -616,7 +621,7 @@ def sections(result, figure_paths: dict[str, str]) -> list[Section]:
     out = [_setup_section(result), _layers_section(result, figure_paths), _summary_section(result)]
     if layers[0].theorem1 is not None:
         out.append(_theorem1_section(result, figure_paths))
-    if tok_figs or any("compactness_cvec" in ly.metrics for ly in layers):
+    if tok_figs or any(ly.token_clusters is not None for ly in layers):
         out.append(_clusters_section(result, tok_figs))
     if has_ood:
         out.append(_ood_section(result))

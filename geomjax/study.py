@@ -37,7 +37,7 @@ from geomjax.models.bert import BertConfig
 from geomjax.parallel import data_mesh
 from geomjax.study_config import PRESETS, GeometryConfig
 
-__all__ = ["StudyOptions", "layer_metrics", "summarize_layers", "theorem1_on_pos",
+__all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "summarize_layers", "theorem1_on_pos",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
            "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
            "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run"]
@@ -77,12 +77,61 @@ def top_singular_values(stats: DecompositionStats, n: int) -> dict[str, np.ndarr
     return {"P": sp[:n], "Cvec": sc[:n], "R": sr[:n]}
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerMetrics:
+    """Song & Zhong's numbers of one hidden state (Tables 1, 3-5; Fig. 3 right), from :func:`layer_metrics`.
+
+    Attributes (in the order of their metrics.json keys):
+      n_contexts, n_positions: C and T the statistics were accumulated over.
+      screenot_rank, screenot_threshold: ScreeNOT rank of P (T, d) and its threshold (Table 3); None
+        when ScreeNOT cannot run (2k + 1 >= min(T, d)).
+      explained_ratio: share of P's energy in the top ``screenot_rank`` directions (None likewise).
+      screenot_note: why ScreeNOT could not run ("n/a: ..."), else None.
+      stable_rank: ‖P‖_F² / ‖P‖_op² (Table 4).
+      relative_norm: ‖P_tiled‖op / ‖M‖op (Table 5).
+      share_pos, share_ctx, share_resid: ANOVA variance shares of pos, ctx and resid (sum to 1).
+      incoherence_max, incoherence_mean: max and mean |cos(pos_t, ctx_c)| over all T·C pairs (Table 1).
+      intra_similarity, inter_similarity: mean |cos| of ctx within / between documents (Table 1),
+        None without document labels.
+      dct_low_freq_energy: share of the normalized pos Gram's 2-D DCT energy in the first
+        ``n_freq`` × ``n_freq`` frequencies (Fig. 3 right).
+      cluster_compactness: Tr(Σ_B Σ_W⁺) of ctx by document (App. C); set by :func:`run` (None with
+        one document), None from :func:`layer_metrics` alone.
+    """
+
+    n_contexts: int
+    n_positions: int
+    screenot_rank: int | None
+    screenot_threshold: float | None
+    explained_ratio: float | None
+    screenot_note: str | None
+    stable_rank: float
+    relative_norm: float
+    share_pos: float
+    share_ctx: float
+    share_resid: float
+    incoherence_max: float
+    incoherence_mean: float
+    intra_similarity: float | None
+    inter_similarity: float | None
+    dct_low_freq_energy: float
+    cluster_compactness: float | None = None
+
+    def to_json(self) -> dict:
+        """The numbers as metrics.json's per-layer keys (docs/DESIGN.md), in field order;
+        ``screenot_note`` and the similarities only when set, ``cluster_compactness`` only in a study
+        row (:meth:`LayerResult.to_json`)."""
+        optional = ("screenot_note", "intra_similarity", "inter_similarity")
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "cluster_compactness" and not (f.name in optional and getattr(self, f.name) is None)}
+
+
 def layer_metrics(
     stats: DecompositionStats,
     labels: np.ndarray | None = None,
     options: StudyOptions = StudyOptions(),
-) -> dict:
-    """Song & Zhong's per-layer numbers for one layer.
+) -> LayerMetrics:
+    """Song & Zhong's per-layer numbers for one layer (Tables 1, 3-5).
 
     Args:
       stats: the layer's streaming decomposition (pos (T, d), ctx (C, d), second moments).
@@ -90,18 +139,18 @@ def layer_metrics(
       options: study conventions.
 
     Returns:
-      dict with ``screenot_rank`` and ``screenot_threshold`` (Table 3, rank of P), ``stable_rank``
-      (Table 4), ``explained_ratio``, ``relative_norm`` (Table 5), ``incoherence_max`` and
-      ``incoherence_mean`` (Table 1, last column), ``intra_similarity``/``inter_similarity``
-      (Table 1, when labels are given), ``dct_low_freq_energy`` (Fig. 3 right), and the
-      variance shares of pos, ctx and resid in the ANOVA identity. When ScreeNOT cannot run
-      (2k + 1 >= min(T, d)) its three entries are None, ``screenot_note`` says why and a
-      UserWarning is issued.
+      :class:`LayerMetrics`: ScreeNOT rank and threshold of P (Table 3), stable rank (Table 4),
+      explained ratio, relative norm (Table 5), incoherence max / mean (Table 1, last column), the
+      intra / inter similarities (Table 1, when labels are given), the low-frequency DCT energy
+      (Fig. 3 right) and the variance shares of pos, ctx and resid in the ANOVA identity. When
+      ScreeNOT cannot run (2k + 1 >= min(T, d)) its three entries are None, ``screenot_note`` says
+      why and a UserWarning is issued.
     """
     pos = jnp.asarray(np.asarray(stats.pos, np.float32))
     ctx = jnp.asarray(np.asarray(stats.ctx, np.float32))
     T, d = pos.shape
-    out: dict = {"n_contexts": stats.n_contexts, "n_positions": T}
+    out: dict = {"n_contexts": stats.n_contexts, "n_positions": T, "screenot_note": None,
+                 "intra_similarity": None, "inter_similarity": None}
     k = options.screenot_k
     if 2 * k + 1 < min(T, d):
         res = spectral.screenot(np.asarray(stats.pos, np.float64), k, options.screenot_strategy)
@@ -140,7 +189,7 @@ def layer_metrics(
         out["inter_similarity"] = float(inter)
     F = spectral.dct_gram(pos)
     out["dct_low_freq_energy"] = float(spectral.low_frequency_energy(F, options.n_freq))
-    return out
+    return LayerMetrics(**out)
 
 
 def summarize_layers(per_layer: list[dict], keys: list[str] | None = None) -> dict[str, dict]:
@@ -155,7 +204,58 @@ def summarize_layers(per_layer: list[dict], keys: list[str] | None = None) -> di
     return out
 
 
-def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Theorem1OnPos:
+    """Song & Zhong Theorem 1, eq. (6), on one layer's positional Gram (:func:`theorem1_on_pos`).
+
+    Attributes (in the order of their metrics.json keys; K = len(ks), M = len(ms)):
+      ks: (K,) k values; ms: (M,) m values.
+      lhs: (K,) LHS(k) in the printed basis (upper bound on the theorem's min over B); lhs_lower:
+        (K,) its certified lower bound over all B.
+      slack_printed, slack_corrected: (K, M) rounding allowance of the RHS (coefficient × the
+        rounding bound of ‖Δ^{(m,m)}G̃‖max).
+      lhs_over_opnorm: (K,) LHS / (‖G‖op / T).
+      delta_max: (M,) ‖Δ^{(m,m)}G̃‖max.
+      rhs_printed, ratio_printed: (K, M) RHS with the printed constant 6/(8k)^m and LHS / RHS (inf
+        where the RHS is 0); max_ratio_printed, argmax_printed: the largest ratio and its (k, m);
+        n_certified_violations_printed: (k, m) pairs whose lower bound exceeds the RHS.
+      rhs_corrected, ...: the same with ``geomjax.smoothness.corrected_constant``.
+    """
+
+    ks: np.ndarray
+    ms: np.ndarray
+    lhs: np.ndarray
+    lhs_lower: np.ndarray
+    slack_printed: np.ndarray
+    slack_corrected: np.ndarray
+    lhs_over_opnorm: np.ndarray
+    delta_max: np.ndarray
+    rhs_printed: np.ndarray
+    ratio_printed: np.ndarray
+    max_ratio_printed: float
+    argmax_printed: tuple[int, int]
+    n_certified_violations_printed: int
+    rhs_corrected: np.ndarray
+    ratio_corrected: np.ndarray
+    max_ratio_corrected: float
+    argmax_corrected: tuple[int, int]
+    n_certified_violations_corrected: int
+
+    @property
+    def lhs_k10_over_opnorm(self) -> float:
+        """LHS(k) / (‖G‖op / T) at k = 10 (the largest k when fewer were evaluated)."""
+        return float(self.lhs_over_opnorm[min(10, len(self.ks)) - 1])
+
+    def to_json(self) -> dict:
+        """metrics.json's ``theorem1`` entry of the layer: arrays as (nested) lists, (k, m) as a list."""
+        out = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = np.asarray(v).tolist() if isinstance(v, (np.ndarray, tuple)) else v
+        return out
+
+
+def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> Theorem1OnPos:
     """Song & Zhong Theorem 1, eq. (6), on a real layer's positional Gram G = P Pᵀ (T×T).
 
     pos (T, d) is re-centred over t in float64 (Σ_t pos_t = 0 holds only up to the rounding of
@@ -168,8 +268,8 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
     ``geomjax.smoothness.corrected_constant``.
 
     Returns:
-      dict: ``rhs_printed`` / ``rhs_corrected`` (K, M), ``ratio_*`` (K, M) = LHS / RHS, their maxima and
-      argmax (k, m), ``n_certified_violations_printed`` (lower bound > RHS), ``lhs`` (K,),
+      :class:`Theorem1OnPos`: ``rhs_printed`` / ``rhs_corrected`` (K, M), ``ratio_*`` (K, M) = LHS / RHS,
+      their maxima and argmax (k, m), ``n_certified_violations_*`` (lower bound > RHS), ``lhs`` (K,),
       ``lhs_over_opnorm`` (K,) = LHS / (‖G‖op / T), ``delta_max`` (M,), ks, ms.
     """
     P = np.asarray(pos, np.float64)
@@ -181,24 +281,41 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> dict:
     with jax.enable_x64(True):
         tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
     lhs = tab.lhs_printed[:, None]
-    out = {"ks": tab.ks.tolist(), "ms": tab.ms.tolist(), "lhs": tab.lhs_printed.tolist(),
-           "lhs_lower": tab.lhs_printed_lower.tolist(),
-           "slack_printed": (tab.coef_printed * tab.delta_rounding[None, :]).tolist(),
-           "slack_corrected": (tab.coef_corrected * tab.delta_rounding[None, :]).tolist(),
-           "lhs_over_opnorm": (tab.lhs_printed / (np.linalg.eigvalsh(G)[-1] / T)).tolist(),
-           "delta_max": tab.delta_max.tolist()}
+    out = {"ks": np.asarray(tab.ks), "ms": np.asarray(tab.ms), "lhs": np.asarray(tab.lhs_printed),
+           "lhs_lower": np.asarray(tab.lhs_printed_lower),
+           "slack_printed": np.asarray(tab.coef_printed * tab.delta_rounding[None, :]),
+           "slack_corrected": np.asarray(tab.coef_corrected * tab.delta_rounding[None, :]),
+           "lhs_over_opnorm": np.asarray(tab.lhs_printed / (np.linalg.eigvalsh(G)[-1] / T)),
+           "delta_max": np.asarray(tab.delta_max)}
     for name, rhs in (("printed", tab.rhs_printed), ("corrected", tab.rhs_corrected)):
         ratio = np.where(rhs > 0, lhs / np.where(rhs > 0, rhs, 1.0), np.inf)
         i, j = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
-        out[f"rhs_{name}"] = rhs.tolist()
-        out[f"ratio_{name}"] = ratio.tolist()
+        out[f"rhs_{name}"] = np.asarray(rhs)
+        out[f"ratio_{name}"] = ratio
         out[f"max_ratio_{name}"] = float(ratio[i, j])
-        out[f"argmax_{name}"] = [int(tab.ks[i]), int(tab.ms[j])]
+        out[f"argmax_{name}"] = (int(tab.ks[i]), int(tab.ms[j]))
         out[f"n_certified_violations_{name}"] = int(np.sum(tab.lhs_printed_lower[:, None] > rhs))
-    return out
+    return Theorem1OnPos(**out)
 
 
-def token_cluster_metrics(h, labels, mean, pos) -> dict:
+@dataclasses.dataclass(frozen=True)
+class TokenClusters:
+    """App. C (Figs. 24-26) on one layer: token-level cvec against raw states.
+
+    Attributes:
+      compactness_cvec, compactness_raw: Tr(Σ_B Σ_W⁺) by document.
+      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs).
+      token_labels: (N·T,) document of every token.
+    """
+
+    compactness_cvec: float
+    compactness_raw: float
+    pca_cvec: np.ndarray
+    pca_raw: np.ndarray
+    token_labels: np.ndarray
+
+
+def token_cluster_metrics(h, labels, mean, pos) -> TokenClusters:
     """Cluster compactness Tr(Σ_B Σ_W⁺) of token-level cvec and raw states (Song & Zhong App. C,
     Figs. 24-26): cvec_{c,t} = h_{c,t} − μ − pos_t against the raw h_{c,t}, labelled by document.
 
@@ -208,8 +325,9 @@ def token_cluster_metrics(h, labels, mean, pos) -> dict:
       mean: (d,) μ and pos: (T, d) of the full study (the streaming decomposition).
 
     Returns:
-      dict with ``compactness_cvec``, ``compactness_raw``, and 2-D PCA coordinates (N·T, 2) of
-      both (``pca_cvec``, ``pca_raw``; each on its own top-2 principal directions).
+      :class:`TokenClusters`: ``compactness_cvec``, ``compactness_raw``, 2-D PCA coordinates (N·T, 2)
+      of both (``pca_cvec``, ``pca_raw``; each on its own top-2 principal directions) and the
+      document of every token.
     """
     h = np.asarray(h, np.float64)
     N, T, d = h.shape
@@ -226,8 +344,7 @@ def token_cluster_metrics(h, labels, mean, pos) -> dict:
             out[f"compactness_{name}"] = float(
                 geometry.cluster_compactness(jnp.asarray(X), jnp.asarray(tok_labels)))
         out[f"pca_{name}"] = np.asarray(geometry.pca_projections(X, center=True).pos)
-    out["token_labels"] = tok_labels
-    return out
+    return TokenClusters(out["compactness_cvec"], out["compactness_raw"], out["pca_cvec"], out["pca_raw"], tok_labels)
 
 
 def _model_config(name: str) -> dict | None:
@@ -469,52 +586,54 @@ def _mesh(devices: int | None):
 
 
 @dataclasses.dataclass(frozen=True)
-class TokenClusters:
-    """App. C (Figs. 24-26) on one layer: token-level cvec against raw states.
-
-    Attributes:
-      compactness_cvec, compactness_raw: Tr(Σ_B Σ_W⁺) by document.
-      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs).
-      token_labels: (N·T,) document of every token.
-    """
-
-    compactness_cvec: float
-    compactness_raw: float
-    pca_cvec: np.ndarray
-    pca_raw: np.ndarray
-    token_labels: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True)
 class LayerResult:
     """Everything the study computed on one hidden state (layer 0 = embedding output).
 
     Attributes:
       name: "emb", "L1", ...
-      metrics: the layer's row of metrics.json (Tables 1, 3-5 from :func:`layer_metrics`, the
-        context compactness, and when computed the Theorem 1 summary, App. C compactness and the
-        out-of-distribution rank / norm; docs/DESIGN.md lists the keys).
+      metrics: Tables 1, 3-5 of the layer (:func:`layer_metrics`) with the context compactness.
       pos_pca: (T, 2) pos on P's top-2 right singular vectors (Fig. 1).
       cvec_pca: (n_cvec, T, 2) cvec of the fresh draw on the same directions.
       dct: (T, T) |2-D DCT| of the normalized pos Gram (Fig. 3 right).
       theorem1: :func:`theorem1_on_pos` of the layer (eq. (6)), or None.
-      token_clusters: App. C of the layer, or None.
+      token_clusters: App. C of the layer (:func:`token_cluster_metrics`), or None.
       ood: :func:`layer_metrics` of the out-of-distribution pass (Table 2), or None.
       pos_pca3, cvec_pca3: (T, 3) / (n_cvec, T, 3) on P's top-3 PCs for the 3-D panels, else None.
       ctx_pca: (C, 2) principal coordinates of ctx for the App. C scatter layers, else None.
     """
 
     name: str
-    metrics: dict
+    metrics: LayerMetrics
     pos_pca: np.ndarray
     cvec_pca: np.ndarray
     dct: np.ndarray
-    theorem1: dict | None = None
+    theorem1: Theorem1OnPos | None = None
     token_clusters: TokenClusters | None = None
-    ood: dict | None = None
+    ood: LayerMetrics | None = None
     pos_pca3: np.ndarray | None = None
     cvec_pca3: np.ndarray | None = None
     ctx_pca: np.ndarray | None = None
+
+    def to_json(self, d_model: int) -> dict:
+        """The layer's row of metrics.json's ``per_layer`` (docs/DESIGN.md lists the keys): Tables 1,
+        3-5 and the context compactness; with Theorem 1 its summary; with token clusters App. C's
+        compactness, token count and d; with an OOD pass its rank and norms (Table 2)."""
+        row = self.metrics.to_json()
+        row["cluster_compactness"] = self.metrics.cluster_compactness
+        if self.theorem1 is not None:
+            t = self.theorem1
+            row |= {"theorem1_max_ratio_printed": t.max_ratio_printed,
+                    "theorem1_max_ratio_corrected": t.max_ratio_corrected,
+                    "theorem1_certified_violations_printed": t.n_certified_violations_printed,
+                    "theorem1_lhs_k10_over_opnorm": t.lhs_k10_over_opnorm}
+        if self.token_clusters is not None:
+            c = self.token_clusters
+            row |= {"compactness_cvec": c.compactness_cvec, "compactness_raw": c.compactness_raw,
+                    "n_cluster_tokens": int(c.token_labels.size), "d_model": int(d_model)}
+        if self.ood is not None:
+            row |= {"ood_screenot_rank": self.ood.screenot_rank, "ood_relative_norm": self.ood.relative_norm,
+                    "ood_stable_rank": self.ood.stable_rank}
+        return row
 
 
 @dataclasses.dataclass(frozen=True)
@@ -535,7 +654,6 @@ class StudyResult:
       labels: (C,) document of every window.
       doc_names: names of every document of the corpus.
       n_tokens_corpus: tokens of the corpus.
-      summary: mean / std / n_layers across layers of every numeric per-layer metric.
       singular_values_mid: {"P", "Cvec", "R"}: top singular values at the middle layer (Fig. 3 left).
       gram_mid: (T + C, T + C) normalized Gram of [pos; ctx] at the middle layer (Fig. 2).
       not_available: metric -> "n/a: needs ..." for the metrics these sizes cannot give.
@@ -557,7 +675,6 @@ class StudyResult:
     labels: np.ndarray
     doc_names: tuple[str, ...]
     n_tokens_corpus: int
-    summary: dict
     singular_values_mid: dict
     gram_mid: np.ndarray
     not_available: dict
@@ -579,16 +696,27 @@ class StudyResult:
     def multi_doc(self) -> bool:
         return np.unique(self.labels).size >= 2
 
+    @property
+    def per_layer(self) -> list[dict]:
+        """metrics.json's ``per_layer`` rows (:meth:`LayerResult.to_json`)."""
+        return [ly.to_json(self.d_model) for ly in self.layers]
+
+    @property
+    def summary(self) -> dict[str, dict]:
+        """Mean / std / n_layers across layers of every numeric per-layer metric (Tables 1-2;
+        :func:`summarize_layers` of :attr:`per_layer`)."""
+        return summarize_layers(self.per_layer)
+
     def to_json(self) -> dict:
         """metrics.json: the study's numbers (arrays as lists; docs/DESIGN.md documents the schema)."""
         return {
             "model": self.model_desc, "n_contexts": self.n_contexts, "n_positions": self.n_positions,
-            "layers": self.layer_names, "per_layer": [dict(ly.metrics) for ly in self.layers],
+            "layers": self.layer_names, "per_layer": self.per_layer,
             "summary": self.summary,
             "singular_values_mid_layer": {k: np.asarray(v).tolist() for k, v in self.singular_values_mid.items()},
             "timing_s": {"forward_and_decomposition": self.seconds_forward, "total": self.seconds_total},
             "doc_labels": {str(j): self.doc_names[j] for j in np.unique(self.labels)},
-            "theorem1": [dict(ly.theorem1) for ly in self.layers if ly.theorem1 is not None],
+            "theorem1": [ly.theorem1.to_json() for ly in self.layers if ly.theorem1 is not None],
             "ood_fraction_of_characters_dropped": self.ood_dropped,
             "not_available": self.not_available,
             "model_conventions": self.conventions,
@@ -639,7 +767,7 @@ def _stream(cfg: GeometryConfig, m: _Loaded, ids, desc: str, progress: bool):
         mesh=_mesh(cfg.devices), progress=desc if progress else False, total=len(batches))
 
 
-def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[dict]:
+def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[LayerMetrics]:
     """Tables 1, 3-5 of every layer and the context compactness (``states``: the fresh draw, for
     ``cluster_mu="general"``)."""
     multi_doc = np.unique(labels).size >= 2
@@ -656,32 +784,21 @@ def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[dic
             mu_gen = np.asarray(states[layer][:, s0:], np.float64).mean((0, 1))
             ctx_gen = np.asarray(stats[layer].ctx, np.float64) + np.asarray(stats[layer].mean, np.float64) - mu_gen
             intra, inter = geometry.cluster_similarity(jnp.asarray(ctx_gen, jnp.float32), jnp.asarray(labels))
-            m["intra_similarity"], m["inter_similarity"] = float(intra), float(inter)
-        m["cluster_compactness"] = (float(geometry.cluster_compactness(ctx, jnp.asarray(labels)))
-                                    if multi_doc else None)
-        rows.append(m)
+            m = dataclasses.replace(m, intra_similarity=float(intra), inter_similarity=float(inter))
+        compactness = float(geometry.cluster_compactness(ctx, jnp.asarray(labels))) if multi_doc else None
+        rows.append(dataclasses.replace(m, cluster_compactness=compactness))
     return rows
 
 
-def _theorem1(stats, rows: list[dict], progress: bool) -> list[dict]:
-    """Theorem 1, eq. (6), on every layer's pos Gram; its summary goes into ``rows``."""
+def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
+    """Theorem 1, eq. (6), on every layer's pos Gram, k = 1..min(20, T − 1)."""
     T = stats[0].n_positions
     ks = tuple(range(1, min(20, T - 1) + 1))
-    out = []
-    for layer in _bar(range(len(stats)), "Theorem 1, eq. (6)", progress):
-        r = theorem1_on_pos(stats[layer].pos, ks=ks)
-        out.append(r)
-        m = rows[layer]
-        m["theorem1_max_ratio_printed"] = r["max_ratio_printed"]
-        m["theorem1_max_ratio_corrected"] = r["max_ratio_corrected"]
-        m["theorem1_certified_violations_printed"] = r["n_certified_violations_printed"]
-        m["theorem1_lhs_k10_over_opnorm"] = r["lhs_over_opnorm"][min(10, len(ks)) - 1]
-    return out
+    return [theorem1_on_pos(st.pos, ks=ks) for st in _bar(stats, "Theorem 1, eq. (6)", progress)]
 
 
-def _token_clusters(cfg, fwd, params, ids, labels, stats, rows, progress: bool) -> list[TokenClusters]:
-    """App. C / Figs. 24-26: token-level cvec vs raw states of ``n_cluster_windows`` windows per
-    document; the compactness goes into ``rows``."""
+def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> list[TokenClusters]:
+    """App. C / Figs. 24-26: token-level cvec vs raw states of ``n_cluster_windows`` windows per document."""
     s0 = int(cfg.drop_first)
     sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
     parts = [[] for _ in stats]
@@ -690,26 +807,16 @@ def _token_clusters(cfg, fwd, params, ids, labels, stats, rows, progress: bool) 
             parts[layer].append(np.asarray(a[:, s0:], np.float32))
     out = []
     for layer in _bar(range(len(stats)), "token clusters (App. C)", progress):
-        r = token_cluster_metrics(np.concatenate(parts[layer]), labels[sel], stats[layer].mean, stats[layer].pos)
-        out.append(TokenClusters(r["compactness_cvec"], r["compactness_raw"], r["pca_cvec"], r["pca_raw"],
-                                 r["token_labels"]))
-        rows[layer]["compactness_cvec"] = r["compactness_cvec"]
-        rows[layer]["compactness_raw"] = r["compactness_raw"]
-        rows[layer]["n_cluster_tokens"] = int(r["token_labels"].size)
-        rows[layer]["d_model"] = int(stats[layer].pos.shape[-1])
+        out.append(token_cluster_metrics(np.concatenate(parts[layer]), labels[sel], stats[layer].mean,
+                                         stats[layer].pos))
         parts[layer] = None
     return out
 
 
-def _ood(cfg, m: _Loaded, ood_ids, options, rows: list[dict], progress: bool) -> list[dict]:
-    """Table 2: rank and relative norm of pos on the out-of-distribution windows; into ``rows``."""
+def _ood(cfg, m: _Loaded, ood_ids, options, progress: bool) -> list[LayerMetrics]:
+    """Table 2: every layer's metrics (rank and relative norm of pos) on the out-of-distribution windows."""
     ostats = _stream(cfg, m, ood_ids, f"OOD ({cfg.ood_corpus})", progress)
-    out = [layer_metrics(st, None, options) for st in ostats]
-    for r, o in zip(rows, out):
-        r["ood_screenot_rank"] = o["screenot_rank"]
-        r["ood_relative_norm"] = o["relative_norm"]
-        r["ood_stable_rank"] = o["stable_rank"]
-    return out
+    return [layer_metrics(st, None, options) for st in ostats]
 
 
 def _unavailable(cfg: GeometryConfig, multi_doc: bool, T: int, d: int) -> dict:
@@ -814,11 +921,10 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     labels = np.asarray(w.doc_labels)
     multi_doc = np.unique(labels).size >= 2
     rows = _layer_rows(cfg, stats, states, labels, options, progress)
-    thm1 = _theorem1(stats, rows, progress) if cfg.theorem1 else []
-    clusters = (_token_clusters(cfg, fwd, m.params, w.ids, labels, stats, rows, progress)
+    thm1 = _theorem1(stats, progress) if cfg.theorem1 else []
+    clusters = (_token_clusters(cfg, fwd, m.params, w.ids, labels, stats, progress)
                 if cfg.n_cluster_windows and multi_doc else [])
-    ood = _ood(cfg, m, inputs.ood_ids, options, rows, progress) if inputs.ood_ids is not None else None
-    summary = summarize_layers(rows)
+    ood = _ood(cfg, m, inputs.ood_ids, options, progress) if inputs.ood_ids is not None else None
     t_total = time.perf_counter() - t0
 
     status_line("figures", progress)
@@ -829,7 +935,7 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
         config=cfg, options=options, model_desc=_model_desc(cfg, m, n_layers, X.shape[1]), arch=_arch_of(m.model),
         conventions=m.conventions, layers=_layer_results(stats, names, rows, cvec, thm1, clusters, ood),
         n_contexts=cfg.n_contexts, n_positions=T, d_model=d, labels=labels,
-        doc_names=tuple(inputs.doc_names), n_tokens_corpus=inputs.n_tokens_corpus, summary=summary,
+        doc_names=tuple(inputs.doc_names), n_tokens_corpus=inputs.n_tokens_corpus,
         singular_values_mid=top_singular_values(stats[mid], options.n_singular),
         gram_mid=np.asarray(geometry.normalized_gram(jnp.asarray(X, jnp.float32))),
         not_available=_unavailable(cfg, multi_doc, T, d),

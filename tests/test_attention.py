@@ -1,4 +1,5 @@
-"""Tests of geomjax.attention (Song & Zhong §4: eq. (7), Fig. 4 head types, eq. (8)/Fig. 5, entropy).
+"""Tests of geomjax.attention and geomjax.attention_probe (Song & Zhong §4: eq. (7), Fig. 4 head types,
+eq. (8)/Fig. 5, entropy).
 
 Expected values come from independent computations: the models' own attention probabilities (their
 MultiHeadAttention forward), a NumPy re-implementation of LayerNorm + projections, explicit loops,
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 from geomjax import attention as A
+from geomjax import attention_probe as AP
 from geomjax.models import Bert, BertConfig, GPT2, GPT2Config
 from geomjax.models.toy import ToyConfig, ToyTransformer
 
@@ -80,15 +82,15 @@ def _np_scores(model, params, name, ids):
 def test_exact_sum_equals_model_scores(models, name):
     (m, p), ids = models[0][name], models[1]
     causal = True if name == "bert" else None
-    basis = A.estimate_attention_basis(m, p, [ids[:4], ids[4:]], causal=causal)
+    basis = AP.estimate_attention_basis(m, p, [ids[:4], ids[4:]], causal=causal)
     # the probe batch has the basis batches' shape, so the compiled forward is reused
-    xs, atts = A.attention_inputs_jit(m, p, ids[:4], causal=causal)
+    xs, atts = AP.attention_inputs_jit(m, p, ids[:4], causal=causal)
     xs = [x[:1] for x in xs]
     atts = [a[:1] for a in atts]
     ref = _np_scores(m, p, name, jnp.asarray(ids[:4]))
     for remove_mean in (True, False):
         for layer in range(2):
-            w = A.qk_weights(m, p, layer)
+            w = AP.qk_weights(m, p, layer)
             parts = A.layer_qk_decomposition(xs[layer][0], basis, w, layer, remove_mean=remove_mean)
             np.testing.assert_allclose(np.asarray(parts.sum_of_parts()), ref[layer], rtol=1e-5, atol=2e-5)
             np.testing.assert_allclose(np.asarray(parts.total), ref[layer], rtol=1e-5, atol=2e-5)
@@ -96,13 +98,13 @@ def test_exact_sum_equals_model_scores(models, name):
             np.testing.assert_allclose(np.asarray(parts.attention), np.asarray(atts[layer][0]), atol=1e-5)
             assert (float(jnp.max(jnp.abs(parts.mean))) > 0.0) == remove_mean
     if name == "toy":
-        one = A.head_qk_decomposition(m, p, basis, ids[0], 1, 1, causal=causal)
+        one = AP.head_qk_decomposition(m, p, basis, ids[0], 1, 1, causal=causal)
         np.testing.assert_allclose(np.asarray(one.sum_of_parts()), ref[1, 1], rtol=1e-5, atol=2e-5)
 
 
 def test_components_match_numpy_bilinear_forms(models):
     (m, p), ids = models[0]["toy"], models[1]
-    basis = A.estimate_attention_basis(m, p, [ids[:4], ids[4:]])
+    basis = AP.estimate_attention_basis(m, p, [ids[:4], ids[4:]])
     # μ and pos of block 1's attention input ln_1(h), recomputed in NumPy
     blk = p["block_1"]
     _, inter = jax.jit(lambda pp, i: m.apply({"params": pp}, i))(p, ids)
@@ -112,7 +114,7 @@ def test_components_match_numpy_bilinear_forms(models):
     pos = x.mean(0) - mu
     np.testing.assert_allclose(np.asarray(basis.mean[1]), mu, atol=1e-5)
     np.testing.assert_allclose(np.asarray(basis.pos[1]), pos, atol=1e-5)
-    w = A.qk_weights(m, p, 1)
+    w = AP.qk_weights(m, p, 1)
     parts = A.qk_decomposition(jnp.asarray(x[2], jnp.float32), basis.mean[1], basis.pos[1], w["W_q"][0], w["W_k"][0],
                                w["b_q"][0], w["b_k"][0])
     W = np.asarray(blk["attn"]["q"]["kernel"][:, 0], np.float64) @ np.asarray(blk["attn"]["k"]["kernel"][:, 0],
@@ -126,26 +128,26 @@ def test_components_match_numpy_bilinear_forms(models):
 
 def test_bad_inputs(models):
     (m, p), ids = models[0]["toy"], models[1]
-    basis = A.estimate_attention_basis(m, p, [ids[:, :6], ids[:, 6:]])  # 6 positions
+    basis = AP.estimate_attention_basis(m, p, [ids[:, :6], ids[:, 6:]])  # 6 positions
     with pytest.raises(ValueError, match="layer must be"):
-        A.head_qk_decomposition(m, p, basis, ids[0, :6], 2, 0)
+        AP.head_qk_decomposition(m, p, basis, ids[0, :6], 2, 0)
     with pytest.raises(ValueError, match="head must be"):
-        A.head_qk_decomposition(m, p, basis, ids[0, :6], 0, 5)
+        AP.head_qk_decomposition(m, p, basis, ids[0, :6], 0, 5)
     with pytest.raises(ValueError, match="positional basis"):
-        A.head_qk_decomposition(m, p, basis, ids[0, :8], 0, 0)
+        AP.head_qk_decomposition(m, p, basis, ids[0, :8], 0, 0)
     with pytest.raises(ValueError, match="layer must be"):
-        A.qk_weights(m, p, -1)
-    w = A.qk_weights(m, p, 0)
+        AP.qk_weights(m, p, -1)
+    w = AP.qk_weights(m, p, 0)
     with pytest.raises(ValueError, match="positional basis"):
         A.qk_decomposition(jnp.ones((7, 16)), basis.mean[0], basis.pos[0], w["W_q"][0], w["W_k"][0])
     with pytest.raises(ValueError, match="must lie in"):
-        A.attention_inputs_jit(m, p, np.full((1, 4), 99))
+        AP.attention_inputs_jit(m, p, np.full((1, 4), 99))
     with pytest.raises(ValueError, match="exceeds"):
-        A.attention_inputs_jit(m, p, np.zeros((1, 13), np.int32))
+        AP.attention_inputs_jit(m, p, np.zeros((1, 13), np.int32))
     with pytest.raises(ValueError, match="at least 2 windows"):
-        A.estimate_attention_basis(m, p, [ids[:1]])
+        AP.estimate_attention_basis(m, p, [ids[:1]])
     with pytest.raises(ValueError, match="causal"):
-        A.describe_model(models[0]["gpt2"][0], causal=False)
+        AP.describe_model(models[0]["gpt2"][0], causal=False)
 
 
 def _planted(ids, kind, H=1):

@@ -13,7 +13,7 @@ from geomjax import fourier as fx
 from geomjax import localization as loc
 from geomjax.claims import Claim, Evaluation, Inequality, run_claim
 from geomjax.claims import bao, clock
-from geomjax.models.toy import ToyTransformer, nanda_config
+from geomjax.models.toy import ToyTransformer, clock_activations, nanda_config
 
 P = 11
 
@@ -40,7 +40,7 @@ def test_numpy_forward_matches_the_flax_model(tiny, relu):
         flax_logits = np.asarray(ToyTransformer(m).apply({"params": params}, ids)[0][:, -1, :P])
     out = clock.numpy_clock_forward(P64, P, relu=relu)
     np.testing.assert_allclose(out["logits"], flax_logits, rtol=1e-4, atol=1e-4)
-    A = fx.clock_activations(params, m, P)
+    A = clock_activations(params, m, P)
     np.testing.assert_allclose(out["o_heads"], np.asarray(A.o_heads).reshape(P * P, 2, -1), rtol=1e-4, atol=1e-5)
 
 
@@ -56,7 +56,7 @@ def test_dft_restriction_and_key_frequencies_match_fourier(tiny):
     kL = fx.key_frequencies_embed(fx.unembed_matrix(params), P)
     assert clock.numpy_key_frequencies(P64, P) == ([k for k in kE if k in kL] or kE)
     o = clock.numpy_clock_forward(P64, P)["o_heads"]
-    A = fx.clock_activations(params, nanda_config(P, d_model=32, n_heads=2, d_mlp=64), P)
+    A = clock_activations(params, nanda_config(P, d_model=32, n_heads=2, d_mlp=64), P)
     for k in (1, 2, 5):
         first = float(fx.complex_peak_fraction(fx.petal_fourier_projection(A.o_heads[4], k)["total"])["freq_fraction"])
         assert clock.numpy_summed_petal_fraction(o, P, 4, k) == pytest.approx(first, abs=1e-4)

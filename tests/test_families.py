@@ -15,6 +15,7 @@ import pytest
 
 import geomjax as gj
 from geomjax import attention as A
+from geomjax import attention_probe as AP
 from geomjax import cli, pipeline
 from geomjax.errors import GeomjaxError
 from geomjax.models import model_interface
@@ -120,14 +121,14 @@ def test_qk_decomposition_rotary_and_alibi(tiny, fam):
     model, params = gj.convert.load_pretrained(ckpts[fam][0])
     rng = np.random.default_rng(1)
     batches = [rng.integers(3, V, (4, 12)) for _ in range(2)]
-    basis = A.estimate_attention_basis(model, params, batches)
+    basis = AP.estimate_attention_basis(model, params, batches)
     ids = batches[0][0]
-    _, att = A.attention_inputs_jit(model, params, ids[None])
+    _, att = AP.attention_inputs_jit(model, params, ids[None])
     for layer, head in ((0, 3), (1, 1)):
-        parts = A.head_qk_decomposition(model, params, basis, ids, layer, head)
+        parts = AP.head_qk_decomposition(model, params, basis, ids, layer, head)
         np.testing.assert_allclose(np.asarray(parts.sum_of_parts()), np.asarray(parts.total), rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(np.asarray(parts.attention), np.asarray(att[layer][0, head]), atol=2e-6)
-    w = A.qk_weights(model, params, 0)
+    w = AP.qk_weights(model, params, 0)
     assert w["W_k"].shape == w["W_q"].shape  # GQA keys expanded to one per query head
     if fam == "llama":
         np.testing.assert_array_equal(np.asarray(w["kv_head"]), [0, 0, 1, 1])
@@ -151,11 +152,11 @@ def test_wertich_adapter_gqa_and_alpha(tiny):
     m = wertich.matrices(ad, 0)
     assert m["q"].shape == (64, 64) and m["k"].shape == (64, 32) and m["gate"].shape == (64, 96)
     ids = np.random.default_rng(2).integers(3, V, 10)
-    basis = A.estimate_attention_basis(ad.model, ad.params, [np.stack([ids, ids[::-1]])])
+    basis = AP.estimate_attention_basis(ad.model, ad.params, [np.stack([ids, ids[::-1]])])
     p2 = wertich.scaled_params(ad, 1.5)
-    s1 = A.head_qk_decomposition(ad.model, ad.params, basis, ids, 0, 2).total
-    x = A.attention_inputs_jit(ad.model, ad.params, ids[None])[0][0][0]
-    w2 = A.qk_weights(ad.model, p2, 0)
+    s1 = AP.head_qk_decomposition(ad.model, ad.params, basis, ids, 0, 2).total
+    x = AP.attention_inputs_jit(ad.model, ad.params, ids[None])[0][0][0]
+    w2 = AP.qk_weights(ad.model, p2, 0)
     s2 = A.qk_decomposition(x, basis.mean[0], basis.pos[0], w2["W_q"][2], w2["W_k"][2],
                             rope_inv_freq=w2["rope_inv_freq"]).total
     np.testing.assert_allclose(np.asarray(s2), 2.25 * np.asarray(s1), rtol=1e-4, atol=1e-5)

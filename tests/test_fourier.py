@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from geomjax import fourier as fx
+from geomjax.models.toy import ToyTransformer, clock_activations, nanda_config
 
 
 @pytest.mark.parametrize("p", [7, 10, 113])
@@ -149,13 +150,11 @@ def test_principal_angles_and_petals():
 
 
 def test_clock_activations_match_model_and_rank():
-    from geomjax.models.toy import ToyTransformer, nanda_config
-
     p = 11
     cfg = nanda_config(p, d_model=16, n_heads=2, d_mlp=24)
     model = ToyTransformer(cfg)
     params = jax.jit(lambda k: model.init(k, jnp.zeros((1, 3), jnp.int32))["params"])(jax.random.key(0))
-    acts = fx.clock_activations(params, cfg, p)
+    acts = clock_activations(params, cfg, p)
     a, b = np.divmod(np.arange(p * p), p)
     x = jnp.asarray(np.stack([a, b, np.full_like(a, p)], 1))
     logits, inter = jax.jit(lambda prm: model.apply({"params": prm}, x, return_attention=True, return_mlp=True))(params)

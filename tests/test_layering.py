@@ -3,20 +3,21 @@
 Layers, lowest first; a module may import its own layer or lower ones, never a higher one:
 
   0 base     errors, typing, io, _checks (the numerics policy), _repr, parallel
-  1 data     data.* (corpora, character tokenizers, sampling)
-  2 models   models.* (the Flax networks and their one interface)
-  3 theory   decomposition, geometry, spectral, smoothness, gaussian, localization, fourier,
-             kernel_factorization, montecarlo, attention
-  4 tools    convert.*, train.*, extraction
+  1 theory   positional, geometry, spectral, smoothness, decomposition, gaussian, localization, fourier,
+             kernel_factorization, montecarlo, attention (array math only: no model, no data, no training)
+  2 data     data.* (corpora, character tokenizers, sampling)
+  3 models   models.* (the Flax networks and their one interface)
+  4 tools    convert.*, train.*, extraction, attention_probe
   5 analysis lens, study, report, plots, comparison
   6 drivers  pipeline, claims.*, multihost
   7 entry    cli, the package geomjax itself
 
-In one sentence: base < data < models < theory < convert/train/extraction < lens/study/report/plots
-< pipeline/claims < cli. Inside the theory layer the order is THEORY_ORDER (a module imports only
-earlier ones). No geomjax import sits inside a function, except the lazy exports of
-``geomjax/__init__.py`` (``__getattr__``: ``import geomjax`` stays cheap) and the command dispatch of
-``geomjax/cli.py`` (``geomjax --help`` stays fast).
+In one sentence: base < theory < data < models < convert/train/extraction/attention_probe <
+lens/study/report/plots < pipeline/claims < cli — theory modules import only the base layer, and
+models, data, convert and train import theory but never pipeline, claims or experiments. Inside the
+theory layer the order is THEORY_ORDER (a module imports only earlier ones). No geomjax import sits
+inside a function, except the lazy exports of ``geomjax/__init__.py`` (``__getattr__``: ``import
+geomjax`` stays cheap) and the command dispatch of ``geomjax/cli.py`` (``geomjax --help`` stays fast).
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ PKG = ROOT / "geomjax"
 LAYERS: dict[str, int] = {
     "geomjax.errors": 0, "geomjax._version": 0, "geomjax.typing": 0, "geomjax.io": 0, "geomjax._checks": 0,
     "geomjax._repr": 0, "geomjax.parallel": 0,
-    "geomjax.data": 1,
-    "geomjax.models": 2,
-    "geomjax.decomposition": 3, "geomjax.geometry": 3, "geomjax.spectral": 3, "geomjax.smoothness": 3,
-    "geomjax.gaussian": 3, "geomjax.localization": 3, "geomjax.fourier": 3,
-    "geomjax.kernel_factorization": 3, "geomjax.montecarlo": 3, "geomjax.attention": 3,
-    "geomjax.convert": 4, "geomjax.train": 4, "geomjax.extraction": 4,
+    "geomjax.positional": 1, "geomjax.decomposition": 1, "geomjax.geometry": 1, "geomjax.spectral": 1,
+    "geomjax.smoothness": 1, "geomjax.gaussian": 1, "geomjax.localization": 1, "geomjax.fourier": 1,
+    "geomjax.kernel_factorization": 1, "geomjax.montecarlo": 1, "geomjax.attention": 1,
+    "geomjax.data": 2,
+    "geomjax.models": 3,
+    "geomjax.convert": 4, "geomjax.train": 4, "geomjax.extraction": 4, "geomjax.attention_probe": 4,
     "geomjax.lens": 5, "geomjax.study": 5, "geomjax.study_config": 5, "geomjax.report": 5, "geomjax.plots": 5,
     "geomjax.comparison": 5,
     "geomjax.pipeline": 6, "geomjax.claims": 6, "geomjax.multihost": 6,
@@ -44,7 +45,7 @@ LAYERS: dict[str, int] = {
 }
 
 THEORY_ORDER = [
-    "geomjax.geometry", "geomjax.spectral", "geomjax.smoothness", "geomjax.decomposition",
+    "geomjax.positional", "geomjax.geometry", "geomjax.spectral", "geomjax.smoothness", "geomjax.decomposition",
     "geomjax.gaussian", "geomjax.localization", "geomjax.fourier", "geomjax.kernel_factorization",
     "geomjax.montecarlo", "geomjax.attention",
 ]

@@ -18,7 +18,7 @@ import pytest
 
 import geomjax as gj
 from geomjax.errors import GeomjaxError
-from geomjax.models.bloom import alibi_slopes
+from geomjax.positional import alibi_slopes, rope_inv_freq, rotary_from_inv_freq
 
 GOLD = Path(__file__).parent / "goldens"
 T = 11  # longer than the Mistral window (4) below
@@ -107,6 +107,26 @@ def test_alibi_slopes_closed_form():
     four = 2.0 ** (-2.0 * np.arange(1, 5))
     eight = 2.0 ** (-np.arange(1, 9))
     np.testing.assert_allclose(alibi_slopes(6), np.concatenate([four, eight[[0, 2]]]), rtol=1e-7)
+    with pytest.raises(GeomjaxError, match="n_heads must be a positive int"):
+        alibi_slopes(0)
+
+
+def test_rope_inv_freq_closed_form_and_errors():
+    """RoFormer eq. (34): θ_i = theta^(-2i/K), divided by the factor for linear scaling; cos/sin tables
+    at angle t·θ_i duplicated over the two halves."""
+    K, theta = 8, 500.0
+    want = theta ** (-np.arange(0, K, 2) / K)
+    np.testing.assert_allclose(rope_inv_freq(K, theta), want, rtol=1e-6)
+    np.testing.assert_allclose(rope_inv_freq(K, theta, "linear", 4.0), want / 4.0, rtol=1e-6)
+    np.testing.assert_allclose(rope_inv_freq(K, theta, "default", 4.0), want, rtol=1e-6)  # factor unused
+    cos, sin = rotary_from_inv_freq(want, 5)
+    ang = np.arange(5)[:, None] * want[None]
+    np.testing.assert_allclose(np.asarray(cos), np.cos(np.concatenate([ang, ang], 1)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(sin), np.sin(np.concatenate([ang, ang], 1)), atol=1e-6)
+    with pytest.raises(GeomjaxError, match="head_dim must be even"):
+        rope_inv_freq(7, theta)
+    with pytest.raises(GeomjaxError, match="rope_type='yarn' is not implemented"):
+        rope_inv_freq(K, theta, "yarn")
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "bloom"])

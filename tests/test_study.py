@@ -51,20 +51,20 @@ def test_theorem1_on_smooth_pos_holds_and_matches_loops():
     pos = _spiral_pos(24, 16, rng)
     r = study.theorem1_on_pos(pos, ks=(1, 2, 4, 8), ms=(1, 2))
     # eq. (6) holds on a smooth planted spiral, by a margin.
-    assert r["max_ratio_printed"] < 1.0
-    assert r["n_certified_violations_printed"] == 0
+    assert r.max_ratio_printed < 1.0
+    assert r.n_certified_violations_printed == 0
     # ‖Δ^{(m,m)}G̃‖max against explicit loops on the same normalised G (trace T).
     G = pos @ pos.T
     G *= 24 / np.trace(G)
     for j, m in enumerate((1, 2)):
-        np.testing.assert_allclose(r["delta_max"][j], _np_delta_max(G, m), rtol=1e-9)
+        np.testing.assert_allclose(r.delta_max[j], _np_delta_max(G, m), rtol=1e-9)
     # RHS = 6/(8k)^m ‖Δ‖max exactly as printed.
     for i, k in enumerate((1, 2, 4, 8)):
         for j, m in enumerate((1, 2)):
-            np.testing.assert_allclose(r["rhs_printed"][i][j], 6 / (8 * k) ** m * r["delta_max"][j],
+            np.testing.assert_allclose(r.rhs_printed[i][j], 6 / (8 * k) ** m * r.delta_max[j],
                                        rtol=1e-12)
     # More low frequencies fit a smooth Gram better: the LHS falls with k (printed basis).
-    lhs = np.asarray(r["lhs_over_opnorm"])
+    lhs = np.asarray(r.lhs_over_opnorm)
     assert np.all(np.diff(lhs) < 0) and lhs[-1] < 0.25 * lhs[0]
 
 
@@ -73,7 +73,7 @@ def test_theorem1_on_pos_is_scale_free_and_recentres():
     pos = _spiral_pos(20, 8, rng, noise=0.01)
     a = study.theorem1_on_pos(pos, ks=(1, 3), ms=(1,))
     b = study.theorem1_on_pos(7.5 * pos + 1e-9, ks=(1, 3), ms=(1,))  # tiny offset: re-centred
-    np.testing.assert_allclose(a["ratio_printed"], b["ratio_printed"], rtol=1e-6)
+    np.testing.assert_allclose(a.ratio_printed, b.ratio_printed, rtol=1e-6)
 
 
 def test_token_cluster_metrics_against_numpy_and_planted_clusters():
@@ -88,11 +88,11 @@ def test_token_cluster_metrics_against_numpy_and_planted_clusters():
     r = study.token_cluster_metrics(h, labels, mean, pos)
     y = np.repeat(labels, T)
     cvec = (h - mean - pos[None]).reshape(-1, d)
-    np.testing.assert_allclose(r["compactness_cvec"], _compactness_numpy(cvec, y), rtol=1e-8)
-    np.testing.assert_allclose(r["compactness_raw"], _compactness_numpy(h.reshape(-1, d), y), rtol=1e-8)
+    np.testing.assert_allclose(r.compactness_cvec, _compactness_numpy(cvec, y), rtol=1e-8)
+    np.testing.assert_allclose(r.compactness_raw, _compactness_numpy(h.reshape(-1, d), y), rtol=1e-8)
     # Removing the (large, shared) positional part separates the documents better.
-    assert r["compactness_cvec"] > 2 * r["compactness_raw"]
-    assert r["pca_cvec"].shape == (N * T, 2)
+    assert r.compactness_cvec > 2 * r.compactness_raw
+    assert r.pca_cvec.shape == (N * T, 2)
 
 
 def test_token_cluster_metrics_bad_input():
@@ -150,11 +150,35 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
     assert len(err) == 1 and "exceeds the 64 positions" in err[0] and not (tmp_path / "b").exists()
 
 
+def test_layer_results_are_typed_and_serialise_to_the_documented_rows():
+    """LayerMetrics / Theorem1OnPos are frozen dataclasses; their JSON rows keep metrics.json's keys and order."""
+    import dataclasses
+
+    h = np.random.default_rng(3).normal(size=(6, 12, 8)).astype(np.float32)
+    m = study.layer_metrics(decompose_stream([h]), np.array([0, 0, 0, 1, 1, 1]),
+                            study.StudyOptions(screenot_k=2, n_freq=3))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.stable_rank = 0.0
+    assert list(m.to_json()) == [
+        "n_contexts", "n_positions", "screenot_rank", "screenot_threshold", "explained_ratio", "stable_rank",
+        "relative_norm", "share_pos", "share_ctx", "share_resid", "incoherence_max", "incoherence_mean",
+        "intra_similarity", "inter_similarity", "dct_low_freq_energy"]
+    assert isinstance(m.screenot_rank, int) and abs(m.share_pos + m.share_ctx + m.share_resid - 1) < 1e-5
+    t = study.theorem1_on_pos(_spiral_pos(12, 8, np.random.default_rng(4)), ks=(1, 2, 3), ms=(1, 2))
+    row = study.LayerResult("L1", dataclasses.replace(m, cluster_compactness=0.5), np.zeros((12, 2)),
+                            np.zeros((1, 12, 2)), np.zeros((12, 12)), theorem1=t, ood=m).to_json(8)
+    assert row["cluster_compactness"] == 0.5 and row["ood_stable_rank"] == m.stable_rank
+    assert row["theorem1_lhs_k10_over_opnorm"] == t.lhs_over_opnorm[2]  # k = 10 capped at the largest k
+    j = json.loads(json.dumps(t.to_json()))
+    assert j["ks"] == [1, 2, 3] and j["argmax_printed"] == list(t.argmax_printed)
+    assert np.asarray(j["ratio_corrected"]).shape == (3, 2)
+
+
 def test_layer_metrics_records_why_screenot_cannot_run():
     """T = 6 positions cannot carry k = 20: no silent None, a note and a warning instead."""
     h = np.random.default_rng(0).normal(size=(5, 6, 8)).astype(np.float32)
     st = decompose_stream([h])
     with pytest.warns(UserWarning, match="screenot_rank n/a"):
         m = study.layer_metrics(st, None, study.StudyOptions(screenot_k=20, n_freq=3))
-    assert m["screenot_rank"] is None and "k = 20 needs 2k + 1 < min(T, d) = 6" in m["screenot_note"]
-    assert "screenot_note" not in study.layer_metrics(st, None, study.StudyOptions(screenot_k=2, n_freq=3))
+    assert m.screenot_rank is None and "k = 20 needs 2k + 1 < min(T, d) = 6" in m.screenot_note
+    assert "screenot_note" not in study.layer_metrics(st, None, study.StudyOptions(screenot_k=2, n_freq=3)).to_json()

@@ -118,26 +118,29 @@ def _synthetic_result(theorem1: bool, clusters: bool, ood: bool):
                                ood_corpus="pydoc" if ood else None, theorem1=theorem1,
                                n_cluster_windows=1 if clusters else 0)
     layers = []
+
+    def metrics():
+        return study.LayerMetrics(
+            n_contexts=C, n_positions=T, screenot_rank=int(rng.integers(1, 5)), screenot_threshold=1.0,
+            explained_ratio=0.9, screenot_note=None, stable_rank=float(rng.random()),
+            relative_norm=float(rng.random()), share_pos=0.2, share_ctx=0.3, share_resid=0.5,
+            incoherence_max=float(rng.random()), incoherence_mean=0.1, intra_similarity=0.4,
+            inter_similarity=0.2, dct_low_freq_energy=0.9, cluster_compactness=0.7)
+
     for i, name in enumerate(["emb", "L1", "L2"]):
-        m = {k: float(rng.random()) for k in ("screenot_rank", "stable_rank", "relative_norm",
-                                               "incoherence_max", "incoherence_mean", "share_pos")}
-        thm = {"ks": [1, 2], "ms": [1], "lhs": [0.2, 0.1], "rhs_printed": [[0.3], [0.2]],
-               "max_ratio_printed": 0.7, "argmax_printed": [1, 1], "n_certified_violations_printed": 0,
-               "max_ratio_corrected": 0.5, "lhs_over_opnorm": [0.4, 0.3]} if theorem1 else None
+        thm = study.theorem1_on_pos(rng.normal(size=(T, d)), ks=(1, 2), ms=(1,)) if theorem1 else None
         tc = study.TokenClusters(1.0, 0.5, rng.normal(size=(2 * T, 2)), rng.normal(size=(2 * T, 2)),
                                  np.repeat([0, 1], T)) if clusters else None
-        if clusters:
-            m |= {"compactness_cvec": 1.0, "compactness_raw": 0.5, "n_cluster_tokens": 2 * T, "d_model": d}
         layers.append(study.LayerResult(
-            name, m, rng.normal(size=(T, 2)), rng.normal(size=(n_cvec, T, 2)), rng.random((T, T)),
-            theorem1=thm, token_clusters=tc, ood={"relative_norm": 0.1} if ood else None,
+            name, metrics(), rng.normal(size=(T, 2)), rng.normal(size=(n_cvec, T, 2)), rng.random((T, T)),
+            theorem1=thm, token_clusters=tc, ood=metrics() if ood else None,
             pos_pca3=rng.normal(size=(T, 3)) if i else None, cvec_pca3=rng.normal(size=(n_cvec, T, 3)) if i else None,
             ctx_pca=rng.normal(size=(C, 2)) if i != 1 else None))
     return study.StudyResult(
         config=cfg, options=study.StudyOptions(), model_desc="BertModel (test), L = 2, d = 5", arch="BERT",
         conventions={"final_norm_applied": False, "bos_prepended": None}, layers=tuple(layers),
         n_contexts=C, n_positions=T, d_model=d, labels=np.array([0, 0, 1, 1]), doc_names=("a", "b"),
-        n_tokens_corpus=100, summary=study.summarize_layers([ly.metrics for ly in layers]),
+        n_tokens_corpus=100,
         singular_values_mid={"P": np.ones(3), "Cvec": np.ones(3), "R": np.ones(3)},
         gram_mid=rng.random((T + C, T + C)), not_available={}, incoherence_baseline=0.35,
         ood_dropped=0.0, seconds_forward=1.0, seconds_total=2.0)

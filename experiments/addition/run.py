@@ -27,6 +27,7 @@ from experiments.addition.config import PRESETS, AdditionExperimentConfig, get_c
 from experiments.addition.source import SOURCE
 from experiments.attention_dissection import common
 from geomjax import attention as A
+from geomjax import attention_probe as AP
 from geomjax.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import addition_batch, addition_problems, decode_addition, encode_addition
 from geomjax.report import RunDir, Section
@@ -126,12 +127,12 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         last = res.history.evals[-1] if res.history.evals else {}
         # attention dissection: μ/pos over validation problems, probe with two L-digit operands
         basis_ids = addition_batch(jax.random.fold_in(k, 2), cfg.n_basis, L, T, carry=carry).ids[:, : T - 1]
-        basis = A.estimate_attention_basis(model, params, [basis_ids[i : i + 256] for i in range(0, len(basis_ids), 256)])
+        basis = AP.estimate_attention_basis(model, params, [basis_ids[i : i + 256] for i in range(0, len(basis_ids), 256)])
         a_b = addition_problems(jax.random.fold_in(k, 4), 1, L, carry=carry, min_digits=L)
         probe = encode_addition(a_b, T).ids[:, : T - 1]
-        xs, _ = A.attention_inputs(model, params, probe)
+        xs, _ = AP.attention_inputs(model, params, probe)
         n_layers = tc.model.n_layers
-        parts = [A.layer_qk_decomposition(xs[l][0], basis, A.qk_weights(model, params, l), l) for l in range(n_layers)]
+        parts = [A.layer_qk_decomposition(xs[l][0], basis, AP.qk_weights(model, params, l), l) for l in range(n_layers)]
         qk = np.stack([np.asarray(p.total) for p in parts])
         pp = np.stack([np.asarray(p.pos_pos) for p in parts])
         for name, mats in (("qk", qk), ("pospos", pp)):

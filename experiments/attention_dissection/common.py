@@ -1,7 +1,7 @@
 """Shared pieces of the attention experiments: dissect every head of a model, and the figures.
 
 Used by ``experiments/attention_dissection/run.py`` and ``experiments/addition/run.py``. All numbers
-come from :mod:`geomjax.attention`; this module only loops, averages and draws.
+come from :mod:`geomjax.attention` and :mod:`geomjax.attention_probe`; this module only loops, averages and draws.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import attention as A
+from geomjax import attention_probe as AP
 from geomjax.plots import save
 
 COMPONENT_TITLES = {"pos_pos": "pos-pos", "pos_cvec": "pos-cvec", "cvec_pos": "cvec-pos",
@@ -24,7 +25,7 @@ def dissect(model, params, basis: A.AttentionBasis, probes: np.ndarray, *, causa
     """Run the §4.1 study on every head: eq. (7) parts, pattern scores, component strengths, types.
 
     Args:
-      model, params: the model (see :func:`geomjax.attention.describe_model`).
+      model, params: the model (see :func:`geomjax.attention_probe.describe_model`).
       basis: μ/pos of every layer's attention input.
       probes: (S, T) repeated-token probe sequences (scores are averaged over the S probes).
 
@@ -32,16 +33,16 @@ def dissect(model, params, basis: A.AttentionBasis, probes: np.ndarray, *, causa
       dict with ``rows`` (one dict per head), ``parts`` (per layer, the QKParts of probe 0) and
       ``counts`` (head type -> number of heads).
     """
-    spec = A.describe_model(model, causal=causal)
+    spec = AP.describe_model(model, causal=causal)
     probes = np.asarray(probes)
     if probes.shape[1] > basis.n_positions:
         raise ValueError(f"dissect: probes have {probes.shape[1]} positions but the positional basis covers "
                          f"{basis.n_positions}; estimate it on longer windows")
-    xs, atts = A.attention_inputs_jit(model, params, probes, causal=causal)
-    weights = [A.qk_weights(model, params, l) for l in range(spec.n_layers)]
+    xs, atts = AP.attention_inputs_jit(model, params, probes, causal=causal)
+    weights = [AP.qk_weights(model, params, l) for l in range(spec.n_layers)]
     decomp = jax.jit(lambda x, b, w, l: A.layer_qk_decomposition(x, b, w, l, remove_mean=remove_mean,
                                                                    causal=spec.causal), static_argnums=3)
-    E, U = A.embed_unembed(model, params)
+    E, U = AP.embed_unembed(model, params)
     rows, parts0 = [], []
     it = range(spec.n_layers)
     if progress:

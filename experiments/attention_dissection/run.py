@@ -24,6 +24,7 @@ from experiments.attention_dissection import common
 from experiments.attention_dissection.config import PRESETS, DissectionConfig, get_config
 from experiments.attention_dissection.source import PAPER_HEADS, SOURCE
 from geomjax import attention as A
+from geomjax import attention_probe as AP
 from geomjax.comparison import Row, source_section, verdict
 from geomjax.report import RunDir, Section
 
@@ -52,7 +53,7 @@ def train_toy(cfg: DissectionConfig, out: Path, data_dir=None, progress: bool = 
 
 def _study(name: str, model, params, basis, probes, tokens, rd: RunDir, cfg: DissectionConfig, w_layer: int,
            key, causal, progress: bool) -> tuple[list[Section], dict]:
-    spec = A.describe_model(model, causal=causal)
+    spec = AP.describe_model(model, causal=causal)
     res = common.dissect(model, params, basis, probes, causal=causal, window=cfg.window, min_lift=cfg.min_lift,
                          progress=progress)
     rows = res["rows"]
@@ -87,8 +88,8 @@ def _study(name: str, model, params, basis, probes, tokens, rd: RunDir, cfg: Dis
     picks = common.pick_heads(rows)
     if picks:  # App. D.1: with and without μ
         l, h, t = picks[0]
-        xs, _ = A.attention_inputs(model, params, probes[:1], causal=causal)
-        w = A.qk_weights(model, params, l)
+        xs, _ = AP.attention_inputs(model, params, probes[:1], causal=causal)
+        w = AP.qk_weights(model, params, l)
         keep = A.layer_qk_decomposition(xs[l][0], basis, w, l, remove_mean=False, causal=spec.causal)
         p, rel = rd.figure_path(f"{name.lower().replace(' ', '_')}_L{l}H{h}_with_mean.png")
         common.plot_components(keep, h, tok0, f"{name} L{l}H{h}; global mean NOT removed (App. D.1)", p)
@@ -102,7 +103,7 @@ def _study(name: str, model, params, basis, probes, tokens, rd: RunDir, cfg: Dis
                            "softmax of the decomposed scores matched the model's own attention (checked, < 1e-3).")
     # W structure (eq. 8, Fig. 5)
     wsec = Section(f"{name}: W = W_q W_kᵀ/√d_head structure, layer {w_layer} (eq. (8), Fig. 5)")
-    w = A.qk_weights(model, params, w_layer)
+    w = AP.qk_weights(model, params, w_layer)
     Ws = A.w_matrix(w["W_q"], w["W_k"])
     P = basis.pos[w_layer]
     results = [A.w_structure(Ws[h], P, jax.random.fold_in(key, h), Ks=cfg.Ks, n_random=cfg.n_random,
@@ -158,7 +159,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
         model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
         corpus = tokenize_documents(wikitext2("valid", data_dir), tok.encode)
         win = sample_windows(corpus, cfg.basis_windows, cfg.basis_T, jax.random.fold_in(key, 1))
-        basis = A.estimate_attention_basis(model, params, _batches(win.ids, cfg.basis_batch), causal=cfg.minilm_causal)
+        basis = AP.estimate_attention_basis(model, params, _batches(win.ids, cfg.basis_batch), causal=cfg.minilm_causal)
         lo, hi = cfg.minilm_id_range
         probes = np.asarray(A.repeated_random_tokens(jax.random.fold_in(key, 2), cfg.n_tokens, cfg.n_repeats,
                                                      low=lo, high=hi, n_sequences=cfg.n_probes))
@@ -179,7 +180,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
     corpus = tokenize_documents(text, run_.tokenizer.encode)
     T = min(cfg.basis_T, run_.max_positions)
     win = sample_windows(corpus, cfg.basis_windows, T, jax.random.fold_in(key, 4))
-    basis = A.estimate_attention_basis(run_.model, run_.params, _batches(win.ids, cfg.basis_batch))
+    basis = AP.estimate_attention_basis(run_.model, run_.params, _batches(win.ids, cfg.basis_batch))
     V = run_.model.cfg.vocab_size
     probes = np.asarray(A.repeated_random_tokens(jax.random.fold_in(key, 5), cfg.n_tokens, cfg.n_repeats,
                                                  low=0, high=V, n_sequences=cfg.n_probes))

@@ -30,7 +30,7 @@ import numpy as np
 
 from geomjax import fourier as fx
 from geomjax import plots
-from geomjax.models.toy import head_weights, nanda_config
+from geomjax.models.toy import clock_activations, head_weights, nanda_config
 from geomjax.report import Section
 from geomjax.train.grokking import (GrokkingConfig, config_hash, grokking_config, grokking_data, grokking_init,
                                     grokking_milestones, load_grokking_run, param_snapshots, train_grokking)
@@ -93,7 +93,7 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
     cfg = res.config
     p, mcfg = cfg.train.p, cfg.train.model
     params = jax.device_get(res.state.params)
-    A = fx.clock_activations(params, mcfg, p)
+    A = clock_activations(params, mcfg, p)
     seconds = res.seconds
     if res.run_dir is not None and (Path(res.run_dir) / "timings.jsonl").is_file():
         lines = (Path(res.run_dir) / "timings.jsonl").read_text().splitlines()
@@ -223,13 +223,13 @@ def _analyze_mlp(out: dict, params, A, mcfg, p: int, y: np.ndarray, o_planes: di
                      "spread12": spread12, "spread34": spread34}
     out["mlp"] = mlp_an
     if out["relu"]:  # ReLU removed from the trained model (is the MLP "just an affine transformation"?)
-        A_lin = fx.clock_activations(params, mcfg.replace(activation="none"), p)
+        A_lin = clock_activations(params, mcfg.replace(activation="none"), p)
         out["acc_relu_removed"] = float(np.mean(np.argmax(np.asarray(A_lin.logits).reshape(p * p, -1)[:, :p], 1) == y))
 
 
 def _restricted_model_accuracy(params, mcfg, p: int, y: np.ndarray, freqs) -> float:
     """Accuracy over all p² pairs of the model whose W_E keeps only ``freqs`` (blog §11)."""
-    L = np.asarray(fx.clock_activations(fx.embed_restricted_params(params, p, freqs), mcfg, p).logits)
+    L = np.asarray(clock_activations(fx.embed_restricted_params(params, p, freqs), mcfg, p).logits)
     return float(np.mean(np.argmax(L.reshape(p * p, -1)[:, :p], 1) == y))
 
 
@@ -247,7 +247,7 @@ def _analyze_readout(out: dict, res, params, A, logits: np.ndarray, y: np.ndarra
     if with_snapshots and res.run_dir is not None and key:
         curve = []
         for ep, prm in param_snapshots(res.run_dir, grokking_init(cfg).params):
-            L = np.asarray(fx.clock_activations(prm, mcfg, p).logits).reshape(p * p, -1)[:, :p]
+            L = np.asarray(clock_activations(prm, mcfg, p).logits).reshape(p * p, -1)[:, :p]
             curve.append({"epoch": ep, **fx.restricted_excluded_loss(L, p, key, train_idx),
                           "sq_weights": float(sum(np.sum(np.square(v)) for v in jax.tree_util.tree_leaves(prm)))})
         out["progress"] = curve
@@ -336,7 +336,7 @@ def _params_np(budget: str, seed: int = 0) -> tuple[dict, int]:
 
 def numpy_clock_forward(P: dict, p: int, relu: bool = True) -> dict[str, np.ndarray]:
     """Nanda et al.'s 1-layer, LayerNorm-free model on all p² inputs "a b =", in NumPy float64 (the second
-    witness of the clock claims; independent of :func:`geomjax.fourier.clock_activations`).
+    witness of the clock claims; independent of :func:`geomjax.models.toy.clock_activations`).
 
     Args:
       P: parameters as nested dicts of float64 arrays (embed, pos_embed, block_0/attn q,k,v (d, H, K) and

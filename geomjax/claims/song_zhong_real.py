@@ -52,7 +52,7 @@ def _evaluate(variant: str):
         poss, (C, T) = _pos_grams(budget)
         lhs, lower, rhs, slack, rows = [], [], [], [], []
         for layer, pos in enumerate(poss):
-            r = study.theorem1_on_pos(pos)
+            r = study.theorem1_on_pos(pos).to_json()
             K, M = len(r["ks"]), len(r["ms"])
             lhs.append(np.broadcast_to(np.asarray(r["lhs"])[:, None], (K, M)))
             lower.append(np.broadcast_to(np.asarray(r["lhs_lower"])[:, None], (K, M)))

@@ -35,7 +35,8 @@ from geomjax.models.bert import BertConfig
 from geomjax.models.bloom import BloomConfig
 from geomjax.models.gpt2 import GPT2Config
 from geomjax.models.interface import model_from_config
-from geomjax.models.llama import ROPE_TYPES, LlamaConfig
+from geomjax.models.llama import LlamaConfig
+from geomjax.positional import ROPE_TYPES
 
 __all__ = [
     "BERT_LAYER_TABLE",

@@ -4,7 +4,7 @@ Pre-LN decoder without position embeddings: x_0 = LN_emb(E[ids]) (the embedding 
 x_{l+1} = x_l + attn(ln_1 x_l), then + mlp(ln_2 ·) with mlp = proj(gelu_tanh(fc ·)); logits =
 ln_f(x_L) @ Eᵀ (tied). Positions enter only through ALiBi (Press et al. 2022, eq. (1)): head h adds
 m_h · s to the score of key s (softmax-equivalent to −m_h (t − s); Hugging Face's form), with the
-slopes of :func:`alibi_slopes` (the geometric sequence 2^(−8h/n) for the largest power of two
+slopes of :func:`geomjax.positional.alibi_slopes` (the geometric sequence 2^(−8h/n) for the largest power of two
 n ≤ H, then every other slope of the 2n sequence for the remaining heads).
 
 ``model.apply({"params": params}, ids)`` returns ``(logits, Intermediates)``; ``hidden_states`` is
@@ -23,7 +23,6 @@ Parameter tree::
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -43,9 +42,10 @@ from geomjax.models.common import (
     hook_points,
     scaled_dot_product_attention,
 )
+from geomjax.positional import alibi_slopes
 from geomjax.typing import Array, ArrayLike, Float, Int
 
-__all__ = ["Bloom", "BloomConfig", "alibi_bias", "alibi_slopes"]
+__all__ = ["Bloom", "BloomConfig", "alibi_bias"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,23 +101,6 @@ class BloomConfig:
     def max_positions(self) -> None:
         """None: ALiBi positions are unbounded."""
         return None
-
-
-def alibi_slopes(n_heads: int) -> np.ndarray:
-    """ALiBi slopes (H,) float32, as Hugging Face's ``_get_alibi_slopes`` (Press et al. §3).
-
-    With n the largest power of two ≤ H: slopes 2^(−8/n · h) for h = 1..n; if H > n, the
-    remaining H − n heads take 2^(−4/n · h) for the odd h = 1, 3, 5, ... (every other slope of the
-    2n-head sequence).
-    """
-    n = 2 ** math.floor(math.log2(n_heads))
-    base = np.float32(2 ** (-(2 ** -(math.log2(n) - 3))))
-    slopes = base ** np.arange(1, n + 1, dtype=np.float32)
-    if n != n_heads:
-        extra = np.float32(2 ** (-(2 ** -(math.log2(2 * n) - 3))))
-        rem = min(n, n_heads - n)
-        slopes = np.concatenate([slopes, extra ** np.arange(1, 1 + 2 * rem, 2, dtype=np.float32)])
-    return slopes.astype(np.float32)
 
 
 def alibi_bias(n_heads: int, T: int, dtype=jnp.float32) -> Float[Array, "1 H 1 T"]:

@@ -42,13 +42,10 @@ from geomjax.models.common import (
     hook_points,
     scaled_dot_product_attention,
 )
+from geomjax.positional import ROPE_TYPES, rope_inv_freq, rotary_from_inv_freq
 from geomjax.typing import Array, ArrayLike, Float, Int
 
-__all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rope_inv_freq", "rotary_from_inv_freq",
-           "rotary_tables", "window_mask"]
-
-ROPE_TYPES = ("default", "linear")
-"""Rotary variants implemented exactly as ``transformers.modeling_rope_utils`` computes them."""
+__all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rotary_tables", "window_mask"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,27 +152,10 @@ class RMSNorm(nn.Module):
         return rms_norm(x, scale, self.eps)
 
 
-def rope_inv_freq(config: LlamaConfig) -> np.ndarray:
-    """Rotary inverse frequencies (K/2,) float32: 1 / rope_theta^(2i/K), divided by ``rope_factor``
-    for linear scaling (transformers' ``_compute_default_rope_parameters`` / ``..._linear_...``)."""
-    K = config.head_dim
-    inv = 1.0 / (config.rope_theta ** (np.arange(0, K, 2, dtype=np.int64).astype(np.float32) / K))
-    if config.rope_type == "linear":
-        inv = inv / config.rope_factor
-    return inv.astype(np.float32)
-
-
-def rotary_from_inv_freq(inv_freq: Float[Array, " K2"], T: int, dtype=jnp.float32) -> tuple[Array, Array]:
-    """cos, sin tables (T, K) at positions 0..T-1: angles t · inv_freq in float32, duplicated to K
-    columns as Hugging Face's LlamaRotaryEmbedding does, cast to ``dtype``."""
-    ang = jnp.arange(T, dtype=jnp.float32)[:, None] * jnp.asarray(inv_freq, jnp.float32)[None]
-    emb = jnp.concatenate([ang, ang], axis=-1)
-    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
-
-
 def rotary_tables(config: LlamaConfig, T: int, dtype=jnp.float32) -> tuple[Array, Array]:
     """cos, sin tables (T, K) of the rotary embedding at positions 0..T-1 (RoFormer eq. (34))."""
-    return rotary_from_inv_freq(rope_inv_freq(config), T, dtype)
+    inv_freq = rope_inv_freq(config.head_dim, config.rope_theta, config.rope_type, config.rope_factor)
+    return rotary_from_inv_freq(inv_freq, T, dtype)
 
 
 def apply_rotary(x: Float[Array, "B T H K"], cos: Float[Array, "T K"], sin: Float[Array, "T K"]

@@ -24,7 +24,9 @@ so head h reads ``W_q = attn/q/kernel[:, h, :]`` (d, K) and writes ``W_o = attn/
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
@@ -32,15 +34,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from geomjax.errors import GeomjaxError
 from geomjax.models.common import ATTENTION_HOOKS, BLOCK_HOOKS, HookPoint, scaled_dot_product_attention
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
+    "ClockActivations",
     "ToyConfig",
     "ToyIntermediates",
     "ToyTransformer",
     "bao_config",
     "check_ids",
+    "clock_activations",
     "check_one_layer",
     "head_weights",
     "nanda_config",
@@ -449,7 +454,7 @@ def param_count(params) -> int:
 def check_one_layer(mcfg: ToyConfig) -> None:
     """Raise ValueError unless ``mcfg`` is a 1-layer, LayerNorm-free, causal, learned-position model
     without dropout (Nanda et al.'s architecture, which :func:`geomjax.train.grokking.last_position_logits` and
-    :func:`geomjax.fourier.clock_activations` implement)."""
+    :func:`clock_activations` implement)."""
     bad = []
     if mcfg.n_layers != 1:
         bad.append(f"n_layers={mcfg.n_layers} (need 1)")
@@ -464,3 +469,74 @@ def check_one_layer(mcfg: ToyConfig) -> None:
     if bad:
         raise ValueError("last_position_logits: the model is not Nanda et al.'s 1-layer architecture: "
                          + "; ".join(bad) + "; use ToyTransformer.apply for other models")
+
+
+# ------------------------------------------------------------------ the clock model's forward pass
+
+class ClockActivations(NamedTuple):
+    """Activations of the 1-layer model on all p² inputs (a, b, "="), at the "=" position.
+
+    Attributes (leading axes (p, p) = [a, b]):
+      logits: (p, p, V_out).
+      attn: (p, p, H, T) attention of the "=" query on positions 0..T−1 (T = 3).
+      z: (p, p, H, K) per-head attention outputs before W_O.
+      o_heads: (p, p, H, d) per-head outputs z_h W_O[h].
+      o: (p, p, d) their sum (plus b_O if any).
+      pre: (p, p, F) MLP pre-activations; post: (p, p, F) after the activation.
+      mlp_out: (p, p, d) MLP outputs (W_out post + b_out).
+    """
+
+    logits: Float[Array, "p p V"]
+    attn: Float[Array, "p p H T"]
+    z: Float[Array, "p p H K"]
+    o_heads: Float[Array, "p p H d"]
+    o: Float[Array, "p p d"]
+    pre: Float[Array, "p p F"]
+    post: Float[Array, "p p F"]
+    mlp_out: Float[Array, "p p d"]
+
+
+def clock_activations(params: dict, mcfg: ToyConfig, p: int) -> ClockActivations:
+    """Run Nanda et al.'s 1-layer model on all p² inputs and keep the "=" position's activations.
+
+    Computes the same function as ``ToyTransformer(mcfg).apply`` (a test checks the logits) with the
+    per-head z / o vectors the blog analyses (§6–10).
+
+    Args:
+      params: ToyTransformer parameters of a 1-layer, LayerNorm-free, causal model.
+      mcfg: its :class:`ToyConfig` (vocab p + 1).
+      p: modulus.
+    """
+    check_one_layer(mcfg)
+    if mcfg.vocab_size != p + 1:
+        raise GeomjaxError(f"clock_activations: the model's vocab_size is {mcfg.vocab_size}, expected p + 1 = {p + 1}")
+    if mcfg.activation not in ("relu", "none"):
+        raise GeomjaxError(f"clock_activations: activation must be 'relu' or 'none', got {mcfg.activation!r}")
+    return _clock_forward(params, mcfg, int(p))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _clock_forward(params: dict, mcfg: ToyConfig, p: int) -> ClockActivations:
+    act = _ACTIVATIONS[mcfg.activation]
+    a_, b_ = np.divmod(np.arange(p * p), p)
+    x = jnp.asarray(np.stack([a_, b_, np.full_like(a_, p)], 1), jnp.int32)
+    with jax.default_matmul_precision("highest"):
+        h = params["embed"]["embedding"][x] + params["pos_embed"]["embedding"][None, :3]  # (N, 3, d)
+        at = params["block_0"]["attn"]
+        bias = lambda n: at[n]["bias"][None, None] if "bias" in at[n] else 0.0
+        q = jnp.einsum("nd,dhk->nhk", h[:, -1], at["q"]["kernel"]) + (at["q"]["bias"][None] if "bias" in at["q"] else 0.0)
+        k = jnp.einsum("ntd,dhk->nthk", h, at["k"]["kernel"]) + bias("k")
+        v = jnp.einsum("ntd,dhk->nthk", h, at["v"]["kernel"]) + bias("v")
+        s = jnp.einsum("nhk,nthk->nht", q, k) / np.float32(math.sqrt(mcfg.head_dim))
+        prob = jax.nn.softmax(s, axis=-1)
+        z = jnp.einsum("nht,nthk->nhk", prob, v)
+        o_heads = jnp.einsum("nhk,hkd->nhd", z, at["o"]["kernel"])
+        o = o_heads.sum(axis=1) + (at["o"]["bias"][None] if "bias" in at["o"] else 0.0)
+        r = h[:, -1] + o
+        m = params["block_0"]["mlp"]
+        pre = r @ m["fc"]["kernel"] + (m["fc"]["bias"][None] if "bias" in m["fc"] else 0.0)
+        post = act(pre)
+        out = post @ m["proj"]["kernel"] + (m["proj"]["bias"][None] if "bias" in m["proj"] else 0.0)
+        logits = (r + out) @ params["unembed"]["kernel"]
+    rs = lambda t: t.reshape(p, p, *t.shape[1:])
+    return ClockActivations(rs(logits), rs(jnp.moveaxis(prob, 1, 1)), rs(z), rs(o_heads), rs(o), rs(pre), rs(post), rs(out))

@@ -1,0 +1,89 @@
+"""Position encodings that act on attention scores, as plain arrays (no model, no parameters).
+
+* Rotary (Su et al., RoFormer §3.4.2, eq. (34), in Hugging Face's "rotate_half" layout): query and
+  key t are rotated by the angles t·θ_i, θ_i = theta^(−2i/K) for i < K/2 (divided by ``factor`` for
+  linear position scaling). :func:`rope_inv_freq` gives θ, :func:`rotary_from_inv_freq` the
+  (T, K) cos/sin tables; Llama/Mistral (``geomjax.models.llama``) and the eq. (7) decomposition of
+  rotary heads (``geomjax.attention.qk_decomposition``) both use them.
+* ALiBi (Press et al., "Train short, test long", §3, eq. (1)): head h adds m_h·s to the score of
+  key s; :func:`alibi_slopes` gives m (BLOOM, ``geomjax.models.bloom``).
+
+Shapes: K head dim, K2 = K/2, T positions, H heads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+from geomjax.errors import GeomjaxError
+from geomjax.typing import Array, Float
+
+__all__ = ["ROPE_TYPES", "alibi_slopes", "rope_inv_freq", "rotary_from_inv_freq"]
+
+ROPE_TYPES = ("default", "linear")
+"""The rotary scalings implemented (transformers' ``rope_type`` names): none, or linear (positions / factor)."""
+
+
+def rope_inv_freq(head_dim: int, theta: float, rope_type: str = "default", factor: float = 1.0
+                  ) -> Float[Array, " K2"]:
+    """Rotary inverse frequencies θ_i = 1 / theta^(2i/K), i < K/2, float32 (RoFormer eq. (34)).
+
+    Divided by ``factor`` when ``rope_type`` is ``"linear"`` (transformers'
+    ``_compute_default_rope_parameters`` / ``_compute_linear_scaling_rope_parameters``).
+
+    Args:
+      head_dim: K, even.
+      theta: the rotary base (``rope_theta``).
+      rope_type: one of :data:`ROPE_TYPES`.
+      factor: the linear scaling factor (ignored for ``"default"``).
+
+    Returns:
+      (K/2,) float32 NumPy array.
+
+    Raises:
+      GeomjaxError: odd head_dim or an unknown rope_type.
+    """
+    K = int(head_dim)
+    if K < 2 or K % 2:
+        raise GeomjaxError(f"rope_inv_freq: head_dim must be even and >= 2 (pairs of rotated coordinates), "
+                           f"got {head_dim}")
+    if rope_type not in ROPE_TYPES:
+        raise GeomjaxError(f"rope_inv_freq: rope_type={rope_type!r} is not implemented (only {ROPE_TYPES})")
+    inv = 1.0 / (theta ** (np.arange(0, K, 2, dtype=np.int64).astype(np.float32) / K))
+    if rope_type == "linear":
+        inv = inv / factor
+    return inv.astype(np.float32)
+
+
+def rotary_from_inv_freq(inv_freq: Float[Array, " K2"], T: int, dtype=jnp.float32
+                         ) -> tuple[Float[Array, "T K"], Float[Array, "T K"]]:
+    """cos, sin tables (T, K) of the rotary embedding at positions 0..T-1 (RoFormer eq. (34)).
+
+    Angles t · inv_freq in float32, duplicated to K = 2·len(inv_freq) columns as Hugging Face's
+    LlamaRotaryEmbedding does, then cast to ``dtype``.
+    """
+    ang = jnp.arange(T, dtype=jnp.float32)[:, None] * jnp.asarray(inv_freq, jnp.float32)[None]
+    emb = jnp.concatenate([ang, ang], axis=-1)
+    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def alibi_slopes(n_heads: int) -> Float[Array, " H"]:
+    """ALiBi slopes m_h (H,) float32, as Hugging Face's ``_get_alibi_slopes`` (Press et al. §3).
+
+    With n the largest power of two ≤ H: slopes 2^(−8/n · h) for h = 1..n; if H > n, the
+    remaining H − n heads take 2^(−4/n · h) for the odd h = 1, 3, 5, ... (every other slope of the
+    2n-head sequence).
+    """
+    if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
+        raise GeomjaxError(f"alibi_slopes: n_heads must be a positive int, got {n_heads!r}")
+    n = 2 ** math.floor(math.log2(n_heads))
+    base = np.float32(2 ** (-(2 ** -(math.log2(n) - 3))))
+    slopes = base ** np.arange(1, n + 1, dtype=np.float32)
+    if n != n_heads:
+        extra = np.float32(2 ** (-(2 ** -(math.log2(2 * n) - 3))))
+        rem = min(n, n_heads - n)
+        slopes = np.concatenate([slopes, extra ** np.arange(1, 1 + 2 * rem, 2, dtype=np.float32)])
+    return slopes.astype(np.float32)
