@@ -47,7 +47,7 @@ from scipy.special import erf
 from geomjax import localization as loc
 from geomjax import montecarlo, plots
 from geomjax.report import Section
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register
 
 _PAPER = "Bao"
 
@@ -65,7 +65,7 @@ _L1_T = (8, 32, 128)
 _L1_THETA = (0.25, 0.5, 1.0)
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _lemma1_instance():
     """A fixed symmetric W_QK (eigenvalues N(0.3, 0.5²)) and anisotropic Σ, d = 16, λ = √d (float64)."""
     with jax.enable_x64(True), jax.ensure_compile_time_eval():
@@ -238,7 +238,7 @@ _RHO_CASES = (("iso", 0.05, 0.3, 1.0), ("iso", 0.0, 1.0, 1.0), ("iso", 0.2, 0.3,
               ("aniso", 0.05, 0.3, 0.5), ("aniso", 0.0, 1.0, 0.5))
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _rho_data(budget: str):
     n_seq = {"quick": 4096, "full": 2**16}[budget]
     lam = math.sqrt(_RHO_D)
@@ -609,7 +609,7 @@ def _wqk_batch(keys, d, m, s):
     return jax.vmap(lambda k: loc.random_wqk(k, d, m, s, dtype=jnp.float64))(keys)
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _instances(budget: str):
     """Random symmetric W_QK (eigenvalues N(mean, scale²)), isotropic and anisotropic Σ, d = 8, 32 (float64)."""
     n_per = {"quick": 4, "full": 32}[budget]

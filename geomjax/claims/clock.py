@@ -34,7 +34,7 @@ from geomjax.models.toy import head_weights, nanda_config
 from geomjax.report import Section
 from geomjax.train.grokking import (GrokkingConfig, config_hash, grokking_config, grokking_data, grokking_init,
                                     grokking_milestones, load_grokking_run, param_snapshots, train_grokking)
-from geomjax.claims.registry import Claim, Evaluation, Inequality, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, per_run, register
 
 __all__ = ["analyze", "analysis_sections", "cache_dir", "claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
            "numpy_key_frequencies", "numpy_summed_petal_fraction", "report_sections", "trained_run"]
@@ -326,7 +326,7 @@ def _needs_grokked(evaluate, relu: bool = True, mechanism: bool = True):
 # float64 from the parameter arrays, key frequencies from np.fft, restriction by a 2-D DFT of the logits.
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _params_np(budget: str, seed: int = 0) -> tuple[dict, int]:
     """The ReLU run's parameters as float64 NumPy arrays (nested dict) and p, for the witnesses."""
     res = trained_run(claim_config(budget, True, seed))
