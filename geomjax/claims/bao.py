@@ -954,18 +954,6 @@ def _grad_eval(which: str, corrected: bool = False):
     return evaluate
 
 
-for _which, _expr, _wrt in (("scale_Q", "2 W_K W_Kᵀ W_Q", "W_Q"), ("scale_K", "2 W_Q W_Qᵀ W_K", "W_K")):
-    register(
-        Claim(
-            id=f"bao.locater.grad_{_which}",
-            source=f"{_PAPER} §6 (LocATER derivatives)",
-            statement=f"∇_{{{_wrt}}} tr(W_QKᵀW_QK) = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
-            predicted=0.0,
-            evaluate=_grad_eval(_which),
-            rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
-        )
-    )
-
 def _grad_fd_witness(which: str):
     """NumPy central finite differences (step 1e-6) of (tr(W_QᵀW_K) − 1)² against the printed formula, on
     instances drawn with NumPy; value = relative error per instance (finite differences err by ~1e-9)."""
@@ -992,19 +980,29 @@ def _grad_fd_witness(which: str):
     return witness
 
 
-for _which, _expr, _wrt in (("mean_Q", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q"), ("mean_K", "[tr(W_QK) − 1]·tr(W_QK)·W_Q", "W_K")):
+_GRAD_MEAN_NOTES = ("Does not hold: tr(W_QᵀW_K) = ⟨W_Q, W_K⟩ is bilinear, so the gradient is 2(tr(W_QK) − 1)·W_K "
+                    "(resp. W_Q) — no factor tr(W_QK), and a factor 2. Corrected: bao.locater.grad_mean.corrected.")
+
+# (which, penalty differentiated, printed gradient, with respect to): the scale penalty's gradients are exact;
+# the mean penalty's printed gradients carry a finite-difference witness and their correction.
+for _which, _penalty, _expr, _wrt in (
+    ("scale_Q", "tr(W_QKᵀW_QK)", "2 W_K W_Kᵀ W_Q", "W_Q"),
+    ("scale_K", "tr(W_QKᵀW_QK)", "2 W_Q W_Qᵀ W_K", "W_K"),
+    ("mean_Q", "(tr(W_QK) − 1)²", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q"),
+    ("mean_K", "(tr(W_QK) − 1)²", "[tr(W_QK) − 1]·tr(W_QK)·W_Q", "W_K"),
+):
+    _mean = _which.startswith("mean")
     register(
         Claim(
             id=f"bao.locater.grad_{_which}",
             source=f"{_PAPER} §6 (LocATER derivatives)",
-            statement=f"∇_{{{_wrt}}} (tr(W_QK) − 1)² = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
+            statement=f"∇_{{{_wrt}}} {_penalty} = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
             predicted=0.0,
             evaluate=_grad_eval(_which),
             rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
-            witness=_grad_fd_witness(_which),
-            corrected_by="bao.locater.grad_mean.corrected",
-            notes=("Does not hold: tr(W_QᵀW_K) = ⟨W_Q, W_K⟩ is bilinear, so the gradient is 2(tr(W_QK) − 1)·W_K "
-                   "(resp. W_Q) — no factor tr(W_QK), and a factor 2. Corrected: bao.locater.grad_mean.corrected."),
+            witness=_grad_fd_witness(_which) if _mean else None,
+            corrected_by="bao.locater.grad_mean.corrected" if _mean else "",
+            notes=_GRAD_MEAN_NOTES if _mean else "",
         )
     )
 
