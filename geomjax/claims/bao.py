@@ -1067,6 +1067,19 @@ def fig5_simulation(key, *, n_seq: int = 300, T: int = 40, d: int = 128, n_draws
             "pairs": pairs, "xi": np.asarray(xi).reshape(P, n_draws), "eta": np.asarray(eta).reshape(P, n_draws)}
 
 
+def _figure_section(run, fig, name: str, title: str, paragraph: str, caption: str, table=None) -> Section:
+    """Save ``fig`` as ``figures/<name>`` of ``run`` and return the Section ``title``: ``paragraph``, the
+    optional ``table`` (header, rows), then the figure with ``caption``."""
+    p, rel = run.figure_path(name)
+    plots.save(fig, p)
+    s = Section(title)
+    s.paragraphs.append(paragraph)
+    if table is not None:
+        s.table(*table)
+    s.figure(rel, caption)
+    return s
+
+
 def _fig2_section(run, theta):
     """Bao Fig. 2 (ρ(θ) for a grid of ξ, η; printed and corrected variance) as a report Section."""
     import matplotlib.pyplot as plt
@@ -1087,14 +1100,12 @@ def _fig2_section(run, theta):
         axes[0, 0].set_ylabel("ρ(θ)")
         axes[1, 0].set_ylabel("ρ(θ)")
         axes[0, -1].legend(fontsize=6)
-    p, rel = run.figure_path("bao_fig2_rho_grid.png")
-    plots.save(fig, p)
-    s2 = Section("Bao Fig. 2: ρ(θ) for a grid of ξ and η")
-    s2.paragraphs.append("Eq. (6) as printed (top; variance profile 2θ² + 7/12) and with the corrected profile 2θ² − 2θ + 7/12 "
-                         "(bottom; bao.lemma1.variance). The qualitative picture (late/early-site focus for large |ξ| and small η, "
-                         "middle-site focus for ξη > 2, vanishing signal for large η) is the same; the corrected profile is symmetric about θ = ½.")
-    s2.figure(rel, "ρ(θ; ξ, η), eq. (6)")
-    return s2
+    return _figure_section(
+        run, fig, "bao_fig2_rho_grid.png", "Bao Fig. 2: ρ(θ) for a grid of ξ and η",
+        "Eq. (6) as printed (top; variance profile 2θ² + 7/12) and with the corrected profile 2θ² − 2θ + 7/12 "
+        "(bottom; bao.lemma1.variance). The qualitative picture (late/early-site focus for large |ξ| and small η, "
+        "middle-site focus for ξη > 2, vanishing signal for large η) is the same; the corrected profile is symmetric about θ = ½.",
+        "ρ(θ; ξ, η), eq. (6)")
 
 
 def _fig3_section(run, theta):
@@ -1116,14 +1127,11 @@ def _fig3_section(run, theta):
     ax.set_xlabel("θ")
     ax.set_ylabel("ρ(θ)")
     ax.legend(fontsize=6)
-    p, rel = run.figure_path("bao_fig3_localization.png")
-    plots.save(fig, p)
-    s3 = Section("Bao Fig. 3: localization regime")
-    s3.paragraphs.append("ξη = 1.28 < 2 keeps the late-site indicator; ξη = 5.12 > 2 localizes ρ on [½, ½ + 1/(ξη)] (Lemma 2). "
-                         "(The paper's caption says η = 0.02 for ξη = 5.12 with ξ = 512; η = 0.01 is used for both.)")
-    s3.table(["ξ", "η", "ξη", "variance", "θ_min (ρ>½)", "θ_max (ρ>½)"], rows)
-    s3.figure(rel, "ρ(θ) in the localization regime")
-    return s3
+    return _figure_section(
+        run, fig, "bao_fig3_localization.png", "Bao Fig. 3: localization regime",
+        "ξη = 1.28 < 2 keeps the late-site indicator; ξη = 5.12 > 2 localizes ρ on [½, ½ + 1/(ξη)] (Lemma 2). "
+        "(The paper's caption says η = 0.02 for ξη = 5.12 with ξ = 512; η = 0.01 is used for both.)",
+        "ρ(θ) in the localization regime", (["ξ", "η", "ξη", "variance", "θ_min (ρ>½)", "θ_max (ρ>½)"], rows))
 
 
 def _fig4_section(run, theta):
@@ -1146,15 +1154,12 @@ def _fig4_section(run, theta):
     ax.set_xlabel("ν")
     ax.set_ylabel("entropy (nats)")
     ax.legend(fontsize=6)
-    p, rel = run.figure_path("bao_fig4_entropy_bound.png")
-    plots.save(fig, p)
-    s4 = Section("Bao Fig. 4: Zhai et al.'s entropy lower bound (eq. (9))")
-    s4.paragraphs.append("Solid: eq. (9) as printed; dotted: ln T, the largest possible entropy; dashed: the entropy of one logit ν "
-                         "above T − 1 equal ones (the bound without the e^{−ν/2} typo). The printed curve exceeds ln T for ν < ν*(T), "
-                         "so it cannot be a lower bound there (bao.eq9.printed).")
-    s4.table(["T", "ln T", "max of printed bound", "ν*(T)"], rows)
-    s4.figure(rel, "eq. (9)")
-    return s4
+    return _figure_section(
+        run, fig, "bao_fig4_entropy_bound.png", "Bao Fig. 4: Zhai et al.'s entropy lower bound (eq. (9))",
+        "Solid: eq. (9) as printed; dotted: ln T, the largest possible entropy; dashed: the entropy of one logit ν "
+        "above T − 1 equal ones (the bound without the e^{−ν/2} typo). The printed curve exceeds ln T for ν < ν*(T), "
+        "so it cannot be a lower bound there (bao.eq9.printed).",
+        "eq. (9)", (["T", "ln T", "max of printed bound", "ν*(T)"], rows))
 
 
 def _fig5_section(run, budget: str, seed: int, metrics: dict):
