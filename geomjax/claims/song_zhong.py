@@ -28,7 +28,7 @@ import numpy as np
 from numpy.polynomial import hermite_e
 
 from geomjax import geometry, smoothness as sm
-from geomjax.claims.registry import Claim, Evaluation, Inequality, MonteCarloRule, Tolerance, per_run, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
 
 _PAPER = "Song & Zhong"
 
