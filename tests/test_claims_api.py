@@ -144,3 +144,7 @@ def test_per_run_results_are_shared_within_one_run_and_dropped_after():
         expensive("full"), expensive("full")
         assert len(memo) == 1
     assert calls[4:] == ["full"]
+    with R.run_memo() as memo:  # keyed after binding: the default argument spelled out is the same call
+        seeded = R.per_run(lambda budget, seed=0: calls.append((budget, seed)) or len(calls))
+        assert seeded("quick") == seeded("quick", 0) == seeded(budget="quick", seed=0) != seeded("quick", 1)
+        assert len(memo) == 2

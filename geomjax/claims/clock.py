@@ -260,8 +260,10 @@ def _analyze_readout(out: dict, res, params, A, logits: np.ndarray, y: np.ndarra
     emb["all"] = _restricted_model_accuracy(params, mcfg, p, y, key)
     out["sufficiency_embed"] = emb
 
+@per_run
 def _bundle(budget: str, seed: int = 0) -> tuple[dict, dict]:
-    """(analysis of the ReLU run, analysis of the ReLU-free run) for a budget (trained or cached)."""
+    """(analysis of the ReLU run, analysis of the ReLU-free run) for a budget (trained or cached), once per claims
+    run: every clock claim and its precondition read it, and the report hook too."""
     r = trained_run(claim_config(budget, True, seed))
     n = trained_run(claim_config(budget, False, seed))
     return analyze(r, seed=seed), analyze(n, seed=seed, with_snapshots=False)

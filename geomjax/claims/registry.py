@@ -55,6 +55,7 @@ import contextvars
 import fnmatch
 import functools
 import importlib
+import inspect
 import json
 import math
 import pkgutil
@@ -585,8 +586,6 @@ def unregister(claim_id: str) -> None:
 
 
 def _caller_module() -> str:
-    import inspect
-
     frame = inspect.currentframe()
     try:
         f = frame.f_back.f_back if frame and frame.f_back else None
@@ -992,14 +991,18 @@ def run_memo():
 
 def per_run(fn: Callable) -> Callable:
     """Decorator: inside a run (:func:`run_memo` open) ``fn(*args)`` is computed once and shared by the
-    run's claims; outside a run every call computes afresh. Arguments must be hashable."""
+    run's claims; outside a run every call computes afresh. Arguments must be hashable; they are keyed
+    after binding to ``fn``'s signature, so ``f(b)`` and ``f(b, seed=0)`` share one value when 0 is the default."""
+    signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def shared(*args, **kwargs):
         memo = _CURRENT_MEMO.get()
         if memo is None:
             return fn(*args, **kwargs)
-        key = (fn.__module__, fn.__qualname__, args, tuple(sorted(kwargs.items())))
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = (fn, tuple(bound.arguments.items()))
         return memo.get_or_compute(key, lambda: fn(*args, **kwargs))
 
     return shared
