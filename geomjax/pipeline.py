@@ -91,6 +91,7 @@ def claims_summary(counts: dict) -> str:
             f"{counts.get('inconclusive', 0)} inconclusive")
 
 
+@claims.run_memo()  # one memo over the claims and their report hooks (geomjax.claims.per_run)
 def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0,
                progress: bool = False, on_results=None):
     """Check the registered claims (``geomjax.claims.run``); writes claims.json / claims.md.

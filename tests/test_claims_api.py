@@ -110,3 +110,41 @@ def test_verify_list_prints_the_table_without_a_run_directory(capsys, tmp_path, 
     assert list(tmp_path.iterdir()) == []  # no run directory
     assert cli.main(["verify", "--list", "--source", "nosuchsource"]) == 2
     assert "match no claim" in capsys.readouterr().err
+
+
+def test_per_run_results_are_shared_within_one_run_and_dropped_after():
+    """claims.per_run: one computation per run for all the run's claims; a second run computes afresh;
+    outside a run nothing is kept (no global cache of claim results)."""
+    calls = []
+
+    @R.per_run
+    def expensive(budget):
+        calls.append(budget)
+        return np.arange(3.0) + len(calls)
+
+    def claim(i):
+        return Claim(id=f"testapi.shared{i}", source="Test doc eq. (3)", statement="v = (1, 2, 3)",
+                     predicted=np.array([1.0, 2.0, 3.0]),
+                     evaluate=lambda budget, key: Evaluation(value=expensive(budget), method="shared"),
+                     rule=Tolerance(atol=1e-6, rtol=0.0, origin=ORIGIN))
+
+    try:
+        for i in (1, 2):
+            R.register(claim(i))
+        first = R.run(select="testapi.shared*")
+        assert calls == ["quick"] and [r.verdict for r in first] == ["holds", "holds"]
+        second = R.run(select="testapi.shared*")  # a new run: computed again (np.arange + 2 does not hold)
+        assert calls == ["quick", "quick"] and [r.verdict for r in second] == ["inconclusive", "inconclusive"]
+    finally:
+        for i in (1, 2):
+            R.unregister(f"testapi.shared{i}")
+    expensive("full"), expensive("full")  # no run open: every call computes
+    assert calls == ["quick", "quick", "full", "full"]
+    with R.run_memo() as memo:
+        expensive("full"), expensive("full")
+        assert len(memo) == 1
+    assert calls[4:] == ["full"]
+    with R.run_memo() as memo:  # keyed after binding: the default argument spelled out is the same call
+        seeded = R.per_run(lambda budget, seed=0: calls.append((budget, seed)) or len(calls))
+        assert seeded("quick") == seeded("quick", 0) == seeded(budget="quick", seed=0) != seeded("quick", 1)
+        assert len(memo) == 2

@@ -136,11 +136,9 @@ def test_compiled_caches_are_registered_bounded_and_clearable():
     for name, cache in COMPILED_CACHES.items():
         size = cache.maxsize if isinstance(cache, BoundedCache) else cache.cache_info().maxsize
         assert size is not None and size <= 64, name
-    # no unregistered lru_cache of compiled programs outside claims/ (claim modules: see issue 18)
+    # no unregistered lru_cache anywhere (claim modules share results per run: claims.per_run)
     root = Path(__file__).resolve().parents[1] / "geomjax"
     for path in root.rglob("*.py"):
-        if "claims" in path.parts:
-            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef):
                 for d in node.decorator_list:

@@ -5,7 +5,10 @@
 exist), checks the selected claims and returns a list of :class:`ClaimResult`; with ``out_dir``
 it writes ``claims.json`` and ``claims.md``; ``geomjax.claims.table()`` lists every claim's id,
 source, kind, rule and recorded cost without running anything (``geomjax verify --list``). See
-:mod:`geomjax.claims.registry` for the verdict rules. A source module registers its claims on import::
+:mod:`geomjax.claims.registry` for the verdict rules. Results that several claims of one run share
+(a Monte Carlo sample, a model's forward pass) are memoised with :func:`per_run` in the run's
+:class:`RunMemo`, which :func:`run` opens and drops (:func:`run_memo`): nothing is cached across
+runs. A source module registers its claims on import::
 
     from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, register
     register(Claim(id="bao.lemma1.mean", source="Bao Lemma 1", statement="...",
@@ -22,14 +25,17 @@ from geomjax.claims.registry import (
     Inequality,
     Margin,
     MonteCarloRule,
+    RunMemo,
     Tolerance,
     all_claims,
     decide,
     exact_witness,
     limit_evaluation,
+    per_run,
     register,
     run,
     run_claim,
+    run_memo,
     select_claims,
     table,
     to_markdown,
@@ -47,14 +53,17 @@ __all__ = [
     "Inequality",
     "Margin",
     "MonteCarloRule",
+    "RunMemo",
     "Tolerance",
     "all_claims",
     "decide",
     "exact_witness",
     "limit_evaluation",
+    "per_run",
     "register",
     "run",
     "run_claim",
+    "run_memo",
     "select_claims",
     "table",
     "to_markdown",

@@ -47,7 +47,7 @@ from scipy.special import erf
 from geomjax import localization as loc
 from geomjax import montecarlo, plots
 from geomjax.report import Section
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register
 
 _PAPER = "Bao"
 
@@ -65,7 +65,7 @@ _L1_T = (8, 32, 128)
 _L1_THETA = (0.25, 0.5, 1.0)
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _lemma1_instance():
     """A fixed symmetric W_QK (eigenvalues N(0.3, 0.5²)) and anisotropic Σ, d = 16, λ = √d (float64)."""
     with jax.enable_x64(True), jax.ensure_compile_time_eval():
@@ -238,7 +238,7 @@ _RHO_CASES = (("iso", 0.05, 0.3, 1.0), ("iso", 0.0, 1.0, 1.0), ("iso", 0.2, 0.3,
               ("aniso", 0.05, 0.3, 0.5), ("aniso", 0.0, 1.0, 0.5))
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _rho_data(budget: str):
     n_seq = {"quick": 4096, "full": 2**16}[budget]
     lam = math.sqrt(_RHO_D)
@@ -609,7 +609,7 @@ def _wqk_batch(keys, d, m, s):
     return jax.vmap(lambda k: loc.random_wqk(k, d, m, s, dtype=jnp.float64))(keys)
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _instances(budget: str):
     """Random symmetric W_QK (eigenvalues N(mean, scale²)), isotropic and anisotropic Σ, d = 8, 32 (float64)."""
     n_per = {"quick": 4, "full": 32}[budget]
@@ -954,18 +954,6 @@ def _grad_eval(which: str, corrected: bool = False):
     return evaluate
 
 
-for _which, _expr, _wrt in (("scale_Q", "2 W_K W_Kᵀ W_Q", "W_Q"), ("scale_K", "2 W_Q W_Qᵀ W_K", "W_K")):
-    register(
-        Claim(
-            id=f"bao.locater.grad_{_which}",
-            source=f"{_PAPER} §6 (LocATER derivatives)",
-            statement=f"∇_{{{_wrt}}} tr(W_QKᵀW_QK) = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
-            predicted=0.0,
-            evaluate=_grad_eval(_which),
-            rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
-        )
-    )
-
 def _grad_fd_witness(which: str):
     """NumPy central finite differences (step 1e-6) of (tr(W_QᵀW_K) − 1)² against the printed formula, on
     instances drawn with NumPy; value = relative error per instance (finite differences err by ~1e-9)."""
@@ -992,19 +980,29 @@ def _grad_fd_witness(which: str):
     return witness
 
 
-for _which, _expr, _wrt in (("mean_Q", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q"), ("mean_K", "[tr(W_QK) − 1]·tr(W_QK)·W_Q", "W_K")):
+_GRAD_MEAN_NOTES = ("Does not hold: tr(W_QᵀW_K) = ⟨W_Q, W_K⟩ is bilinear, so the gradient is 2(tr(W_QK) − 1)·W_K "
+                    "(resp. W_Q) — no factor tr(W_QK), and a factor 2. Corrected: bao.locater.grad_mean.corrected.")
+
+# (which, penalty differentiated, printed gradient, with respect to): the scale penalty's gradients are exact;
+# the mean penalty's printed gradients carry a finite-difference witness and their correction.
+for _which, _penalty, _expr, _wrt in (
+    ("scale_Q", "tr(W_QKᵀW_QK)", "2 W_K W_Kᵀ W_Q", "W_Q"),
+    ("scale_K", "tr(W_QKᵀW_QK)", "2 W_Q W_Qᵀ W_K", "W_K"),
+    ("mean_Q", "(tr(W_QK) − 1)²", "[tr(W_QK) − 1]·tr(W_QK)·W_K", "W_Q"),
+    ("mean_K", "(tr(W_QK) − 1)²", "[tr(W_QK) − 1]·tr(W_QK)·W_Q", "W_K"),
+):
+    _mean = _which.startswith("mean")
     register(
         Claim(
             id=f"bao.locater.grad_{_which}",
             source=f"{_PAPER} §6 (LocATER derivatives)",
-            statement=f"∇_{{{_wrt}}} (tr(W_QK) − 1)² = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
+            statement=f"∇_{{{_wrt}}} {_penalty} = {_expr} for W_QK = W_QᵀW_K (relative error against jax.grad)",
             predicted=0.0,
             evaluate=_grad_eval(_which),
             rule=Tolerance(rtol=0.0, atol=1e-12, origin="float64 rounding of an exact identity (relative error)"),
-            witness=_grad_fd_witness(_which),
-            corrected_by="bao.locater.grad_mean.corrected",
-            notes=("Does not hold: tr(W_QᵀW_K) = ⟨W_Q, W_K⟩ is bilinear, so the gradient is 2(tr(W_QK) − 1)·W_K "
-                   "(resp. W_Q) — no factor tr(W_QK), and a factor 2. Corrected: bao.locater.grad_mean.corrected."),
+            witness=_grad_fd_witness(_which) if _mean else None,
+            corrected_by="bao.locater.grad_mean.corrected" if _mean else "",
+            notes=_GRAD_MEAN_NOTES if _mean else "",
         )
     )
 
@@ -1069,6 +1067,19 @@ def fig5_simulation(key, *, n_seq: int = 300, T: int = 40, d: int = 128, n_draws
             "pairs": pairs, "xi": np.asarray(xi).reshape(P, n_draws), "eta": np.asarray(eta).reshape(P, n_draws)}
 
 
+def _figure_section(run, fig, name: str, title: str, paragraph: str, caption: str, table=None) -> Section:
+    """Save ``fig`` as ``figures/<name>`` of ``run`` and return the Section ``title``: ``paragraph``, the
+    optional ``table`` (header, rows), then the figure with ``caption``."""
+    p, rel = run.figure_path(name)
+    plots.save(fig, p)
+    s = Section(title)
+    s.paragraphs.append(paragraph)
+    if table is not None:
+        s.table(*table)
+    s.figure(rel, caption)
+    return s
+
+
 def _fig2_section(run, theta):
     """Bao Fig. 2 (ρ(θ) for a grid of ξ, η; printed and corrected variance) as a report Section."""
     import matplotlib.pyplot as plt
@@ -1089,14 +1100,12 @@ def _fig2_section(run, theta):
         axes[0, 0].set_ylabel("ρ(θ)")
         axes[1, 0].set_ylabel("ρ(θ)")
         axes[0, -1].legend(fontsize=6)
-    p, rel = run.figure_path("bao_fig2_rho_grid.png")
-    plots.save(fig, p)
-    s2 = Section("Bao Fig. 2: ρ(θ) for a grid of ξ and η")
-    s2.paragraphs.append("Eq. (6) as printed (top; variance profile 2θ² + 7/12) and with the corrected profile 2θ² − 2θ + 7/12 "
-                         "(bottom; bao.lemma1.variance). The qualitative picture (late/early-site focus for large |ξ| and small η, "
-                         "middle-site focus for ξη > 2, vanishing signal for large η) is the same; the corrected profile is symmetric about θ = ½.")
-    s2.figure(rel, "ρ(θ; ξ, η), eq. (6)")
-    return s2
+    return _figure_section(
+        run, fig, "bao_fig2_rho_grid.png", "Bao Fig. 2: ρ(θ) for a grid of ξ and η",
+        "Eq. (6) as printed (top; variance profile 2θ² + 7/12) and with the corrected profile 2θ² − 2θ + 7/12 "
+        "(bottom; bao.lemma1.variance). The qualitative picture (late/early-site focus for large |ξ| and small η, "
+        "middle-site focus for ξη > 2, vanishing signal for large η) is the same; the corrected profile is symmetric about θ = ½.",
+        "ρ(θ; ξ, η), eq. (6)")
 
 
 def _fig3_section(run, theta):
@@ -1118,14 +1127,11 @@ def _fig3_section(run, theta):
     ax.set_xlabel("θ")
     ax.set_ylabel("ρ(θ)")
     ax.legend(fontsize=6)
-    p, rel = run.figure_path("bao_fig3_localization.png")
-    plots.save(fig, p)
-    s3 = Section("Bao Fig. 3: localization regime")
-    s3.paragraphs.append("ξη = 1.28 < 2 keeps the late-site indicator; ξη = 5.12 > 2 localizes ρ on [½, ½ + 1/(ξη)] (Lemma 2). "
-                         "(The paper's caption says η = 0.02 for ξη = 5.12 with ξ = 512; η = 0.01 is used for both.)")
-    s3.table(["ξ", "η", "ξη", "variance", "θ_min (ρ>½)", "θ_max (ρ>½)"], rows)
-    s3.figure(rel, "ρ(θ) in the localization regime")
-    return s3
+    return _figure_section(
+        run, fig, "bao_fig3_localization.png", "Bao Fig. 3: localization regime",
+        "ξη = 1.28 < 2 keeps the late-site indicator; ξη = 5.12 > 2 localizes ρ on [½, ½ + 1/(ξη)] (Lemma 2). "
+        "(The paper's caption says η = 0.02 for ξη = 5.12 with ξ = 512; η = 0.01 is used for both.)",
+        "ρ(θ) in the localization regime", (["ξ", "η", "ξη", "variance", "θ_min (ρ>½)", "θ_max (ρ>½)"], rows))
 
 
 def _fig4_section(run, theta):
@@ -1148,15 +1154,12 @@ def _fig4_section(run, theta):
     ax.set_xlabel("ν")
     ax.set_ylabel("entropy (nats)")
     ax.legend(fontsize=6)
-    p, rel = run.figure_path("bao_fig4_entropy_bound.png")
-    plots.save(fig, p)
-    s4 = Section("Bao Fig. 4: Zhai et al.'s entropy lower bound (eq. (9))")
-    s4.paragraphs.append("Solid: eq. (9) as printed; dotted: ln T, the largest possible entropy; dashed: the entropy of one logit ν "
-                         "above T − 1 equal ones (the bound without the e^{−ν/2} typo). The printed curve exceeds ln T for ν < ν*(T), "
-                         "so it cannot be a lower bound there (bao.eq9.printed).")
-    s4.table(["T", "ln T", "max of printed bound", "ν*(T)"], rows)
-    s4.figure(rel, "eq. (9)")
-    return s4
+    return _figure_section(
+        run, fig, "bao_fig4_entropy_bound.png", "Bao Fig. 4: Zhai et al.'s entropy lower bound (eq. (9))",
+        "Solid: eq. (9) as printed; dotted: ln T, the largest possible entropy; dashed: the entropy of one logit ν "
+        "above T − 1 equal ones (the bound without the e^{−ν/2} typo). The printed curve exceeds ln T for ν < ν*(T), "
+        "so it cannot be a lower bound there (bao.eq9.printed).",
+        "eq. (9)", (["T", "ln T", "max of printed bound", "ν*(T)"], rows))
 
 
 def _fig5_section(run, budget: str, seed: int, metrics: dict):

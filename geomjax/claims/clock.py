@@ -34,7 +34,7 @@ from geomjax.models.toy import clock_activations, head_weights, nanda_config
 from geomjax.report import Section
 from geomjax.train.grokking import (GrokkingConfig, config_hash, grokking_config, grokking_data, grokking_init,
                                     grokking_milestones, load_grokking_run, param_snapshots, train_grokking)
-from geomjax.claims.registry import Claim, Evaluation, Inequality, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, per_run, register
 
 __all__ = ["analyze", "analysis_sections", "cache_dir", "claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
            "numpy_key_frequencies", "numpy_summed_petal_fraction", "report_sections", "trained_run"]
@@ -260,8 +260,10 @@ def _analyze_readout(out: dict, res, params, A, logits: np.ndarray, y: np.ndarra
     emb["all"] = _restricted_model_accuracy(params, mcfg, p, y, key)
     out["sufficiency_embed"] = emb
 
+@per_run
 def _bundle(budget: str, seed: int = 0) -> tuple[dict, dict]:
-    """(analysis of the ReLU run, analysis of the ReLU-free run) for a budget (trained or cached)."""
+    """(analysis of the ReLU run, analysis of the ReLU-free run) for a budget (trained or cached), once per claims
+    run: every clock claim and its precondition read it, and the report hook too."""
     r = trained_run(claim_config(budget, True, seed))
     n = trained_run(claim_config(budget, False, seed))
     return analyze(r, seed=seed), analyze(n, seed=seed, with_snapshots=False)
@@ -326,7 +328,7 @@ def _needs_grokked(evaluate, relu: bool = True, mechanism: bool = True):
 # float64 from the parameter arrays, key frequencies from np.fft, restriction by a 2-D DFT of the logits.
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _params_np(budget: str, seed: int = 0) -> tuple[dict, int]:
     """The ReLU run's parameters as float64 NumPy arrays (nested dict) and p, for the witnesses."""
     res = trained_run(claim_config(budget, True, seed))
@@ -446,8 +448,9 @@ def _witness_petals(used_only: bool):
 
 # ------------------------------------------------------------------------------------------ claims
 
-def _ev_grokking(budget, key):
-    an, _ = _bundle(budget)
+def _grokking_order(an: dict, **details) -> Evaluation:
+    """epoch(train 100%) ≤ epoch(test 99%) − 1 for one analysed run ('never' counts as a violation: train at
+    the last epoch + 1, test at 0), with the final and best accuracies and ``details`` in the details."""
     ms, h = an["milestones"], an["history"]
     E = int(h["epoch"][-1])
     tr = ms["train_100"] if ms["train_100"] is not None else E + 1
@@ -455,7 +458,12 @@ def _ev_grokking(budget, key):
     return Evaluation(lhs=np.array([float(tr)]), rhs=np.array([float(te)]), slack=np.array([1.0]),
                       details={"epoch_train_acc_100": ms["train_100"], "epoch_test_acc_99": ms["test_99"],
                                "final_train_acc": float(h["train_acc"][-1]), "final_test_acc": float(h["test_acc"][-1]),
-                               "max_test_acc": float(np.max(h["test_acc"])), "what": _what(budget)})
+                               "max_test_acc": float(np.max(h["test_acc"])), **details})
+
+
+def _ev_grokking(budget, key):
+    an, _ = _bundle(budget)
+    return _grokking_order(an, what=_what(budget))
 
 
 register(Claim(
@@ -571,15 +579,8 @@ register(Claim(
 
 def _ev_relu_free(budget, key):
     _, nr = _bundle(budget)
-    ms, h = nr["milestones"], nr["history"]
-    E = int(h["epoch"][-1])
-    tr = ms["train_100"] if ms["train_100"] is not None else E + 1
-    te = ms["test_99"] if ms["test_99"] is not None else 0
-    return Evaluation(lhs=np.array([float(tr)]), rhs=np.array([float(te)]), slack=np.array([1.0]),
-                      details={"epoch_train_acc_100": ms["train_100"], "epoch_test_acc_99": ms["test_99"],
-                               "final_train_acc": float(h["train_acc"][-1]), "final_test_acc": float(h["test_acc"][-1]),
-                               "max_test_acc": float(np.max(h["test_acc"])), "key_frequencies": nr["key"],
-                               "key_fraction_W_E": nr["key_fraction_W_E"], "what": _what(budget) + ", activation 'none'"})
+    return _grokking_order(nr, key_frequencies=nr["key"], key_fraction_W_E=nr["key_fraction_W_E"],
+                           what=_what(budget) + ", activation 'none'")
 
 
 register(Claim(
@@ -624,39 +625,37 @@ register(Claim(
           "model); this claim tests the trained ReLU model itself. clock.relu_free_groks checks the variant."))
 
 
-def _ev_one(budget, key):
-    an, _ = _bundle(budget)
-    s = an["sufficiency"]
-    best = max(s["single"].values()) if s["single"] else 0.0
-    return Evaluation(lhs=np.array([best]), rhs=np.array([0.99]), slack=np.array([1e-9]),
-                      details={"accuracy_single_frequency": s["single"], "accuracy_all": s["all"],
-                               "embedding_restricted": an["sufficiency_embed"], "what": _what(budget)})
+def _ev_restricted(which: str, detail: str, sufficient: bool):
+    """The best accuracy of the logits restricted to one set of key frequencies (``which``: "single" or
+    "pairs" of ``analyze``'s sufficiency table) against 99%: ≥ 0.99 when ``sufficient``, else < 0.99."""
+
+    def evaluate(budget, key):
+        an, _ = _bundle(budget)
+        s = an["sufficiency"]
+        best = max(s[which].values()) if s[which] else 0.0
+        lhs, rhs, slack = (0.99, best, 0.0) if sufficient else (best, 0.99, np.array([1e-9]))
+        return Evaluation(lhs=np.array([lhs]), rhs=np.array([rhs]), slack=slack,
+                          details={detail: s[which], "accuracy_all": s["all"],
+                                   "embedding_restricted": an["sufficiency_embed"], "what": _what(budget)})
+
+    return evaluate
 
 
 register(Claim(
     id="clock.one_circle_insufficient", source=f"{SRC_BLOG} §11.1",
     statement="One circle is not sufficient (trained-model reading): the logits restricted (Nanda et al. §5.1) to any single key frequency "
               "give < 99% accuracy on all p² pairs",
-    predicted="best single-frequency accuracy < 0.99", evaluate=_needs_grokked(_ev_one),
+    predicted="best single-frequency accuracy < 0.99", evaluate=_needs_grokked(_ev_restricted("single", "accuracy_single_frequency", False)),
     rule=_threshold(0.01, "1% of the p² pairs read wrong (the full model reads all of them right)"),
     notes="For prime p every nonzero frequency generates Z_p, so one ideal circle determines a+b exactly; the "
           "blog's gcd condition is always met and insufficiency can only come from the readout's margins."))
-
-
-def _ev_two(budget, key):
-    an, _ = _bundle(budget)
-    s = an["sufficiency"]
-    best = max(s["pairs"].values()) if s["pairs"] else 0.0
-    return Evaluation(lhs=np.array([0.99]), rhs=np.array([best]),
-                      details={"accuracy_coprime_pairs": s["pairs"], "accuracy_all": s["all"],
-                               "embedding_restricted": an["sufficiency_embed"], "what": _what(budget)})
 
 
 register(Claim(
     id="clock.two_coprime_sufficient", source=f"{SRC_BLOG} §11.2",
     statement="Two coprime circles are sufficient (trained-model reading): for some pair of key frequencies with gcd 1, the logits "
               "restricted to them give >= 99% accuracy on all p² pairs",
-    predicted="best coprime-pair accuracy >= 0.99", evaluate=_needs_grokked(_ev_two),
+    predicted="best coprime-pair accuracy >= 0.99", evaluate=_needs_grokked(_ev_restricted("pairs", "accuracy_coprime_pairs", True)),
     rule=_threshold(0.01, "1% of the p² pairs read wrong (the full model reads all of them right)"), witness=_witness_two,
     corrected_by="clock.all_key_sufficient",
     notes="The trained-model reading. The in-principle reading (two ideal circles decide a + b) is "

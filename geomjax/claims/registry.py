@@ -50,8 +50,12 @@ such module that exists.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import fnmatch
+import functools
 import importlib
+import inspect
 import json
 import math
 import pkgutil
@@ -109,6 +113,9 @@ __all__ = [
     "cost_class",
     "load_quick_seconds",
     "record_quick_seconds",
+    "RunMemo",
+    "run_memo",
+    "per_run",
 ]
 
 BUDGETS = ("quick", "full")
@@ -579,8 +586,6 @@ def unregister(claim_id: str) -> None:
 
 
 def _caller_module() -> str:
-    import inspect
-
     frame = inspect.currentframe()
     try:
         f = frame.f_back.f_back if frame and frame.f_back else None
@@ -938,6 +943,71 @@ def _second_witness(claim: Claim, res: ClaimResult, budget: str, key) -> ClaimRe
                    reason=f"the second witness ({second['method']}) does not confirm the refutation: {dec.verdict}")
 
 
+# ----------------------------------------------------------------------------------------------
+# Results shared by the claims of one run
+# ----------------------------------------------------------------------------------------------
+
+
+class RunMemo:
+    """The results that several claims of ONE run share (one expensive computation, e.g. a Monte Carlo
+    sample or a forward pass of a real model, read by several checks), keyed by (function, arguments).
+
+    :func:`run` and :func:`run_claim` open one with :func:`run_memo` for the duration of the call and
+    drop it afterwards (``pipeline.run_claims`` keeps it open over the report hooks too), so two runs
+    never see each other's results and nothing survives a run. Functions opt in with :func:`per_run`.
+    """
+
+    def __init__(self):
+        self._values: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get_or_compute(self, key, compute: Callable[[], Any]):
+        """The value stored under ``key``, computing and storing ``compute()`` the first time."""
+        if key not in self._values:
+            self._values[key] = compute()
+        return self._values[key]
+
+
+_CURRENT_MEMO: contextvars.ContextVar[RunMemo | None] = contextvars.ContextVar("geomjax_claims_run_memo", default=None)
+
+
+@contextlib.contextmanager
+def run_memo():
+    """Context manager yielding the :class:`RunMemo` of the current run: the one already open (a
+    :func:`run_claim` inside :func:`run`), else a fresh one that is dropped when the block exits."""
+    current = _CURRENT_MEMO.get()
+    if current is not None:
+        yield current
+        return
+    memo = RunMemo()
+    token = _CURRENT_MEMO.set(memo)
+    try:
+        yield memo
+    finally:
+        _CURRENT_MEMO.reset(token)
+
+
+def per_run(fn: Callable) -> Callable:
+    """Decorator: inside a run (:func:`run_memo` open) ``fn(*args)`` is computed once and shared by the
+    run's claims; outside a run every call computes afresh. Arguments must be hashable; they are keyed
+    after binding to ``fn``'s signature, so ``f(b)`` and ``f(b, seed=0)`` share one value when 0 is the default."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def shared(*args, **kwargs):
+        memo = _CURRENT_MEMO.get()
+        if memo is None:
+            return fn(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = (fn, tuple(bound.arguments.items()))
+        return memo.get_or_compute(key, lambda: fn(*args, **kwargs))
+
+    return shared
+
+
 def run_claim(claim: Claim, budget: Budget = "quick", seed: int = 0, mesh=None) -> ClaimResult:
     """Check one claim (not necessarily registered) and return its :class:`ClaimResult`.
 
@@ -957,12 +1027,13 @@ def run_claim(claim: Claim, budget: Budget = "quick", seed: int = 0, mesh=None) 
         raise TypeError(f"run_claim: expected a Claim, got {type(claim).__name__}")
     key = _claim_key(seed, claim.id)
     t0 = time.perf_counter()
-    if claim.sampler is not None:
-        res = _judge_monte_carlo(claim, budget, key, mesh=mesh)
-    else:
-        res = _judge_deterministic(claim, budget, key)
-    if res.verdict == "does not hold":
-        res = _second_witness(claim, res, budget, key)
+    with run_memo():
+        if claim.sampler is not None:
+            res = _judge_monte_carlo(claim, budget, key, mesh=mesh)
+        else:
+            res = _judge_deterministic(claim, budget, key)
+        if res.verdict == "does not hold":
+            res = _second_witness(claim, res, budget, key)
     res.details["seconds"] = round(time.perf_counter() - t0, 3)
     res.details["budget"] = budget
     res.details["seed"] = seed
@@ -1010,31 +1081,35 @@ def run(
         from tqdm.auto import tqdm  # display only
 
         bar = tqdm(selected, desc="claims", unit="claim", leave=True)
-    for claim in bar if bar is not None else selected:
-        if bar is not None:
-            bar.set_postfix_str(claim.id, refresh=True)
-        try:
-            results.append(run_claim(claim, budget=budget, seed=seed, mesh=mesh))
-        except Exception as exc:
-            if errors == "raise":
-                raise
-            results.append(
-                ClaimResult(
-                    id=claim.id,
-                    source=claim.source,
-                    statement=claim.statement,
-                    predicted=None,
-                    estimate=None,
-                    sem=None,
-                    verdict="inconclusive",
-                    details={"error": repr(exc), "budget": budget, "seed": seed},
-                    margin_origin=claim.margin_origin,
-                    reason=f"the check raised {type(exc).__name__}",
-                )
-            )
+    with run_memo():
+        for claim in bar if bar is not None else selected:
+            if bar is not None:
+                bar.set_postfix_str(claim.id, refresh=True)
+            results.append(_run_or_record(claim, budget, seed, mesh, errors))
     if out_dir is not None:
         write_results(results, out_dir, budget=budget, seed=seed)
     return results
+
+
+def _run_or_record(claim: Claim, budget: str, seed: int, mesh, errors: str) -> ClaimResult:
+    """:func:`run_claim`, or (``errors="record"``) an "inconclusive" result holding the exception."""
+    try:
+        return run_claim(claim, budget=budget, seed=seed, mesh=mesh)
+    except Exception as exc:
+        if errors == "raise":
+            raise
+        return ClaimResult(
+            id=claim.id,
+            source=claim.source,
+            statement=claim.statement,
+            predicted=None,
+            estimate=None,
+            sem=None,
+            verdict="inconclusive",
+            details={"error": repr(exc), "budget": budget, "seed": seed},
+            margin_origin=claim.margin_origin,
+            reason=f"the check raised {type(exc).__name__}",
+        )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ not use :mod:`geomjax.decomposition`. See :mod:`geomjax.smoothness` for the anal
 
 from __future__ import annotations
 
-import functools
 import math
 
 import jax
@@ -29,7 +28,7 @@ import numpy as np
 from numpy.polynomial import hermite_e
 
 from geomjax import geometry, smoothness as sm
-from geomjax.claims.registry import Claim, Evaluation, Inequality, MonteCarloRule, Tolerance, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
 
 _PAPER = "Song & Zhong"
 
@@ -162,7 +161,7 @@ _KS = tuple(range(1, 21))
 _MS = tuple(range(1, 5))
 
 
-@functools.lru_cache(maxsize=4)
+@per_run
 def _theorem1_tables(budget: str):
     Ts = (64,) if budget == "quick" else (64, 128)
     out = []
@@ -474,7 +473,7 @@ def _mixed_derivative(x: np.ndarray, y: np.ndarray, m: int) -> np.ndarray:
     return (-1) ** m * _ELL ** (-2 * m) * hermite_e.hermeval(u, coef) * np.exp(-(u**2) / 2)
 
 
-@functools.lru_cache(maxsize=2)
+@per_run
 def _eq5_table(budget: str) -> tuple:
     Ts = (32, 64, 128) if budget == "quick" else (32, 64, 128, 256)
     rows = []

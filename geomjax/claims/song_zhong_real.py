@@ -14,28 +14,23 @@ import jax
 import numpy as np
 
 from geomjax import data, extraction, study
-from geomjax.claims.registry import Claim, Evaluation, Inequality, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, per_run, register
 from geomjax.lens import load
 from geomjax.models import model_interface
-
-_CACHE: dict = {}
 
 _PAPER = "Song & Zhong Theorem 1, eq. (6)"
 _SIZES = {"quick": (2, 8, 65), "full": (4, 32, 129)}  # documents, windows per document, T
 
 
+@per_run
 def _pos_grams(budget: str):
     """pos (T, d) of every hidden state of MiniLM on WikiText-2 windows, via the stream.
 
     The windows are drawn with the source code's seed 1234 (not the claim's key), so the two
-    variants check the same Grams; cached per budget so they share one forward pass.
+    variants check the same Grams; shared within one claims run (:func:`~geomjax.claims.registry.per_run`)
+    so they share one forward pass.
     """
-    if budget not in _CACHE:
-        _CACHE[budget] = _pos_grams_uncached(budget, jax.random.key(1234))
-    return _CACHE[budget]
-
-
-def _pos_grams_uncached(budget: str, key):
+    key = jax.random.key(1234)
     n_docs, per_doc, T = _SIZES[budget]
     m = load("minilm")
     model, params, tok = m.model, m.params, m.tokenizer

@@ -41,7 +41,6 @@ n2 = 31); the count 3(n1+n2)² is right. See :mod:`geomjax.kernel_factorization`
 
 from __future__ import annotations
 
-import functools
 import math
 import zlib
 from dataclasses import dataclass
@@ -51,8 +50,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import kernel_factorization as kf
+from geomjax._checks import compiled_cache
 from geomjax import montecarlo
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
 
 _PAPER = "Song & Zhong"
 _N_SIGMA = 5.0
@@ -129,7 +129,7 @@ def _leaves(stats: dict, setting: kf.Theorem2Setting, d) -> dict:
     return f
 
 
-@functools.lru_cache(maxsize=8)
+@compiled_cache(maxsize=8)
 def _leaf_names(setting: kf.Theorem2Setting, full: bool) -> tuple:
     with jax.enable_x64(True):
         probe = jax.eval_shape(lambda k: _leaves(_stats_fn(full)(kf._sample(k, 64.0, 0.0, False, setting)), setting, 64.0),
@@ -141,7 +141,7 @@ def _stats_fn(full: bool):
     return kf.instance_statistics if full else kf.noise_statistics
 
 
-@functools.lru_cache(maxsize=8)
+@compiled_cache(maxsize=8)
 def _sampler(group: _Group):
     """key -> (P, K) array: the K quantities of :func:`_leaves` at the P grid points (one instance each).
 
@@ -189,9 +189,9 @@ def _sampler(group: _Group):
     return sample
 
 
-@functools.lru_cache(maxsize=8)
+@per_run
 def _group_estimate(budget: str, which: str):
-    """(group, mean dict, sem dict, n) of the group's shared Monte Carlo sample (cached per budget).
+    """(group, mean dict, sem dict, n) of the group's shared Monte Carlo sample (once per claims run: ``per_run``).
 
     mean[name] and sem[name] are (P,) arrays over the group's grid points (random d first, then planted).
     """

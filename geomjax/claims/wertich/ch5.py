@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import gaussian as G
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
 from geomjax.claims.wertich._shared import FLOAT64_ROUNDING, SOURCE, det_claim, mc_claim, x64
 
 # ==============================================================================================
@@ -296,7 +296,7 @@ det_claim("s5_2_4.conjecture_kl_exact", f"{SOURCE} §5.2.4 (corollary)",
 FIG5_1_N, FIG5_1_PAIRS = 16, 1000
 
 
-@functools.lru_cache(maxsize=16)
+@per_run
 def fig51_curves(n: int, l: float, pairs: int, seed: int = 0):
     """KL(Sm(w) ‖ Sm(SLERP(v,w,t))) for ``pairs`` orthogonal pairs on S_l^{n−1} (Fig. 5.1): (pairs, 101)."""
     with jax.enable_x64(True):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax import gaussian as G
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, register
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register
 from geomjax.claims.wertich._shared import SOURCE, det_claim, mc_claim, rng, spd, x64
 
 # ==============================================================================================
@@ -175,7 +175,7 @@ mc_claim("s2_5.mp_moments_corrected", f"{SOURCE} §2.5",
     _corr_mp_moments, _s_mp_moments, quick=2**12, chunk=1024, notes=f"n={_MP_MOMENTS_N}, σ²={_MP_MOMENTS_S2}")
 
 
-@functools.lru_cache(maxsize=8)
+@per_run
 def mp_sample(n: int, m: int, sigma2: float, matrices: int, seed: int) -> np.ndarray:
     """Pooled squared singular values of ``matrices`` n×m N(0, σ²) matrices (NumPy float64)."""
     with jax.enable_x64(True):
@@ -299,7 +299,7 @@ mc_claim("s6_2_5.aligned_trace_printed", f"{SOURCE} §6.2.5 (eqs. 6.24-6.29)",
           "E[σ_i] = √nσ is false (Jensen: E σ < √(E σ²); MP limit 8/(3π) ≈ 0.849). Corrected: s6_2_5.aligned_trace_corrected")
 
 
-@functools.lru_cache(maxsize=4)
+@per_run
 def _aligned_stats(budget: str, seed: int):
     m = 2048 if budget == "quick" else 32768
     rows = []
