@@ -28,6 +28,7 @@ def _digits(n: int) -> int:
     return len(str(n))
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_problem_lengths_and_carry():
     L = 10
     carry = addition_problems(0, 200, L, carry=True)

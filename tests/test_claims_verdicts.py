@@ -88,6 +88,7 @@ def test_quick_verdicts_never_contradict_full(recorded, quick_claims):
         assert by_id[cid].verdict in ("holds", "inconclusive"), (cid, by_id[cid].reason)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_verify_full_records_verdicts_before_the_report(tmp_path, monkeypatch):
     """A report step that fails after the claims are checked must not lose the full verdicts."""
     from geomjax import cli, pipeline

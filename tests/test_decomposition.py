@@ -190,6 +190,7 @@ def test_property_invariants(C, T, d, seed, scale):
         np.testing.assert_allclose(dec.reconstruct(), h, rtol=1e-12, atol=tol)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 @settings(max_examples=10, deadline=None)
 @given(seed=st.integers(0, 10_000), n_chunks=st.integers(1, 5))
 def test_property_stream_any_chunking(seed, n_chunks):

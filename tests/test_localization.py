@@ -38,6 +38,7 @@ def _np_piecewise(omega):
     return Gamma, g0
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_piecewise_softmax_matches_definition():
     rng = np.random.default_rng(0)
     with jax.enable_x64(True):

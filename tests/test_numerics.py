@@ -121,6 +121,7 @@ def test_validation_errors_are_geomjax_errors():
     assert issubclass(GeomjaxTypeError, TypeError) and issubclass(GeomjaxTypeError, ValueError)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_compiled_caches_are_registered_bounded_and_clearable():
     import ast
     from pathlib import Path

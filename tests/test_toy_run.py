@@ -142,6 +142,7 @@ def test_decompose_model_stream_on_trained_run(run, val_text):
         np.testing.assert_allclose(np.asarray(st.ctx), np.asarray(ref.ctx), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_addition_run_loads_with_its_fixed_tokenizer(tmp_path):
     cfg = train.get_config("addition", "smoke")
     state = train.init_state(cfg)

@@ -151,6 +151,7 @@ def _np_ce(logits, y):
     return -np.take_along_axis(logp, y[..., None], -1)[..., 0]
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_losses_against_numpy():
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 5, 7)).astype(np.float32) * 3
