@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -33,6 +34,7 @@ from geomjax.models.common import (
     BLOCK_HOOKS,
     MLP,
     Embed,
+    HFConfig,
     HookPoint,
     Intermediates,
     LayerNorm,
@@ -40,7 +42,10 @@ from geomjax.models.common import (
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    decoder_head,
     hook_points,
+    pre_norm_block,
+    run_blocks,
     scaled_dot_product_attention,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
@@ -49,7 +54,7 @@ __all__ = ["Bloom", "BloomConfig", "alibi_bias", "alibi_slopes"]
 
 
 @dataclasses.dataclass(frozen=True)
-class BloomConfig:
+class BloomConfig(HFConfig):
     """Hyperparameters of a BLOOM model (hashable; Hugging Face ``BloomConfig`` names).
 
     Attributes:
@@ -68,39 +73,14 @@ class BloomConfig:
     bos_token_id: int | None = 1
 
     model_type = "bloom"
+    HF_FIELDS: ClassVar[dict[str, str]] = {"d_model": "hidden_size", "num_layers": "n_layer", "num_heads": "n_head"}
 
     def __post_init__(self):
-        if self.hidden_size % self.n_head:
-            raise ValueError(f"BloomConfig: hidden_size={self.hidden_size} is not divisible by n_head={self.n_head}")
-
-    @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.n_layer
-
-    @property
-    def num_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.n_head
+        self.check_sizes()
 
     @property
     def d_mlp(self) -> int:
         return 4 * self.hidden_size
-
-    @property
-    def max_positions(self) -> None:
-        """None: ALiBi positions are unbounded."""
-        return None
 
 
 def alibi_slopes(n_heads: int) -> np.ndarray:
@@ -150,11 +130,7 @@ class BloomBlock(nn.Module):
         self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask, bias):
-        hp = self.hp
-        x = hp["hook_resid_pre"](x)
-        a, probs = self.attn(hp["ln1"](self.ln_1(x)), mask, bias)
-        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-        return hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.ln_2(x))))), probs
+        return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask, bias)
 
 
 class Bloom(nn.Module):
@@ -195,20 +171,7 @@ class Bloom(nn.Module):
         T = ids.shape[1]
         x = self.word_embeddings_ln(self.word_embeddings(ids))
         mask = attention_mask_4d(T, am, causal=True)
-        bias = alibi_bias(c.n_head, T, x.dtype)
-        residual, probs = [x], []
-        for block in self.h:
-            x, p = block(x, mask, bias)
-            residual.append(x)
-            probs.append(p)
-        final = self.hook_ln_final(self.ln_f(x))
-        logits = None
-        if compute_logits:
-            logits = self.word_embeddings.attend(final) if c.tie_word_embeddings else self.lm_head(final)
-        inter = Intermediates(
-            hidden_states=tuple(residual[:-1]) + (final,),
-            residual=tuple(residual),
-            final_ln=final,
-            attentions=tuple(probs) if return_attention else None,
-        )
-        return logits, inter
+        residual, probs = run_blocks(self.h, x, mask, alibi_bias(c.n_head, T, x.dtype))
+        unembed = self.word_embeddings.attend if c.tie_word_embeddings else self.lm_head
+        return decoder_head(residual, probs, lambda h: self.hook_ln_final(self.ln_f(h)), unembed,
+                            return_attention=return_attention, compute_logits=compute_logits)

@@ -1,7 +1,9 @@
-"""Shared pieces of the geomjax transformer ports: Intermediates, LayerNorm, embeddings, attention.
+"""Shared pieces of the geomjax transformer ports: configs, Intermediates, LayerNorm, embeddings, attention.
 
-Everything here is a pure function or a Flax linen module with explicit parameters. The GPT-2
-and BERT ports (``gpt2.py``, ``bert.py``) and the toy transformer build on these.
+Everything here is a pure function or a Flax linen module with explicit parameters. The Hugging Face
+ports (``gpt2.py``, ``bert.py``, ``llama.py``, ``bloom.py``) and the toy transformer build on these:
+:class:`HFConfig` (the family-neutral sizes of every port's config), :func:`pre_norm_block` (the
+residual updates of a pre-norm block) and :func:`decoder_head` (blocks, final norm, read-out).
 
 Parameter layout of one attention block (``MultiHeadAttention``), chosen so that every head can be
 read directly for analysis (Song & Zhong eqs. (7)-(8), QK circuits):
@@ -14,7 +16,9 @@ so that ``q_h = x @ q/kernel[:, h, :] + q/bias[h]`` and ``out = sum_h z_h @ o/ke
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -30,6 +34,7 @@ __all__ = [
     "ATTENTION_HOOKS",
     "BLOCK_HOOKS",
     "Embed",
+    "HFConfig",
     "HookPoint",
     "Intermediates",
     "LayerNorm",
@@ -39,10 +44,76 @@ __all__ = [
     "scaled_dot_product_attention",
     "check_input_ids",
     "check_segment_ids",
+    "decoder_head",
     "embed_lookup",
     "hook_points",
     "layer_norm",
+    "pre_norm_block",
+    "run_blocks",
 ]
+
+
+class HFConfig:
+    """Base of the Hugging Face ports' configs: one family-neutral view of their sizes.
+
+    A subclass is a frozen dataclass whose fields keep Hugging Face's own names (``n_embd``,
+    ``hidden_size``, ...), so that a ``config.json`` maps onto it key for key (``geomjax.convert``).
+    Its ``HF_FIELDS`` names the field that holds each neutral size, and these properties answer
+    with it (the names :mod:`geomjax.models.interface`, the conversion tables and the blocks read):
+
+    * ``d_model`` (d), ``num_layers`` (L), ``num_heads`` (H), ``d_mlp`` (F): the mapped fields;
+    * ``num_kv_heads`` (H_kv): the mapped field, else H (no grouped-query attention);
+    * ``head_dim`` (K): d / H, unless the subclass has a ``head_dim`` field (Llama);
+    * ``max_positions`` (P): the mapped field, else None (positions unbounded: rotary, ALiBi).
+
+    A family whose F is a formula (GPT-2's ``n_inner or 4d``, BLOOM's 4d) overrides ``d_mlp``.
+    """
+
+    HF_FIELDS: ClassVar[dict[str, str]] = {}
+
+    def _hf(self, name: str, default=None):
+        field = self.HF_FIELDS.get(name)
+        return default if field is None else getattr(self, field)
+
+    @property
+    def d_model(self) -> int:
+        return self._hf("d_model")
+
+    @property
+    def num_layers(self) -> int:
+        return self._hf("num_layers")
+
+    @property
+    def num_heads(self) -> int:
+        return self._hf("num_heads")
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self._hf("num_kv_heads", self.num_heads)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def d_mlp(self) -> int:
+        return self._hf("d_mlp")
+
+    @property
+    def max_positions(self) -> int | None:
+        return self._hf("max_positions")
+
+    def check_sizes(self, *extra: str) -> None:
+        """Raise ValueError unless ``vocab_size``, every mapped size and the ``extra`` fields are >= 1
+        (a None field means "derived" and is skipped) and, where K is derived, d is divisible by H."""
+        what = type(self).__name__
+        for f in ("vocab_size", *self.HF_FIELDS.values(), *extra):
+            v = getattr(self, f)
+            if v is not None and int(v) < 1:
+                raise ValueError(f"{what}: {f} must be >= 1, got {v}")
+        if "head_dim" not in {f.name for f in dataclasses.fields(self)} and self.d_model % self.num_heads:
+            raise ValueError(f"{what}: {self.HF_FIELDS['d_model']}={self.d_model} is not divisible by "
+                             f"{self.HF_FIELDS['num_heads']}={self.num_heads}")
 
 
 @with_compact_repr
@@ -396,3 +467,57 @@ class MLP(nn.Module):
     def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
         return self.proj(ACTIVATIONS[self.activation](self.fc(x)))
 
+
+
+def pre_norm_block(hp: dict, x: Float[Array, "B T d"], norm_1, attn, norm_2, mlp, *attn_args
+                   ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+    """One pre-norm block (GPT-2, BLOOM, Llama): h = x + attn(norm_1 x, *attn_args); h + mlp(norm_2 h).
+
+    ``hp`` are the block's :data:`BLOCK_HOOKS` (see :func:`hook_points`); ``attn`` returns
+    ``(out (B, T, d), probs (B, H, T, T))``. Returns the block output (B, T, d) and ``probs``.
+    """
+    x = hp["hook_resid_pre"](x)
+    a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
+    x = hp["hook_resid_mid"](x + hp["attn_out"](a))
+    return hp["hook_resid_post"](x + hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))), probs
+
+
+def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
+               ) -> tuple[tuple[Float[Array, "B T d"], ...], tuple[Float[Array, "B H T T"], ...]]:
+    """Run x (B, T, d) through the blocks (each ``block(x, *args) -> (x, probs)``).
+
+    Returns the L+1 residual states (the input, then every block's output) and the L attention
+    probabilities (B, H, T, T).
+    """
+    states, probs = [x], []
+    for block in blocks:
+        x, p = block(x, *args)
+        states.append(x)
+        probs.append(p)
+    return tuple(states), tuple(probs)
+
+
+def decoder_head(
+    residual: tuple[Float[Array, "B T d"], ...],
+    probs: tuple[Float[Array, "B H T T"], ...],
+    final_norm,
+    unembed,
+    *,
+    return_attention: bool,
+    compute_logits: bool,
+) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
+    """A decoder's output from its residual stream: logits = unembed(final_norm(x_L)) and the Intermediates.
+
+    ``final_norm`` is the final norm followed by its ``ln_final`` hook; ``unembed`` the read-out
+    (tied: the embedding's ``attend``; else ``lm_head``). ``hidden_states`` follows Hugging Face
+    (the last entry after the final norm), ``residual`` is the stream before it.
+    Returns ``(logits (B, T, V) or None when not compute_logits, Intermediates)``.
+    """
+    final = final_norm(residual[-1])
+    inter = Intermediates(
+        hidden_states=residual[:-1] + (final,),
+        residual=residual,
+        final_ln=final,
+        attentions=probs if return_attention else None,
+    )
+    return (unembed(final) if compute_logits else None), inter

@@ -28,6 +28,7 @@ from geomjax.models.common import (
     BLOCK_HOOKS,
     MLP,
     Embed,
+    HFConfig,
     HookPoint,
     Intermediates,
     LayerNorm,
@@ -35,7 +36,10 @@ from geomjax.models.common import (
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    decoder_head,
     hook_points,
+    pre_norm_block,
+    run_blocks,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
 
@@ -43,7 +47,7 @@ __all__ = ["GPT2", "GPT2Block", "GPT2Config"]
 
 
 @dataclasses.dataclass(frozen=True)
-class GPT2Config:
+class GPT2Config(HFConfig):
     """Hyperparameters of a GPT-2 model (hashable; Hugging Face ``GPT2Config`` names).
 
     Build one from a ``config.json`` with ``geomjax.convert.gpt2_config_from_hf`` (which rejects
@@ -70,42 +74,20 @@ class GPT2Config:
     layer_norm_epsilon: float = 1e-5
 
     model_type: ClassVar[str] = "gpt2"
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "d_model": "n_embd", "num_layers": "n_layer", "num_heads": "n_head", "max_positions": "n_positions"}
 
     def __post_init__(self):
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPT2Config: n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        self.check_sizes()
         if self.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ValueError(
                 f"GPT2Config: activation_function={self.activation_function!r} is not implemented; "
                 "use 'gelu_new' (or 'gelu_pytorch_tanh')"
             )
-        for f in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            if int(getattr(self, f)) < 1:
-                raise ValueError(f"GPT2Config: {f} must be >= 1, got {getattr(self, f)}")
-
-    @property
-    def d_model(self) -> int:
-        return self.n_embd
-
-    @property
-    def num_layers(self) -> int:
-        return self.n_layer
-
-    @property
-    def num_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
 
     @property
     def d_mlp(self) -> int:
         return self.n_inner if self.n_inner is not None else 4 * self.n_embd
-
-    @property
-    def max_positions(self) -> int:
-        return self.n_positions
 
 
 class GPT2Block(nn.Module):
@@ -122,12 +104,7 @@ class GPT2Block(nn.Module):
         self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask):
-        hp = self.hp
-        x = hp["hook_resid_pre"](x)
-        a, probs = self.attn(hp["ln1"](self.ln_1(x)), mask)
-        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-        x = hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.ln_2(x)))))
-        return x, probs
+        return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask)
 
 
 class GPT2(nn.Module):
@@ -172,20 +149,7 @@ class GPT2(nn.Module):
         am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", "GPT2")
         T = ids.shape[1]
         x = self.wte(ids) + self.wpe.embedding[:T][None]
-        mask = attention_mask_4d(T, am, causal=True)
-        residual = [x]
-        probs = []
-        for block in self.h:
-            x, p = block(x, mask)
-            residual.append(x)
-            probs.append(p)
-        final = self.hook_ln_final(self.ln_f(x))
-        logits = self.wte.attend(final) if compute_logits else None
-        inter = Intermediates(
-            hidden_states=tuple(residual[:-1]) + (final,),
-            residual=tuple(residual),
-            final_ln=final,
-            attentions=tuple(probs) if return_attention else None,
-        )
-        return logits, inter
+        residual, probs = run_blocks(self.h, x, attention_mask_4d(T, am, causal=True))
+        return decoder_head(residual, probs, lambda h: self.hook_ln_final(self.ln_f(h)), self.wte.attend,
+                            return_attention=return_attention, compute_logits=compute_logits)
 

@@ -24,6 +24,7 @@ Parameter tree::
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -34,12 +35,16 @@ from geomjax.models.common import (
     ATTENTION_HOOKS,
     BLOCK_HOOKS,
     Embed,
+    HFConfig,
     HookPoint,
     Intermediates,
     attention_mask_4d,
     check_input_ids,
     check_segment_ids,
+    decoder_head,
     hook_points,
+    pre_norm_block,
+    run_blocks,
     scaled_dot_product_attention,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
@@ -52,7 +57,7 @@ ROPE_TYPES = ("default", "linear")
 
 
 @dataclasses.dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(HFConfig):
     """Hyperparameters of a Llama-family model (hashable; Hugging Face ``LlamaConfig`` names).
 
     Build one from a ``config.json`` with ``geomjax.convert.llama_config_from_hf``.
@@ -93,9 +98,14 @@ class LlamaConfig:
     sliding_window: int | None = None
     bos_token_id: int | None = 1
 
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "d_model": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "num_kv_heads": "num_key_value_heads", "d_mlp": "intermediate_size"}
+
     def __post_init__(self):
         if self.model_type not in ("llama", "mistral"):
             raise ValueError(f"LlamaConfig: model_type must be 'llama' or 'mistral', got {self.model_type!r}")
+        self.check_sizes("head_dim")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"LlamaConfig: num_attention_heads={self.num_attention_heads} is not a multiple of "
                              f"num_key_value_heads={self.num_key_value_heads}")
@@ -105,31 +115,6 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig: rope_type={self.rope_type!r} is not implemented (only {ROPE_TYPES})")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"LlamaConfig: sliding_window must be None or >= 1, got {self.sliding_window}")
-
-    @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def num_heads(self) -> int:
-        return self.num_attention_heads
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.num_key_value_heads
-
-    @property
-    def d_mlp(self) -> int:
-        return self.intermediate_size
-
-    @property
-    def max_positions(self) -> None:
-        """None: rotary positions are unbounded (no learned position table)."""
-        return None
 
 
 def rms_norm(x: Float[Array, "... d"], scale: Float[Array, " d"], eps: float) -> Float[Array, "... d"]:
@@ -255,11 +240,7 @@ class LlamaBlock(nn.Module):
         self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask, cos, sin):
-        hp = self.hp
-        x = hp["hook_resid_pre"](x)
-        a, probs = self.attn(hp["ln1"](self.input_norm(x)), mask, cos, sin)
-        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-        return hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.post_norm(x))))), probs
+        return pre_norm_block(self.hp, x, self.input_norm, self.attn, self.post_norm, self.mlp, mask, cos, sin)
 
 
 class Llama(nn.Module):
@@ -306,19 +287,7 @@ class Llama(nn.Module):
         if win is not None:
             mask = mask & win
         cos, sin = rotary_tables(c, T, x.dtype)
-        residual, probs = [x], []
-        for block in self.layers:
-            x, p = block(x, mask, cos, sin)
-            residual.append(x)
-            probs.append(p)
-        final = self.hook_ln_final(self.norm(x))
-        logits = None
-        if compute_logits:
-            logits = self.embed_tokens.attend(final) if c.tie_word_embeddings else self.lm_head(final)
-        inter = Intermediates(
-            hidden_states=tuple(residual[:-1]) + (final,),
-            residual=tuple(residual),
-            final_ln=final,
-            attentions=tuple(probs) if return_attention else None,
-        )
-        return logits, inter
+        residual, probs = run_blocks(self.layers, x, mask, cos, sin)
+        unembed = self.embed_tokens.attend if c.tie_word_embeddings else self.lm_head
+        return decoder_head(residual, probs, lambda h: self.hook_ln_final(self.norm(h)), unembed,
+                            return_attention=return_attention, compute_logits=compute_logits)
