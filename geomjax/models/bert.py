@@ -50,9 +50,6 @@ __all__ = ["Bert", "BertConfig", "BertLayer"]
 class BertConfig(HFConfig):
     """Hyperparameters of a BERT encoder (hashable; Hugging Face ``BertConfig`` names).
 
-    Build one from a ``config.json`` with ``geomjax.convert.bert_config_from_hf`` (which rejects
-    attributes this port does not implement).
-
     Attributes:
       vocab_size: V.
       hidden_size: d.

@@ -30,25 +30,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax.models.common import (
-    BLOCK_HOOKS,
-    MLP,
-    Embed,
-    HFConfig,
-    HookPoint,
-    Intermediates,
-    LayerNorm,
-    MultiHeadAttention,
-    attention_mask_4d,
-    check_input_ids,
-    check_segment_ids,
-    decoder_head,
-    hook_points,
-    pre_norm_block,
-    run_blocks,
-    scaled_dot_product_attention,
-)
-from geomjax.typing import Array, ArrayLike, Float, Int
+from geomjax.models.common import CausalLM, Embed, HFConfig, HookPoint, LayerNorm, PreLNBlock
+from geomjax.typing import Array, Float
 
 __all__ = ["Bloom", "BloomConfig", "alibi_bias", "alibi_slopes"]
 
@@ -106,72 +89,25 @@ def alibi_bias(n_heads: int, T: int, dtype=jnp.float32) -> Float[Array, "1 H 1 T
     return jnp.asarray(b, dtype)[None, :, None, :]
 
 
-class BloomAttention(MultiHeadAttention):
-    """Multi-head attention with the ALiBi score bias (same parameters as ``MultiHeadAttention``)."""
-
-    def __call__(self, x, mask, bias=None):
-        hp = self.hp
-        q, k, v = hp["attn_q"](self.q(x)), hp["attn_k"](self.k(x)), hp["attn_v"](self.v(x))
-        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim ** -0.5, score_bias=bias, hooks=hp)
-        return self.o(hp["attn_z"](z)), probs
-
-
-class BloomBlock(nn.Module):
-    """One pre-LN BLOOM block: x + attn(ln_1 x), then + mlp(ln_2 ·)."""
+class Bloom(CausalLM):
+    """BLOOM causal language model returning ``(logits, Intermediates)`` (:class:`CausalLM`; any T:
+    ALiBi is unbounded; without padding the ALiBi key positions are 0..T−1, and Hugging Face's
+    cumulative-mask positions agree)."""
 
     config: BloomConfig
-
-    def setup(self):
-        c = self.config
-        self.ln_1 = LayerNorm(c.layer_norm_epsilon)
-        self.attn = BloomAttention(c.n_head, c.head_dim, c.hidden_size)
-        self.ln_2 = LayerNorm(c.layer_norm_epsilon)
-        self.mlp = MLP(c.d_mlp, c.hidden_size, "gelu_new")
-        self.hp = hook_points(*BLOCK_HOOKS)
-
-    def __call__(self, x, mask, bias):
-        return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask, bias)
-
-
-class Bloom(nn.Module):
-    """BLOOM causal language model returning ``(logits, Intermediates)``."""
-
-    config: BloomConfig
+    PARTS: ClassVar[dict[str, str]] = {"blocks": "h", "final_norm": "ln_f", "embedding": "word_embeddings"}
 
     def setup(self):
         c = self.config
         self.word_embeddings = Embed(c.vocab_size, c.hidden_size)
         self.word_embeddings_ln = LayerNorm(c.layer_norm_epsilon)
-        self.h = [BloomBlock(c) for _ in range(c.n_layer)]
+        self.h = [PreLNBlock(c, "gelu_new") for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def __call__(
-        self,
-        input_ids: Int[ArrayLike, "B T"],
-        attention_mask: Int[ArrayLike, "B T"] | None = None,
-        *,
-        return_attention: bool = False,
-        compute_logits: bool = True,
-    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
-        """Compute logits and every hidden state for token ids (B, T) (any T: ALiBi is unbounded).
-
-        Args:
-          input_ids: (B, T) integer ids in [0, vocab_size).
-          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys. Without padding
-            the ALiBi key positions are 0..T−1 (Hugging Face's cumulative-mask positions agree).
-          return_attention: also return the L attention-probability arrays (B, H, T, T).
-          compute_logits: if False, skip the unembedding and return None.
-        """
-        c = self.config
-        ids = check_input_ids(input_ids, c.vocab_size, np.iinfo(np.int32).max, what="BLOOM")
-        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", "BLOOM")
-        T = ids.shape[1]
+    def embed(self, ids, mask):
+        """x_0 = LN_emb(E[ids]); the blocks take the causal mask and the ALiBi bias."""
         x = self.word_embeddings_ln(self.word_embeddings(ids))
-        mask = attention_mask_4d(T, am, causal=True)
-        residual, probs = run_blocks(self.h, x, mask, alibi_bias(c.n_head, T, x.dtype))
-        unembed = self.word_embeddings.attend if c.tie_word_embeddings else self.lm_head
-        return decoder_head(residual, probs, lambda h: self.hook_ln_final(self.ln_f(h)), unembed,
-                            return_attention=return_attention, compute_logits=compute_logits)
+        return x, (mask, alibi_bias(self.config.n_head, ids.shape[1], x.dtype))

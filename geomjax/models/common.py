@@ -3,7 +3,7 @@
 Everything here is a pure function or a Flax linen module with explicit parameters. The Hugging Face
 ports (``gpt2.py``, ``bert.py``, ``llama.py``, ``bloom.py``) and the toy transformer build on these:
 :class:`HFConfig` (the family-neutral sizes of every port's config), :func:`pre_norm_block` (the
-residual updates of a pre-norm block) and :func:`decoder_head` (blocks, final norm, read-out).
+residual updates of a pre-norm block) and :class:`CausalLM` (the one forward of the causal decoders).
 
 Parameter layout of one attention block (``MultiHeadAttention``), chosen so that every head can be
 read directly for analysis (Song & Zhong eqs. (7)-(8), QK circuits):
@@ -33,6 +33,7 @@ __all__ = [
     "ACTIVATIONS",
     "ATTENTION_HOOKS",
     "BLOCK_HOOKS",
+    "CausalLM",
     "Embed",
     "HFConfig",
     "HookPoint",
@@ -40,11 +41,11 @@ __all__ = [
     "LayerNorm",
     "MLP",
     "MultiHeadAttention",
+    "PreLNBlock",
     "attention_mask_4d",
     "scaled_dot_product_attention",
     "check_input_ids",
     "check_segment_ids",
-    "decoder_head",
     "embed_lookup",
     "hook_points",
     "layer_norm",
@@ -57,7 +58,8 @@ class HFConfig:
     """Base of the Hugging Face ports' configs: one family-neutral view of their sizes.
 
     A subclass is a frozen dataclass whose fields keep Hugging Face's own names (``n_embd``,
-    ``hidden_size``, ...), so that a ``config.json`` maps onto it key for key (``geomjax.convert``).
+    ``hidden_size``, ...), so that a ``config.json`` maps onto it key for key:
+    ``geomjax.convert.config_from_hf`` builds one (and rejects attributes the port does not implement).
     Its ``HF_FIELDS`` names the field that holds each neutral size, and these properties answer
     with it (the names :mod:`geomjax.models.interface`, the conversion tables and the blocks read):
 
@@ -70,6 +72,13 @@ class HFConfig:
     """
 
     HF_FIELDS: ClassVar[dict[str, str]] = {}
+    DISPLAY_NAMES: ClassVar[dict[str, str]] = {
+        "gpt2": "GPT2", "bert": "BERT", "bloom": "BLOOM", "llama": "Llama", "mistral": "Mistral"}
+
+    @property
+    def display_name(self) -> str:
+        """The family's name in messages (from ``model_type``)."""
+        return self.DISPLAY_NAMES[self.model_type]
 
     def _hf(self, name: str, default=None):
         field = self.HF_FIELDS.get(name)
@@ -314,13 +323,17 @@ class MultiHeadAttention(nn.Module):
         self.hp = hook_points(*ATTENTION_HOOKS)
 
     def __call__(
-        self, x: Float[Array, "B T d"], mask: Bool[Array, "B 1 T T"] | None
+        self,
+        x: Float[Array, "B T d"],
+        mask: Bool[Array, "B 1 T T"] | None,
+        score_bias: Float[Array, "1 H 1 T"] | None = None,
     ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+        """(out (B, T, d), probs (B, H, T, T)); ``score_bias`` is BLOOM's ALiBi (added to the scaled scores)."""
         hp = self.hp
         q = hp["attn_q"](self.q(x))  # (B, T, H, K)
         k = hp["attn_k"](self.k(x))
         v = hp["attn_v"](self.v(x))
-        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, hooks=hp)
+        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, score_bias=score_bias, hooks=hp)
         return self.o(hp["attn_z"](z)), probs
 
 
@@ -497,27 +510,91 @@ def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
     return tuple(states), tuple(probs)
 
 
-def decoder_head(
-    residual: tuple[Float[Array, "B T d"], ...],
-    probs: tuple[Float[Array, "B H T T"], ...],
-    final_norm,
-    unembed,
-    *,
-    return_attention: bool,
-    compute_logits: bool,
-) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
-    """A decoder's output from its residual stream: logits = unembed(final_norm(x_L)) and the Intermediates.
+class CausalLM(nn.Module):
+    """Base of the causal decoders (GPT-2, BLOOM, Llama / Mistral): one forward, one call signature.
 
-    ``final_norm`` is the final norm followed by its ``ln_final`` hook; ``unembed`` the read-out
-    (tied: the embedding's ``attend``; else ``lm_head``). ``hidden_states`` follows Hugging Face
-    (the last entry after the final norm), ``residual`` is the stream before it.
-    Returns ``(logits (B, T, V) or None when not compute_logits, Intermediates)``.
+    x_0, block inputs = embed(ids, causal mask); x_{l+1}, probs_l = block_l(x_l, *block inputs);
+    logits = unembed(final_norm(x_L)). A subclass's ``setup`` builds its modules under Hugging
+    Face's names (with a ``hook_ln_final`` HookPoint and, when the config has
+    ``tie_word_embeddings=False``, an ``lm_head``) and says what differs:
+
+    * ``embed(ids (B, T), mask (1|B, 1, T, T)) -> (x_0 (B, T, d), block_args)``: the embedding
+      and what every block takes after x (the mask, ALiBi's bias, the rotary tables);
+    * ``PARTS``: the Hugging Face names of the ``blocks`` list, the ``final_norm`` and the token
+      ``embedding`` (the tied read-out is its ``attend``).
+
+    Error messages name the family by ``config.display_name``.
     """
-    final = final_norm(residual[-1])
-    inter = Intermediates(
-        hidden_states=residual[:-1] + (final,),
-        residual=residual,
-        final_ln=final,
-        attentions=probs if return_attention else None,
-    )
-    return (unembed(final) if compute_logits else None), inter
+
+    PARTS: ClassVar[dict[str, str]] = {}
+
+    def __call__(
+        self,
+        input_ids: Int[ArrayLike, "B T"],
+        attention_mask: Int[ArrayLike, "B T"] | None = None,
+        *,
+        return_attention: bool = False,
+        compute_logits: bool = True,
+    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
+        """Compute logits and every residual-stream state for token ids (B, T).
+
+        Args:
+          input_ids: (B, T) integer ids in [0, vocab_size), T <= ``config.max_positions`` (None:
+            any T, as rotary and ALiBi positions are unbounded).
+          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys (Hugging Face
+            convention); combined with the causal mask.
+          return_attention: also return the L attention-probability arrays (B, H, T, T).
+          compute_logits: if False, skip the (B, T, V) unembedding and return None as output.
+
+        Returns:
+          ``(logits (B, T, V) or None, Intermediates)``: ``hidden_states`` as Hugging Face's
+          ``output_hidden_states`` (the last entry after the final norm), ``residual`` the stream
+          before it, ``final_ln`` the final norm's output.
+
+        Raises:
+          ValueError: bad shape, T > max_positions, ids outside [0, vocab_size) (checked eagerly;
+            under ``jit`` a bad id gives NaN outputs instead).
+        """
+        c, what = self.config, self.config.display_name
+        max_positions = np.iinfo(np.int32).max if c.max_positions is None else c.max_positions
+        ids = check_input_ids(input_ids, c.vocab_size, max_positions, what=what)
+        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
+        x, block_args = self.embed(ids, attention_mask_4d(ids.shape[1], am, causal=True))
+        residual, probs = run_blocks(getattr(self, self.PARTS["blocks"]), x, *block_args)
+        final = self.hook_ln_final(getattr(self, self.PARTS["final_norm"])(residual[-1]))
+        inter = Intermediates(
+            hidden_states=residual[:-1] + (final,),
+            residual=residual,
+            final_ln=final,
+            attentions=probs if return_attention else None,
+        )
+        return (self.unembed(final) if compute_logits else None), inter
+
+    def unembed(self, h: Float[Array, "B T d"]) -> Float[Array, "B T V"]:
+        """Logits h @ Eᵀ with the token embedding E (tied), or ``lm_head(h)``."""
+        if getattr(self.config, "tie_word_embeddings", True):
+            return getattr(self, self.PARTS["embedding"]).attend(h)
+        return self.lm_head(h)
+
+
+class PreLNBlock(nn.Module):
+    """One pre-LayerNorm block of GPT-2 and BLOOM: x + attn(ln_1 x), then + mlp(ln_2 ·) (:func:`pre_norm_block`).
+
+    Parameters under Hugging Face's names ``ln_1``, ``attn`` (:class:`MultiHeadAttention`), ``ln_2``,
+    ``mlp`` (:class:`MLP` with ``activation``); ``config`` is an :class:`HFConfig` with
+    ``layer_norm_epsilon``. ``score_bias``: BLOOM's ALiBi bias (1, H, 1, T), None for GPT-2.
+    """
+
+    config: HFConfig
+    activation: str
+
+    def setup(self):
+        c = self.config
+        self.ln_1 = LayerNorm(c.layer_norm_epsilon)
+        self.attn = MultiHeadAttention(c.num_heads, c.head_dim, c.d_model)
+        self.ln_2 = LayerNorm(c.layer_norm_epsilon)
+        self.mlp = MLP(c.d_mlp, c.d_model, self.activation)
+        self.hp = hook_points(*BLOCK_HOOKS)
+
+    def __call__(self, x, mask, score_bias=None):
+        return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask, score_bias)

@@ -34,20 +34,15 @@ import numpy as np
 from geomjax.models.common import (
     ATTENTION_HOOKS,
     BLOCK_HOOKS,
+    CausalLM,
     Embed,
     HFConfig,
     HookPoint,
-    Intermediates,
-    attention_mask_4d,
-    check_input_ids,
-    check_segment_ids,
-    decoder_head,
     hook_points,
     pre_norm_block,
-    run_blocks,
     scaled_dot_product_attention,
 )
-from geomjax.typing import Array, ArrayLike, Float, Int
+from geomjax.typing import Array, Float
 
 __all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rope_inv_freq", "rotary_from_inv_freq",
            "rotary_tables", "window_mask"]
@@ -59,8 +54,6 @@ ROPE_TYPES = ("default", "linear")
 @dataclasses.dataclass(frozen=True)
 class LlamaConfig(HFConfig):
     """Hyperparameters of a Llama-family model (hashable; Hugging Face ``LlamaConfig`` names).
-
-    Build one from a ``config.json`` with ``geomjax.convert.llama_config_from_hf``.
 
     Attributes:
       model_type: ``"llama"`` or ``"mistral"`` (the only difference: Mistral's sliding window).
@@ -243,10 +236,12 @@ class LlamaBlock(nn.Module):
         return pre_norm_block(self.hp, x, self.input_norm, self.attn, self.post_norm, self.mlp, mask, cos, sin)
 
 
-class Llama(nn.Module):
-    """Llama / Mistral causal language model returning ``(logits, Intermediates)``."""
+class Llama(CausalLM):
+    """Llama / Mistral causal language model returning ``(logits, Intermediates)`` (:class:`CausalLM`;
+    any T: rotary positions are unbounded)."""
 
     config: LlamaConfig
+    PARTS: ClassVar[dict[str, str]] = {"blocks": "layers", "final_norm": "norm", "embedding": "embed_tokens"}
 
     def setup(self):
         c = self.config
@@ -257,37 +252,12 @@ class Llama(nn.Module):
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def __call__(
-        self,
-        input_ids: Int[ArrayLike, "B T"],
-        attention_mask: Int[ArrayLike, "B T"] | None = None,
-        *,
-        return_attention: bool = False,
-        compute_logits: bool = True,
-    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
-        """Compute logits and every residual-stream state for token ids (B, T).
-
-        Args:
-          input_ids: (B, T) integer ids in [0, vocab_size) (any T: rotary positions are unbounded).
-          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys.
-          return_attention: also return the L attention-probability arrays (B, H, T, T).
-          compute_logits: if False, skip the (B, T, V) unembedding and return None.
-
-        Returns:
-          ``(logits (B, T, V) or None, Intermediates)``.
-        """
-        c = self.config
-        what = "Mistral" if c.model_type == "mistral" else "Llama"
-        ids = check_input_ids(input_ids, c.vocab_size, np.iinfo(np.int32).max, what=what)
-        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
+    def embed(self, ids, mask):
+        """x_0 = E[ids]; the blocks take the causal (and sliding-window) mask and the rotary tables."""
         T = ids.shape[1]
         x = self.embed_tokens(ids)
-        mask = attention_mask_4d(T, am, causal=True)
-        win = window_mask(T, c.sliding_window)
+        win = window_mask(T, self.config.sliding_window)
         if win is not None:
             mask = mask & win
-        cos, sin = rotary_tables(c, T, x.dtype)
-        residual, probs = run_blocks(self.layers, x, mask, cos, sin)
-        unembed = self.embed_tokens.attend if c.tie_word_embeddings else self.lm_head
-        return decoder_head(residual, probs, lambda h: self.hook_ln_final(self.norm(h)), unembed,
-                            return_attention=return_attention, compute_logits=compute_logits)
+        cos, sin = rotary_tables(self.config, T, x.dtype)
+        return x, (mask, cos, sin)
