@@ -571,7 +571,8 @@ class CausalLM(nn.Module):
         return (self.unembed(final) if compute_logits else None), inter
 
     def unembed(self, h: Float[Array, "B T d"]) -> Float[Array, "B T V"]:
-        """Logits h @ Eᵀ with the token embedding E (tied), or ``lm_head(h)``."""
+        """Logits (B, T, V): h @ Eᵀ with the token embedding E when tied (a config without
+        ``tie_word_embeddings``, as GPT-2's, always is), else ``lm_head(h)``."""
         if getattr(self.config, "tie_word_embeddings", True):
             return getattr(self, self.PARTS["embedding"]).attend(h)
         return self.lm_head(h)
