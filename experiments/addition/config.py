@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from geomjax.models.toy import ToyConfig
-from geomjax.train import OptimConfig, TrainConfig, addition_config
+from geomjax.train import TrainConfig, addition_config, addition_train_config
 
 PRESETS = ("smoke", "cpu", "paper")
 
@@ -62,29 +61,19 @@ class AdditionExperimentConfig:
         return self.train.seq_len
 
 
-def _toy(L: int, *, n_layers: int, n_heads: int, d_model: int, d_mlp: int, lr: float, final_lr: float,
-         warmup_steps: int, batch_size: int, total_steps: int, steps_per_call: int, n_train: int,
-         seed: int) -> TrainConfig:
-    """A TrainConfig for L-digit addition (T = 3L + 3 positions; AdamW β (0.9, 0.99), wd 0.1, clip 1)."""
-    T = 3 * L + 3
-    model = ToyConfig(vocab_size=13, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=d_mlp, max_len=T)
-    optim = OptimConfig(lr=lr, warmup_steps=warmup_steps, decay_steps=total_steps, final_lr=final_lr,
-                        b1=0.9, b2=0.99, weight_decay=0.1, grad_clip=1.0)
-    return TrainConfig("addition", model, optim, batch_size=batch_size, seq_len=T, total_steps=total_steps,
-                       steps_per_call=steps_per_call, eval_every=0, eval_batches=4, ckpt_every=0,
-                       max_digits=L, carry=True, n_train=n_train, seed=seed)
-
-
 def get_config(preset: str = "cpu", *, seed: int = 0) -> AdditionExperimentConfig:
     """The ``smoke`` / ``cpu`` / ``paper`` preset (``paper``'s training is
-    :func:`geomjax.train.addition_config` ``"paper"``, defined there only)."""
+    :func:`geomjax.train.addition_config` ``"paper"``, defined there only; the others are
+    :func:`geomjax.train.addition_train_config` runs of the experiment's own sizes)."""
     if preset == "smoke":
-        t = _toy(4, n_layers=1, n_heads=2, d_model=32, d_mlp=64, lr=3e-3, final_lr=3e-4, warmup_steps=5,
-                 batch_size=16, total_steps=30, steps_per_call=10, n_train=512, seed=seed)
+        t = addition_train_config(4, n_layers=1, n_heads=2, d_model=32, d_mlp=64, lr=3e-3, final_lr=3e-4,
+                                  warmup_steps=5, batch_size=16, total_steps=30, steps_per_call=10, n_train=512,
+                                  seed=seed)
         return AdditionExperimentConfig("smoke", t, n_eval=32, short_lengths=(1,), n_short=16, n_basis=32)
     if preset == "cpu":
-        t = _toy(10, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=2e-3, final_lr=2e-4, warmup_steps=100,
-                 batch_size=64, total_steps=2000, steps_per_call=100, n_train=100_000, seed=seed)
+        t = addition_train_config(10, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=2e-3, final_lr=2e-4,
+                                  warmup_steps=100, batch_size=64, total_steps=2000, steps_per_call=100,
+                                  n_train=100_000, seed=seed)
         return AdditionExperimentConfig("cpu", t)
     if preset == "paper":
         return AdditionExperimentConfig("paper", addition_config("paper").replace(seed=seed), n_eval=10_000,

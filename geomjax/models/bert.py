@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from geomjax.models.common import (
     MLP,
     Embed,
+    HFConfig,
     Intermediates,
     LayerNorm,
     MultiHeadAttention,
@@ -38,6 +39,7 @@ from geomjax.models.common import (
     check_input_ids,
     check_segment_ids,
     hook_points,
+    run_blocks,
 )
 from geomjax.typing import Array, ArrayLike, Float, Int
 
@@ -45,11 +47,8 @@ __all__ = ["Bert", "BertConfig", "BertLayer"]
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(HFConfig):
     """Hyperparameters of a BERT encoder (hashable; Hugging Face ``BertConfig`` names).
-
-    Build one from a ``config.json`` with ``geomjax.convert.bert_config_from_hf`` (which rejects
-    attributes this port does not implement).
 
     Attributes:
       vocab_size: V.
@@ -78,45 +77,16 @@ class BertConfig:
     add_pooling_layer: bool = True
 
     model_type: ClassVar[str] = "bert"
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "d_model": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "d_mlp": "intermediate_size", "max_positions": "max_position_embeddings"}
 
     def __post_init__(self):
-        if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
-                f"num_attention_heads={self.num_attention_heads}"
-            )
+        self.check_sizes("type_vocab_size")
         if self.hidden_act != "gelu":
             raise ValueError(
                 f"BertConfig: hidden_act={self.hidden_act!r} is not implemented; only 'gelu' (erf) is"
             )
-        for f in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                  "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-            if int(getattr(self, f)) < 1:
-                raise ValueError(f"BertConfig: {f} must be >= 1, got {getattr(self, f)}")
-
-    @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def num_heads(self) -> int:
-        return self.num_attention_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
-
-    @property
-    def d_mlp(self) -> int:
-        return self.intermediate_size
-
-    @property
-    def max_positions(self) -> int:
-        return self.max_position_embeddings
 
 
 class BertLayer(nn.Module):
@@ -197,19 +167,14 @@ class Bert(nn.Module):
         )
         x = self.embeddings_ln(x)
         mask = attention_mask_4d(T, am, causal=c.causal if causal is None else bool(causal))
-        states = [x]
-        probs = []
-        for layer in self.layer:
-            x, p = layer(x, mask)
-            states.append(x)
-            probs.append(p)
+        states, probs = run_blocks(self.layer, x, mask)
+        x = states[-1]
         pooled = jnp.tanh(self.pooler(x[:, 0])) if c.add_pooling_layer else None
-        states = tuple(states)
         inter = Intermediates(
             hidden_states=states,
             residual=states,
             final_ln=None,
-            attentions=tuple(probs) if return_attention else None,
+            attentions=probs if return_attention else None,
             pooler_output=pooled,
         )
         return x, inter

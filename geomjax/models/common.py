@@ -1,7 +1,9 @@
-"""Shared pieces of the geomjax transformer ports: Intermediates, LayerNorm, embeddings, attention.
+"""Shared pieces of the geomjax transformer ports: configs, Intermediates, LayerNorm, embeddings, attention.
 
-Everything here is a pure function or a Flax linen module with explicit parameters. The GPT-2
-and BERT ports (``gpt2.py``, ``bert.py``) and the toy transformer build on these.
+Everything here is a pure function or a Flax linen module with explicit parameters. The Hugging Face
+ports (``gpt2.py``, ``bert.py``, ``llama.py``, ``bloom.py``) and the toy transformer build on these:
+:class:`HFConfig` (the family-neutral sizes of every port's config), :func:`pre_norm_block` (the
+residual updates of a pre-norm block) and :class:`CausalLM` (the one forward of the causal decoders).
 
 Parameter layout of one attention block (``MultiHeadAttention``), chosen so that every head can be
 read directly for analysis (Song & Zhong eqs. (7)-(8), QK circuits):
@@ -14,7 +16,9 @@ so that ``q_h = x @ q/kernel[:, h, :] + q/bias[h]`` and ``out = sum_h z_h @ o/ke
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -29,12 +33,15 @@ __all__ = [
     "ACTIVATIONS",
     "ATTENTION_HOOKS",
     "BLOCK_HOOKS",
+    "CausalLM",
     "Embed",
+    "HFConfig",
     "HookPoint",
     "Intermediates",
     "LayerNorm",
     "MLP",
     "MultiHeadAttention",
+    "PreLNBlock",
     "attention_mask_4d",
     "scaled_dot_product_attention",
     "check_input_ids",
@@ -42,7 +49,80 @@ __all__ = [
     "embed_lookup",
     "hook_points",
     "layer_norm",
+    "pre_norm_block",
+    "run_blocks",
 ]
+
+
+class HFConfig:
+    """Base of the Hugging Face ports' configs: one family-neutral view of their sizes.
+
+    A subclass is a frozen dataclass whose fields keep Hugging Face's own names (``n_embd``,
+    ``hidden_size``, ...), so that a ``config.json`` maps onto it key for key:
+    ``geomjax.convert.config_from_hf`` builds one (and rejects attributes the port does not implement).
+    Its ``HF_FIELDS`` names the field that holds each neutral size, and these properties answer
+    with it (the names :mod:`geomjax.models.interface`, the conversion tables and the blocks read):
+
+    * ``d_model`` (d), ``num_layers`` (L), ``num_heads`` (H), ``d_mlp`` (F): the mapped fields;
+    * ``num_kv_heads`` (H_kv): the mapped field, else H (no grouped-query attention);
+    * ``head_dim`` (K): d / H, unless the subclass has a ``head_dim`` field (Llama);
+    * ``max_positions`` (P): the mapped field, else None (positions unbounded: rotary, ALiBi).
+
+    A family whose F is a formula (GPT-2's ``n_inner or 4d``, BLOOM's 4d) overrides ``d_mlp``.
+    """
+
+    HF_FIELDS: ClassVar[dict[str, str]] = {}
+    DISPLAY_NAMES: ClassVar[dict[str, str]] = {
+        "gpt2": "GPT2", "bert": "BERT", "bloom": "BLOOM", "llama": "Llama", "mistral": "Mistral"}
+
+    @property
+    def display_name(self) -> str:
+        """The family's name in messages (from ``model_type``)."""
+        return self.DISPLAY_NAMES[self.model_type]
+
+    def _hf(self, name: str, default=None):
+        field = self.HF_FIELDS.get(name)
+        return default if field is None else getattr(self, field)
+
+    @property
+    def d_model(self) -> int:
+        return self._hf("d_model")
+
+    @property
+    def num_layers(self) -> int:
+        return self._hf("num_layers")
+
+    @property
+    def num_heads(self) -> int:
+        return self._hf("num_heads")
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self._hf("num_kv_heads", self.num_heads)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @property
+    def d_mlp(self) -> int:
+        return self._hf("d_mlp")
+
+    @property
+    def max_positions(self) -> int | None:
+        return self._hf("max_positions")
+
+    def check_sizes(self, *extra: str) -> None:
+        """Raise ValueError unless ``vocab_size``, every mapped size and the ``extra`` fields are >= 1
+        (a None field means "derived" and is skipped) and, where K is derived, d is divisible by H."""
+        what = type(self).__name__
+        for f in ("vocab_size", *self.HF_FIELDS.values(), *extra):
+            v = getattr(self, f)
+            if v is not None and int(v) < 1:
+                raise ValueError(f"{what}: {f} must be >= 1, got {v}")
+        if "head_dim" not in {f.name for f in dataclasses.fields(self)} and self.d_model % self.num_heads:
+            raise ValueError(f"{what}: {self.HF_FIELDS['d_model']}={self.d_model} is not divisible by "
+                             f"{self.HF_FIELDS['num_heads']}={self.num_heads}")
 
 
 @with_compact_repr
@@ -243,13 +323,17 @@ class MultiHeadAttention(nn.Module):
         self.hp = hook_points(*ATTENTION_HOOKS)
 
     def __call__(
-        self, x: Float[Array, "B T d"], mask: Bool[Array, "B 1 T T"] | None
+        self,
+        x: Float[Array, "B T d"],
+        mask: Bool[Array, "B 1 T T"] | None,
+        score_bias: Float[Array, "1 H 1 T"] | None = None,
     ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+        """(out (B, T, d), probs (B, H, T, T)); ``score_bias`` is BLOOM's ALiBi (added to the scaled scores)."""
         hp = self.hp
         q = hp["attn_q"](self.q(x))  # (B, T, H, K)
         k = hp["attn_k"](self.k(x))
         v = hp["attn_v"](self.v(x))
-        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, hooks=hp)
+        z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, score_bias=score_bias, hooks=hp)
         return self.o(hp["attn_z"](z)), probs
 
 
@@ -396,3 +480,122 @@ class MLP(nn.Module):
     def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
         return self.proj(ACTIVATIONS[self.activation](self.fc(x)))
 
+
+
+def pre_norm_block(hp: dict, x: Float[Array, "B T d"], norm_1, attn, norm_2, mlp, *attn_args
+                   ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+    """One pre-norm block (GPT-2, BLOOM, Llama): h = x + attn(norm_1 x, *attn_args); h + mlp(norm_2 h).
+
+    ``hp`` are the block's :data:`BLOCK_HOOKS` (see :func:`hook_points`); ``attn`` returns
+    ``(out (B, T, d), probs (B, H, T, T))``. Returns the block output (B, T, d) and ``probs``.
+    """
+    x = hp["hook_resid_pre"](x)
+    a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
+    x = hp["hook_resid_mid"](x + hp["attn_out"](a))
+    return hp["hook_resid_post"](x + hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))), probs
+
+
+def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
+               ) -> tuple[tuple[Float[Array, "B T d"], ...], tuple[Float[Array, "B H T T"], ...]]:
+    """Run x (B, T, d) through the blocks (each ``block(x, *args) -> (x, probs)``).
+
+    Returns the L+1 residual states (the input, then every block's output) and the L attention
+    probabilities (B, H, T, T).
+    """
+    states, probs = [x], []
+    for block in blocks:
+        x, p = block(x, *args)
+        states.append(x)
+        probs.append(p)
+    return tuple(states), tuple(probs)
+
+
+class CausalLM(nn.Module):
+    """Base of the causal decoders (GPT-2, BLOOM, Llama / Mistral): one forward, one call signature.
+
+    x_0, block inputs = embed(ids, causal mask); x_{l+1}, probs_l = block_l(x_l, *block inputs);
+    logits = unembed(final_norm(x_L)). A subclass's ``setup`` builds its modules under Hugging
+    Face's names (with a ``hook_ln_final`` HookPoint and, when the config has
+    ``tie_word_embeddings=False``, an ``lm_head``) and says what differs:
+
+    * ``embed(ids (B, T), mask (1|B, 1, T, T)) -> (x_0 (B, T, d), block_args)``: the embedding
+      and what every block takes after x (the mask, ALiBi's bias, the rotary tables);
+    * ``PARTS``: the Hugging Face names of the ``blocks`` list, the ``final_norm`` and the token
+      ``embedding`` (the tied read-out is its ``attend``).
+
+    Error messages name the family by ``config.display_name``.
+    """
+
+    PARTS: ClassVar[dict[str, str]] = {}
+
+    def __call__(
+        self,
+        input_ids: Int[ArrayLike, "B T"],
+        attention_mask: Int[ArrayLike, "B T"] | None = None,
+        *,
+        return_attention: bool = False,
+        compute_logits: bool = True,
+    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
+        """Compute logits and every residual-stream state for token ids (B, T).
+
+        Args:
+          input_ids: (B, T) integer ids in [0, vocab_size), T <= ``config.max_positions`` (None:
+            any T, as rotary and ALiBi positions are unbounded).
+          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys (Hugging Face
+            convention); combined with the causal mask.
+          return_attention: also return the L attention-probability arrays (B, H, T, T).
+          compute_logits: if False, skip the (B, T, V) unembedding and return None as output.
+
+        Returns:
+          ``(logits (B, T, V) or None, Intermediates)``: ``hidden_states`` as Hugging Face's
+          ``output_hidden_states`` (the last entry after the final norm), ``residual`` the stream
+          before it, ``final_ln`` the final norm's output.
+
+        Raises:
+          ValueError: bad shape, T > max_positions, ids outside [0, vocab_size) (checked eagerly;
+            under ``jit`` a bad id gives NaN outputs instead).
+        """
+        c, what = self.config, self.config.display_name
+        max_positions = np.iinfo(np.int32).max if c.max_positions is None else c.max_positions
+        ids = check_input_ids(input_ids, c.vocab_size, max_positions, what=what)
+        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
+        x, block_args = self.embed(ids, attention_mask_4d(ids.shape[1], am, causal=True))
+        residual, probs = run_blocks(getattr(self, self.PARTS["blocks"]), x, *block_args)
+        final = self.hook_ln_final(getattr(self, self.PARTS["final_norm"])(residual[-1]))
+        inter = Intermediates(
+            hidden_states=residual[:-1] + (final,),
+            residual=residual,
+            final_ln=final,
+            attentions=probs if return_attention else None,
+        )
+        return (self.unembed(final) if compute_logits else None), inter
+
+    def unembed(self, h: Float[Array, "B T d"]) -> Float[Array, "B T V"]:
+        """Logits (B, T, V): h @ Eᵀ with the token embedding E when tied (a config without
+        ``tie_word_embeddings``, as GPT-2's, always is), else ``lm_head(h)``."""
+        if getattr(self.config, "tie_word_embeddings", True):
+            return getattr(self, self.PARTS["embedding"]).attend(h)
+        return self.lm_head(h)
+
+
+class PreLNBlock(nn.Module):
+    """One pre-LayerNorm block of GPT-2 and BLOOM: x + attn(ln_1 x), then + mlp(ln_2 ·) (:func:`pre_norm_block`).
+
+    Parameters under Hugging Face's names ``ln_1``, ``attn`` (:class:`MultiHeadAttention`), ``ln_2``,
+    ``mlp`` (:class:`MLP` with ``activation``); ``config`` is an :class:`HFConfig` with
+    ``layer_norm_epsilon``. ``score_bias``: BLOOM's ALiBi bias (1, H, 1, T), None for GPT-2.
+    """
+
+    config: HFConfig
+    activation: str
+
+    def setup(self):
+        c = self.config
+        self.ln_1 = LayerNorm(c.layer_norm_epsilon)
+        self.attn = MultiHeadAttention(c.num_heads, c.head_dim, c.d_model)
+        self.ln_2 = LayerNorm(c.layer_norm_epsilon)
+        self.mlp = MLP(c.d_mlp, c.d_model, self.activation)
+        self.hp = hook_points(*BLOCK_HOOKS)
+
+    def __call__(self, x, mask, score_bias=None):
+        return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask, score_bias)

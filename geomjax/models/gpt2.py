@@ -22,32 +22,14 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-import flax.linen as nn
+from geomjax.models.common import CausalLM, Embed, HFConfig, HookPoint, LayerNorm, PreLNBlock
 
-from geomjax.models.common import (
-    BLOCK_HOOKS,
-    MLP,
-    Embed,
-    HookPoint,
-    Intermediates,
-    LayerNorm,
-    MultiHeadAttention,
-    attention_mask_4d,
-    check_input_ids,
-    check_segment_ids,
-    hook_points,
-)
-from geomjax.typing import Array, ArrayLike, Float, Int
-
-__all__ = ["GPT2", "GPT2Block", "GPT2Config"]
+__all__ = ["GPT2", "GPT2Config"]
 
 
 @dataclasses.dataclass(frozen=True)
-class GPT2Config:
+class GPT2Config(HFConfig):
     """Hyperparameters of a GPT-2 model (hashable; Hugging Face ``GPT2Config`` names).
-
-    Build one from a ``config.json`` with ``geomjax.convert.gpt2_config_from_hf`` (which rejects
-    attributes this port does not implement).
 
     Attributes:
       vocab_size: V.
@@ -70,122 +52,37 @@ class GPT2Config:
     layer_norm_epsilon: float = 1e-5
 
     model_type: ClassVar[str] = "gpt2"
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "d_model": "n_embd", "num_layers": "n_layer", "num_heads": "n_head", "max_positions": "n_positions"}
 
     def __post_init__(self):
-        if self.n_embd % self.n_head:
-            raise ValueError(f"GPT2Config: n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        self.check_sizes()
         if self.activation_function not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ValueError(
                 f"GPT2Config: activation_function={self.activation_function!r} is not implemented; "
                 "use 'gelu_new' (or 'gelu_pytorch_tanh')"
             )
-        for f in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
-            if int(getattr(self, f)) < 1:
-                raise ValueError(f"GPT2Config: {f} must be >= 1, got {getattr(self, f)}")
-
-    @property
-    def d_model(self) -> int:
-        return self.n_embd
-
-    @property
-    def num_layers(self) -> int:
-        return self.n_layer
-
-    @property
-    def num_heads(self) -> int:
-        return self.n_head
-
-    @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
 
     @property
     def d_mlp(self) -> int:
         return self.n_inner if self.n_inner is not None else 4 * self.n_embd
 
-    @property
-    def max_positions(self) -> int:
-        return self.n_positions
 
-
-class GPT2Block(nn.Module):
-    """One pre-LN GPT-2 block: x + attn(ln_1 x), then + mlp(ln_2 ·)."""
+class GPT2(CausalLM):
+    """GPT-2 language model (tied unembedding), returning ``(logits, Intermediates)`` (:class:`CausalLM`)."""
 
     config: GPT2Config
-
-    def setup(self):
-        c = self.config
-        self.ln_1 = LayerNorm(c.layer_norm_epsilon)
-        self.attn = MultiHeadAttention(c.n_head, c.head_dim, c.n_embd)
-        self.ln_2 = LayerNorm(c.layer_norm_epsilon)
-        self.mlp = MLP(c.d_mlp, c.n_embd, c.activation_function)
-        self.hp = hook_points(*BLOCK_HOOKS)
-
-    def __call__(self, x, mask):
-        hp = self.hp
-        x = hp["hook_resid_pre"](x)
-        a, probs = self.attn(hp["ln1"](self.ln_1(x)), mask)
-        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-        x = hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.ln_2(x)))))
-        return x, probs
-
-
-class GPT2(nn.Module):
-    """GPT-2 language model (tied unembedding), returning ``(logits, Intermediates)``."""
-
-    config: GPT2Config
+    PARTS: ClassVar[dict[str, str]] = {"blocks": "h", "final_norm": "ln_f", "embedding": "wte"}
 
     def setup(self):
         c = self.config
         self.wte = Embed(c.vocab_size, c.n_embd, init_std=0.02)
         self.wpe = Embed(c.n_positions, c.n_embd, init_std=0.01)
-        self.h = [GPT2Block(c) for _ in range(c.n_layer)]
+        self.h = [PreLNBlock(c, c.activation_function) for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
 
-    def __call__(
-        self,
-        input_ids: Int[ArrayLike, "B T"],
-        attention_mask: Int[ArrayLike, "B T"] | None = None,
-        *,
-        return_attention: bool = False,
-        compute_logits: bool = True,
-    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
-        """Compute GPT-2 logits and every residual-stream state for token ids (B, T).
-
-        Args:
-          input_ids: (B, T) integer ids in [0, vocab_size), T <= n_positions.
-          attention_mask: optional (B, T), 1 for real tokens and 0 for padding keys (Hugging Face
-            convention); combined with the causal mask.
-          return_attention: also return the L attention-probability arrays (B, H, T, T).
-          compute_logits: if False, skip the (B, T, V) unembedding and return None as output.
-
-        Returns:
-          ``(logits (B, T, V) or None, Intermediates)``.
-
-        Raises:
-          ValueError: bad shape, T > n_positions, ids outside [0, vocab_size) (checked eagerly;
-            under ``jit`` a bad id gives NaN outputs instead).
-        """
-        c = self.config
-        ids = check_input_ids(input_ids, c.vocab_size, c.n_positions, what="GPT2")
-        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", "GPT2")
-        T = ids.shape[1]
-        x = self.wte(ids) + self.wpe.embedding[:T][None]
-        mask = attention_mask_4d(T, am, causal=True)
-        residual = [x]
-        probs = []
-        for block in self.h:
-            x, p = block(x, mask)
-            residual.append(x)
-            probs.append(p)
-        final = self.hook_ln_final(self.ln_f(x))
-        logits = self.wte.attend(final) if compute_logits else None
-        inter = Intermediates(
-            hidden_states=tuple(residual[:-1]) + (final,),
-            residual=tuple(residual),
-            final_ln=final,
-            attentions=tuple(probs) if return_attention else None,
-        )
-        return logits, inter
+    def embed(self, ids, mask):
+        """x_0 = wte[ids] + wpe[0..T-1]; the blocks take the causal mask."""
+        return self.wte(ids) + self.wpe.embedding[: ids.shape[1]][None], (mask,)
 

@@ -33,7 +33,7 @@ import numpy as np
 from geomjax._checks import compiled_cache
 from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
-from geomjax.models.common import layer_norm
+from geomjax.models.common import HFConfig, layer_norm
 from geomjax.models.gpt2 import GPT2, GPT2Config
 from geomjax.models.llama import Llama, LlamaConfig, apply_rotary, rms_norm, rotary_tables
 from geomjax.models.toy import ToyTransformer
@@ -263,6 +263,17 @@ def _study_forward(iface: ModelInterface, final_norm: bool, bos: int | None):
     return forward
 
 
+_LAYOUT = {
+    # model_type -> (positions, norm, pre_norm (then also a final norm), the tokenizer prepends BOS)
+    "gpt2": ("learned", "layernorm", True, False),
+    "bert": ("learned", "layernorm", False, False),
+    "bloom": ("alibi", "layernorm", True, False),
+    "llama": ("rotary", "rmsnorm", True, True),
+    "mistral": ("rotary", "rmsnorm", True, True),
+}
+"""What the Hugging Face families differ in beyond their sizes (:class:`ModelFacts`)."""
+
+
 def _facts(m, causal: bool | None) -> ModelFacts:
     if isinstance(m, ToyTransformer):
         c = m.cfg
@@ -273,23 +284,17 @@ def _facts(m, causal: bool | None) -> ModelFacts:
                           c.max_len, c.causal, c.pos_embedding, "none" if c.layer_norm == "none" else "layernorm",
                           c.layer_norm == "pre", c.layer_norm == "pre")
     c = m.config
-    if isinstance(c, GPT2Config):
-        if causal is not None and not causal:
-            raise ValueError("GPT-2 is always causal; leave causal=None")
-        return ModelFacts("gpt2", c.n_embd, c.n_layer, c.n_head, c.n_head, c.head_dim, c.d_mlp, c.vocab_size,
-                          c.n_positions, True, "learned", "layernorm", True, True)
-    if isinstance(c, BertConfig):
-        cz = c.causal if causal is None else bool(causal)
-        return ModelFacts("bert", c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_attention_heads,
-                          c.head_dim, c.intermediate_size, c.vocab_size, c.max_position_embeddings, cz, "learned",
-                          "layernorm", False, False)
-    if isinstance(c, (LlamaConfig, BloomConfig)):
-        if causal is not None and not causal:
-            raise ValueError(f"{type(c).__name__[:-6]} is always causal; leave causal=None")
-        llama = isinstance(c, LlamaConfig)
+    if isinstance(c, HFConfig):
+        if isinstance(c, BertConfig):
+            causal = c.causal if causal is None else bool(causal)
+        elif causal is None or causal:
+            causal = True
+        else:
+            raise ValueError(f"{c.display_name} is always causal; leave causal=None")
+        positions, norm, pre_norm, prepends_bos = _LAYOUT[c.model_type]
         return ModelFacts(c.model_type, c.d_model, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.d_mlp,
-                          c.vocab_size, None, True, "rotary" if llama else "alibi",
-                          "rmsnorm" if llama else "layernorm", True, True, c.bos_token_id if llama else None)
+                          c.vocab_size, c.max_positions, causal, positions, norm, pre_norm, pre_norm,
+                          c.bos_token_id if prepends_bos else None)
     raise TypeError(f"unsupported model {type(m).__name__}; expected a geomjax GPT2, Bert, Llama, Bloom, "
                     "ToyTransformer or ToyRun")
 

@@ -24,35 +24,32 @@ Parameter tree::
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from geomjax.models.common import (
     ATTENTION_HOOKS,
     BLOCK_HOOKS,
+    CausalLM,
     Embed,
+    HFConfig,
     HookPoint,
-    Intermediates,
-    attention_mask_4d,
-    check_input_ids,
-    check_segment_ids,
     hook_points,
+    pre_norm_block,
     scaled_dot_product_attention,
 )
 from geomjax.positional import ROPE_TYPES, rope_inv_freq, rotary_from_inv_freq
-from geomjax.typing import Array, ArrayLike, Float, Int
+from geomjax.typing import Array, Float
 
 __all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rotary_tables", "window_mask"]
 
 
 @dataclasses.dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(HFConfig):
     """Hyperparameters of a Llama-family model (hashable; Hugging Face ``LlamaConfig`` names).
-
-    Build one from a ``config.json`` with ``geomjax.convert.llama_config_from_hf``.
 
     Attributes:
       model_type: ``"llama"`` or ``"mistral"`` (the only difference: Mistral's sliding window).
@@ -90,9 +87,14 @@ class LlamaConfig:
     sliding_window: int | None = None
     bos_token_id: int | None = 1
 
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "d_model": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "num_kv_heads": "num_key_value_heads", "d_mlp": "intermediate_size"}
+
     def __post_init__(self):
         if self.model_type not in ("llama", "mistral"):
             raise ValueError(f"LlamaConfig: model_type must be 'llama' or 'mistral', got {self.model_type!r}")
+        self.check_sizes("head_dim")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(f"LlamaConfig: num_attention_heads={self.num_attention_heads} is not a multiple of "
                              f"num_key_value_heads={self.num_key_value_heads}")
@@ -102,31 +104,6 @@ class LlamaConfig:
             raise ValueError(f"LlamaConfig: rope_type={self.rope_type!r} is not implemented (only {ROPE_TYPES})")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"LlamaConfig: sliding_window must be None or >= 1, got {self.sliding_window}")
-
-    @property
-    def d_model(self) -> int:
-        return self.hidden_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    @property
-    def num_heads(self) -> int:
-        return self.num_attention_heads
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.num_key_value_heads
-
-    @property
-    def d_mlp(self) -> int:
-        return self.intermediate_size
-
-    @property
-    def max_positions(self) -> None:
-        """None: rotary positions are unbounded (no learned position table)."""
-        return None
 
 
 def rms_norm(x: Float[Array, "... d"], scale: Float[Array, " d"], eps: float) -> Float[Array, "... d"]:
@@ -235,17 +212,15 @@ class LlamaBlock(nn.Module):
         self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x, mask, cos, sin):
-        hp = self.hp
-        x = hp["hook_resid_pre"](x)
-        a, probs = self.attn(hp["ln1"](self.input_norm(x)), mask, cos, sin)
-        x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-        return hp["hook_resid_post"](x + hp["mlp_out"](self.mlp(hp["ln2"](self.post_norm(x))))), probs
+        return pre_norm_block(self.hp, x, self.input_norm, self.attn, self.post_norm, self.mlp, mask, cos, sin)
 
 
-class Llama(nn.Module):
-    """Llama / Mistral causal language model returning ``(logits, Intermediates)``."""
+class Llama(CausalLM):
+    """Llama / Mistral causal language model returning ``(logits, Intermediates)`` (:class:`CausalLM`;
+    any T: rotary positions are unbounded)."""
 
     config: LlamaConfig
+    PARTS: ClassVar[dict[str, str]] = {"blocks": "layers", "final_norm": "norm", "embedding": "embed_tokens"}
 
     def setup(self):
         c = self.config
@@ -256,49 +231,12 @@ class Llama(nn.Module):
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def __call__(
-        self,
-        input_ids: Int[ArrayLike, "B T"],
-        attention_mask: Int[ArrayLike, "B T"] | None = None,
-        *,
-        return_attention: bool = False,
-        compute_logits: bool = True,
-    ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
-        """Compute logits and every residual-stream state for token ids (B, T).
-
-        Args:
-          input_ids: (B, T) integer ids in [0, vocab_size) (any T: rotary positions are unbounded).
-          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys.
-          return_attention: also return the L attention-probability arrays (B, H, T, T).
-          compute_logits: if False, skip the (B, T, V) unembedding and return None.
-
-        Returns:
-          ``(logits (B, T, V) or None, Intermediates)``.
-        """
-        c = self.config
-        what = "Mistral" if c.model_type == "mistral" else "Llama"
-        ids = check_input_ids(input_ids, c.vocab_size, np.iinfo(np.int32).max, what=what)
-        am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
+    def embed(self, ids, mask):
+        """x_0 = E[ids]; the blocks take the causal (and sliding-window) mask and the rotary tables."""
         T = ids.shape[1]
         x = self.embed_tokens(ids)
-        mask = attention_mask_4d(T, am, causal=True)
-        win = window_mask(T, c.sliding_window)
+        win = window_mask(T, self.config.sliding_window)
         if win is not None:
             mask = mask & win
-        cos, sin = rotary_tables(c, T, x.dtype)
-        residual, probs = [x], []
-        for block in self.layers:
-            x, p = block(x, mask, cos, sin)
-            residual.append(x)
-            probs.append(p)
-        final = self.hook_ln_final(self.norm(x))
-        logits = None
-        if compute_logits:
-            logits = self.embed_tokens.attend(final) if c.tie_word_embeddings else self.lm_head(final)
-        inter = Intermediates(
-            hidden_states=tuple(residual[:-1]) + (final,),
-            residual=tuple(residual),
-            final_ln=final,
-            attentions=tuple(probs) if return_attention else None,
-        )
-        return logits, inter
+        cos, sin = rotary_tables(self.config, T, x.dtype)
+        return x, (mask, cos, sin)

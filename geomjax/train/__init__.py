@@ -35,13 +35,14 @@ from geomjax.train.loop import (
     make_train_step,
     train_loop,
 )
-from geomjax.train.optim import OptimConfig, decay_mask, make_optimizer, make_schedule
+from geomjax.train.optim import OptimConfig, decay_mask, make_optimizer, make_schedule, nanogpt_adamw
 from geomjax.train.state import TrainState, create_train_state, step_keys
 from geomjax.train.tasks import (
     FitResult,
     Programs,
     TrainConfig,
     addition_config,
+    addition_train_config,
     build_programs,
     fit,
     get_config,
@@ -49,6 +50,7 @@ from geomjax.train.tasks import (
     load_task_data,
     modular_config,
     shakespeare_config,
+    shakespeare_train_config,
 )
 from geomjax.train.toy_run import load_toy_run
 
@@ -61,6 +63,7 @@ __all__ = [
     "TrainState",
     "accuracy",
     "addition_config",
+    "addition_train_config",
     "build_programs",
     "checkpoint_path",
     "create_train_state",
@@ -80,6 +83,7 @@ __all__ = [
     "make_eval_fn",
     "make_optimizer",
     "make_schedule",
+    "nanogpt_adamw",
     "make_train_chunk",
     "make_train_step",
     "mask_tokens",
@@ -88,6 +92,7 @@ __all__ = [
     "next_token_loss",
     "save_checkpoint",
     "shakespeare_config",
+    "shakespeare_train_config",
     "shift_for_next_token",
     "step_keys",
     "token_cross_entropy",

@@ -15,7 +15,7 @@ import dataclasses
 import jax
 import optax
 
-__all__ = ["OptimConfig", "decay_mask", "make_optimizer", "make_schedule"]
+__all__ = ["OptimConfig", "decay_mask", "make_optimizer", "make_schedule", "nanogpt_adamw"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +66,15 @@ class OptimConfig:
             raise ValueError(f"OptimConfig: need lr > 0 and warmup_steps >= 0, got {self.lr}, {self.warmup_steps}")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ValueError(f"OptimConfig: grad_clip must be > 0 or None, got {self.grad_clip}")
+
+
+def nanogpt_adamw(lr: float, final_lr: float, warmup_steps: int, total_steps: int, **overrides) -> OptimConfig:
+    """NanoGPT's AdamW (REFERENCE.md): linear warm-up over ``warmup_steps``, then cosine from ``lr`` to
+    ``final_lr`` at ``total_steps``; β (0.9, 0.99), weight decay 0.1 on the matrices, global-norm clip
+    1.0. ``overrides``: other :class:`OptimConfig` fields (e.g. ``decay_embeddings=True``)."""
+    recipe = {"schedule": "cosine", "b1": 0.9, "b2": 0.99, "weight_decay": 0.1, "decay": "matrices", "grad_clip": 1.0}
+    return OptimConfig(lr=lr, warmup_steps=warmup_steps, decay_steps=total_steps, final_lr=final_lr,
+                       **(recipe | overrides))
 
 
 def make_schedule(cfg: OptimConfig) -> optax.Schedule:

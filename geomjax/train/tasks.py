@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 
 from geomjax._checks import compiled_cache
 from geomjax.data import (
+    ADDITION_VOCAB,
     CharTokenizer,
     addition_batch,
     modular_addition_data,
@@ -39,7 +40,7 @@ from geomjax.parallel import replicated
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy, exact_match, shift_for_next_token
 from geomjax.train.loop import History, make_eval_fn, make_train_chunk, make_train_step, train_loop
-from geomjax.train.optim import OptimConfig, make_optimizer
+from geomjax.train.optim import OptimConfig, make_optimizer, nanogpt_adamw
 from geomjax.train.state import TrainState, create_train_state
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "Programs",
     "TrainConfig",
     "addition_config",
+    "addition_train_config",
     "build_programs",
     "fit",
     "get_config",
@@ -54,6 +56,7 @@ __all__ = [
     "load_task_data",
     "modular_config",
     "shakespeare_config",
+    "shakespeare_train_config",
 ]
 
 TASKS = ("shakespeare", "addition", "modular")
@@ -116,6 +119,17 @@ class TrainConfig:
 
 # ----------------------------------------------------------------------------------------- presets
 
+def shakespeare_train_config(model: ToyConfig, *, lr: float, final_lr: float, warmup_steps: int,
+                             **run) -> TrainConfig:
+    """A TrainConfig for the character LM on tiny Shakespeare (NanoGPT ``shakespeare_char``; Song & Zhong §5):
+    windows of ``model.max_len`` characters and :func:`geomjax.train.optim.nanogpt_adamw` (embeddings
+    decay too, as NanoGPT decays every tensor with >= 2 dims) over the whole run. ``run``: the rest of
+    the TrainConfig (``batch_size``, ``total_steps``, ``steps_per_call``, evaluation / checkpoint
+    cadence, ``seed``)."""
+    optim = nanogpt_adamw(lr, final_lr, warmup_steps, run["total_steps"], decay_embeddings=True)
+    return TrainConfig("shakespeare", model, optim, seq_len=model.max_len, **run)
+
+
 def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainConfig:
     """Character-level tiny Shakespeare presets.
 
@@ -128,62 +142,67 @@ def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainCon
     * ``smoke``: 2 layers, d 32, block 32, batch 16, 60 steps.
     """
     if variant == "paper":
-        model = nanogpt_config(vocab_size)
-        optim = OptimConfig(lr=5e-5, schedule="cosine", warmup_steps=200, decay_steps=100_000, final_lr=5e-6,
-                            b1=0.9, b2=0.99, weight_decay=0.1, decay="matrices", decay_embeddings=True,
-                            grad_clip=1.0)
-        return TrainConfig("shakespeare", model, optim, batch_size=64, seq_len=256, total_steps=100_000,
-                           steps_per_call=250, eval_every=2500, eval_batches=20, ckpt_every=5000)
+        return shakespeare_train_config(nanogpt_config(vocab_size), lr=5e-5, final_lr=5e-6, warmup_steps=200,
+                                        batch_size=64, total_steps=100_000, steps_per_call=250, eval_every=2500,
+                                        eval_batches=20, ckpt_every=5000)
     if variant == "cpu":
         model = nanogpt_config(vocab_size, n_layers=4, n_heads=4, d_model=128, d_mlp=512, max_len=64, dropout=0.0)
-        optim = OptimConfig(lr=2e-3, schedule="cosine", warmup_steps=100, decay_steps=1000, final_lr=2e-4,
-                            b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
-        return TrainConfig("shakespeare", model, optim, batch_size=32, seq_len=64, total_steps=1000,
-                           steps_per_call=50, eval_every=250, eval_batches=8, ckpt_every=500)
+        return shakespeare_train_config(model, lr=2e-3, final_lr=2e-4, warmup_steps=100, batch_size=32,
+                                        total_steps=1000, steps_per_call=50, eval_every=250, eval_batches=8,
+                                        ckpt_every=500)
     if variant == "smoke":
         model = nanogpt_config(vocab_size, n_layers=2, n_heads=2, d_model=32, d_mlp=128, max_len=32, dropout=0.0)
-        optim = OptimConfig(lr=1e-2, schedule="cosine", warmup_steps=10, decay_steps=60, final_lr=1e-3,
-                            b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
-        return TrainConfig("shakespeare", model, optim, batch_size=16, seq_len=32, total_steps=60,
-                           steps_per_call=10, eval_every=30, eval_batches=4, ckpt_every=30)
+        return shakespeare_train_config(model, lr=1e-2, final_lr=1e-3, warmup_steps=10, batch_size=16,
+                                        total_steps=60, steps_per_call=10, eval_every=30, eval_batches=4,
+                                        ckpt_every=30)
     raise ValueError(f"shakespeare_config: variant must be one of {VARIANTS}, got {variant!r}")
 
 
+def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_model: int, d_mlp: int, lr: float,
+                          final_lr: float, warmup_steps: int, carry: bool = True, optim: dict | None = None,
+                          **run) -> TrainConfig:
+    """A TrainConfig for L-digit addition (Song & Zhong §5): "a+b=c" with the answer reversed, operands
+    of ⌊L/2⌋..L digits, padded to 3L + 4 characters, so the model reads T = 3L + 3 positions.
+
+    The toy model has the 13-character vocabulary (``geomjax.data.ADDITION_VOCAB``) and T positions;
+    the optimizer is :func:`geomjax.train.optim.nanogpt_adamw` over the whole run (``optim``: fields
+    that differ from it).
+    ``run``: the rest of the TrainConfig (``batch_size``, ``total_steps``, ``steps_per_call``,
+    ``n_train``, evaluation / checkpoint cadence, ``seed``).
+    """
+    T = 3 * max_digits + 3
+    model = ToyConfig(vocab_size=len(ADDITION_VOCAB), n_layers=n_layers, n_heads=n_heads, d_model=d_model,
+                      d_mlp=d_mlp, max_len=T)
+    optim_config = nanogpt_adamw(lr, final_lr, warmup_steps, run["total_steps"], **(optim or {}))
+    return TrainConfig("addition", model, optim_config, seq_len=T, max_digits=max_digits, carry=carry, **run)
+
+
 def addition_config(variant: str = "smoke", carry: bool = True) -> TrainConfig:
-    """Addition presets (Song & Zhong §5).
+    """Addition presets (Song & Zhong §5), built by :func:`addition_train_config`.
 
     * ``paper``: 8 layers, 8 heads, d 512, float32, 5–10 digit operands, reversed answer, loss after
       "=", 1M training problems, 10k validation. The source's block of 32 cannot hold the longest
       problem (10+1+10+1+11+1 = 34 characters), so geomjax pads each problem to 34 and the model
       reads 33 positions. Optimizer settings are not in REFERENCE.md; NanoGPT defaults are used
       (lr 1e-3 cosine to 1e-4, 100 warm-up, β (0.9, 0.99), weight decay 0.1, clip 1.0).
-    * ``cpu``: 2 layers, d 128, 3–6 digits, 3000 steps. ``smoke``: 1 layer, d 32, 2–4 digits, 40 steps.
+    * ``cpu``: 2 layers, d 128, 3–6 digits, 3000 steps. ``smoke``: 1 layer, d 32, 2–4 digits, 40 steps
+      (Adam β (0.9, 0.999), no weight decay, no clipping).
     """
-    vocab = 13
     if variant == "paper":
-        L, T = 10, 33
-        model = ToyConfig(vocab_size=vocab, n_layers=8, n_heads=8, d_model=512, d_mlp=2048, max_len=T)
-        optim = OptimConfig(lr=1e-3, warmup_steps=100, decay_steps=20_000, final_lr=1e-4, b1=0.9, b2=0.99,
-                            weight_decay=0.1, grad_clip=1.0)
-        return TrainConfig("addition", model, optim, batch_size=256, seq_len=T, total_steps=20_000,
-                           steps_per_call=100, eval_every=1000, eval_batches=40, ckpt_every=2000,
-                           max_digits=L, carry=carry, n_train=1_000_000)
+        return addition_train_config(10, n_layers=8, n_heads=8, d_model=512, d_mlp=2048, lr=1e-3, final_lr=1e-4,
+                                     warmup_steps=100, carry=carry, batch_size=256, total_steps=20_000,
+                                     steps_per_call=100, eval_every=1000, eval_batches=40, ckpt_every=2000,
+                                     n_train=1_000_000)
     if variant == "cpu":
-        L = 6
-        T = 3 * L + 3
-        model = ToyConfig(vocab_size=vocab, n_layers=2, n_heads=4, d_model=128, d_mlp=512, max_len=T)
-        optim = OptimConfig(lr=1e-3, warmup_steps=100, decay_steps=3000, final_lr=1e-4, b1=0.9, b2=0.99,
-                            weight_decay=0.1, grad_clip=1.0)
-        return TrainConfig("addition", model, optim, batch_size=64, seq_len=T, total_steps=3000,
-                           steps_per_call=100, eval_every=500, eval_batches=16, ckpt_every=1000,
-                           max_digits=L, carry=carry, n_train=100_000)
+        return addition_train_config(6, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=1e-3, final_lr=1e-4,
+                                     warmup_steps=100, carry=carry, batch_size=64, total_steps=3000,
+                                     steps_per_call=100, eval_every=500, eval_batches=16, ckpt_every=1000,
+                                     n_train=100_000)
     if variant == "smoke":
-        L = 4
-        T = 3 * L + 3
-        model = ToyConfig(vocab_size=vocab, n_layers=1, n_heads=2, d_model=32, d_mlp=64, max_len=T)
-        optim = OptimConfig(lr=3e-3, warmup_steps=5, decay_steps=40, final_lr=3e-4, weight_decay=0.0)
-        return TrainConfig("addition", model, optim, batch_size=16, seq_len=T, total_steps=40,
-                           steps_per_call=10, eval_batches=2, max_digits=L, carry=carry, n_train=512)
+        return addition_train_config(4, n_layers=1, n_heads=2, d_model=32, d_mlp=64, lr=3e-3, final_lr=3e-4,
+                                     warmup_steps=5, carry=carry, optim={"b2": 0.999, "weight_decay": 0.0,
+                                                                         "grad_clip": None},
+                                     batch_size=16, total_steps=40, steps_per_call=10, eval_batches=2, n_train=512)
     raise ValueError(f"addition_config: variant must be one of {VARIANTS}, got {variant!r}")
 
 

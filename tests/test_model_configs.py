@@ -1,0 +1,69 @@
+"""HFConfig's family-neutral sizes for every Hugging Face port, its size checks, and the training-preset
+builders (addition_train_config / shakespeare_train_config / nanogpt_adamw). No model is run: fast."""
+
+from __future__ import annotations
+
+import pytest
+
+from geomjax.models import BertConfig, BloomConfig, GPT2Config, LlamaConfig
+from geomjax.train import addition_config, addition_train_config, nanogpt_adamw, shakespeare_config
+
+NEUTRAL = ("d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim", "d_mlp", "max_positions")
+
+
+@pytest.mark.parametrize("config, expected", [
+    # (d, L, H, H_kv, K, F, P) written out from each family's Hugging Face field names
+    (GPT2Config(vocab_size=11, n_positions=16, n_embd=12, n_layer=3, n_head=4), (12, 3, 4, 4, 3, 48, 16)),
+    (GPT2Config(vocab_size=11, n_positions=16, n_embd=12, n_layer=3, n_head=4, n_inner=20), (12, 3, 4, 4, 3, 20, 16)),
+    (BertConfig(vocab_size=11, hidden_size=12, num_hidden_layers=2, num_attention_heads=3, intermediate_size=7,
+                max_position_embeddings=9), (12, 2, 3, 3, 4, 7, 9)),
+    (BloomConfig(vocab_size=11, hidden_size=12, n_layer=2, n_head=6), (12, 2, 6, 6, 2, 48, None)),
+    (LlamaConfig(vocab_size=11, hidden_size=12, intermediate_size=5, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=6, max_position_embeddings=32), (12, 2, 4, 2, 6, 5, None)),
+])
+def test_neutral_sizes(config, expected):
+    assert tuple(getattr(config, n) for n in NEUTRAL) == expected
+    assert config.display_name == {"gpt2": "GPT2", "bert": "BERT", "bloom": "BLOOM", "llama": "Llama"}[config.model_type]
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: GPT2Config(n_embd=10, n_head=4), "GPT2Config: n_embd=10 is not divisible by n_head=4"),
+    (lambda: GPT2Config(n_layer=0), "GPT2Config: n_layer must be >= 1, got 0"),
+    (lambda: BertConfig(type_vocab_size=0), "BertConfig: type_vocab_size must be >= 1"),
+    (lambda: BloomConfig(hidden_size=10, n_head=4), "BloomConfig: hidden_size=10 is not divisible by n_head=4"),
+    (lambda: LlamaConfig(num_key_value_heads=0), "LlamaConfig: num_key_value_heads must be >= 1"),
+])
+def test_size_checks(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_llama_head_dim_need_not_divide():
+    # Llama's K is a field: d = 12 with H = 5 heads of K = 4 is a valid config
+    assert LlamaConfig(hidden_size=12, num_attention_heads=5, num_key_value_heads=5, head_dim=4).head_dim == 4
+
+
+def test_nanogpt_adamw_recipe():
+    o = nanogpt_adamw(1e-3, 1e-4, 100, 5000, decay_embeddings=True)
+    assert (o.lr, o.final_lr, o.warmup_steps, o.decay_steps) == (1e-3, 1e-4, 100, 5000)
+    assert (o.schedule, o.b1, o.b2, o.weight_decay, o.decay, o.grad_clip, o.decay_embeddings) == (
+        "cosine", 0.9, 0.99, 0.1, "matrices", 1.0, True)
+
+
+def test_addition_train_config():
+    c = addition_train_config(7, n_layers=1, n_heads=2, d_model=16, d_mlp=32, lr=2e-3, final_lr=2e-4,
+                              warmup_steps=3, batch_size=8, total_steps=50, steps_per_call=10, n_train=64,
+                              optim={"grad_clip": None}, seed=5)
+    # "a+b=c\n" with 7-digit operands and an 8-digit sum: 7 + 1 + 7 + 1 + 8 + 1 = 25 characters, the model reads 24
+    assert c.seq_len == c.model.max_len == 24 and c.model.vocab_size == 13
+    assert (c.task, c.max_digits, c.carry, c.n_train, c.seed, c.batch_size) == ("addition", 7, True, 64, 5, 8)
+    assert (c.optim.decay_steps, c.optim.grad_clip, c.optim.weight_decay) == (50, None, 0.1)
+    paper = addition_config("paper")
+    assert (paper.seq_len, paper.model.n_layers, paper.model.d_model, paper.n_train) == (33, 8, 512, 1_000_000)
+
+
+def test_shakespeare_presets_read_the_model_context():
+    for variant, T in (("smoke", 32), ("cpu", 64), ("paper", 256)):
+        c = shakespeare_config(variant)
+        assert c.seq_len == c.model.max_len == T
+        assert c.optim.decay_steps == c.total_steps and c.optim.decay_embeddings
