@@ -321,7 +321,7 @@ def _departures(cfg: RandomizationConfig) -> list[str]:
             "tokens, 50,257)", f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} (source 100K of 64)",
             f"lr {cfg.train.optim.lr:g} (source 5e-5)"] + (
         ["the `cpu` model was shrunk from 4 layers, d 128, batch 32 (1.8 s a step on the shared 2-core machine, "
-         "~2 h for three models) to fit ~25 minutes"] if cfg.preset == "cpu" else [])
+         "~2 h for three models) to run in minutes"] if cfg.preset == "cpu" else [])
 
 
 def _grid_figure(all_profs: dict, levels, layer: int, start: int, path):
