@@ -411,10 +411,14 @@ class ToyTransformer(nn.Module):
         if cfg.layer_norm == "pre":
             final = HookPoint("ln_final", name="hook_ln_final")(_LayerNorm(cfg.ln_eps, cfg.ln_bias, name="ln_f")(x))
             x = final
+        # the read-out on the flattened tokens (B·T, d): one plain GEMM, whose weight gradient XLA:CPU
+        # computes ~2x faster than the same contraction over two batch axes (B, T)
+        flat = x.reshape(-1, x.shape[-1])
         if cfg.tie_embeddings:
-            logits = jnp.einsum("btd,vd->btv", x, table["embedding"])
+            logits = flat @ table["embedding"].T
         else:
-            logits = nn.Dense(cfg.n_out, use_bias=cfg.unembed_bias, kernel_init=ini["unembed"], name="unembed")(x)
+            logits = nn.Dense(cfg.n_out, use_bias=cfg.unembed_bias, kernel_init=ini["unembed"], name="unembed")(flat)
+        logits = logits.reshape(*x.shape[:-1], logits.shape[-1])
         hidden = tuple(states[:-1]) + ((final if final is not None else states[-1]),)
         inter = ToyIntermediates(
             hidden_states=hidden,
