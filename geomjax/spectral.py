@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax._checks import HIGHEST as _HIGHEST, as_float_array, as_matrix as _matrix, check_finite
-from geomjax._checks import check_nonzero_rows, float64_aware, is_concrete as _is_concrete, x64_context
+from geomjax._checks import check_nonzero_rows, check_square, float64_aware, is_concrete as _is_concrete, x64_context
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.geometry import normalized_gram
 from geomjax.typing import Array, ArrayLike, Float, Int
@@ -344,8 +344,7 @@ def singular_values_from_second_moment(
       ValueError: S not square 2-D, NaN/Inf, or top out of range.
     """
     S = _matrix(S, "S", "(d, d)", 1, "rows")
-    if S.shape[0] != S.shape[1]:
-        raise GeomjaxError(f"S must be a square (d, d) second moment, got shape {tuple(S.shape)}")
+    check_square(S, "S (the second moment)")
     top = _check_top(top, S.shape[0])
     s = _sv_from_moment(S)
     return s if top is None else s[:top]
@@ -620,8 +619,7 @@ def low_frequency_energy(
       ValueError: F not square 2-D, NaN/Inf, or k out of range.
     """
     F = as_float_array(F, "F", 2, "(T, T)", finite=True)
-    if F.shape[0] != F.shape[1]:
-        raise GeomjaxError(f"F must be a square (T, T) DCT matrix, got shape {tuple(F.shape)}")
+    check_square(F, "F (the DCT matrix)", shape_doc="(T, T)")
     T = F.shape[0]
     kmax = T if include_dc else T - 1
     k = int(k)
