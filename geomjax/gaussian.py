@@ -28,7 +28,7 @@ import numpy as np
 
 from geomjax._checks import float64_aware
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, Broadcastable, DType, Float, Key, Numeric, Real
+from geomjax.typing import Array, Broadcastable, DType, Float, Key, Numeric, Real, Scalar
 
 __all__ = [
     "xavier_variance", "xavier_normal", "haar_orthogonal", "random_spectrum_matrix", "sphere_uniform",
@@ -101,7 +101,7 @@ def random_spectrum_matrix(key: Key, singular_values: Float[Array, "n"]) -> Floa
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def sphere_uniform(key: Key, n: int, radius: float = 1.0, dtype: DType = None) -> Float[Array, "n"]:
+def sphere_uniform(key: Key, n: int, radius: Scalar = 1.0, dtype: DType = None) -> Float[Array, "n"]:
     """A uniform point on the sphere S_l^{n−1} = {x ∈ R^n : ‖x‖ = l} (thesis §6.1.2 case 2)."""
     z = jax.random.normal(key, (n,), _float(dtype))
     return radius * z / jnp.linalg.norm(z)
@@ -109,7 +109,7 @@ def sphere_uniform(key: Key, n: int, radius: float = 1.0, dtype: DType = None) -
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def sphere_pair(
-    key: Key, n: int, k: float, l1: float = 1.0, l2: float = 1.0, dtype: DType = None
+    key: Key, n: int, k: Scalar, l1: Scalar = 1.0, l2: Scalar = 1.0, dtype: DType = None
 ) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """(x, y) uniform on {(x, y) ∈ S_{l1}^{n−1} × S_{l2}^{n−1} : ⟨x, y⟩ = k·l1·l2} (thesis §6.3.1).
 
@@ -331,7 +331,7 @@ def mp_edges(n: int, m: int, sigma2: float = 1.0) -> tuple[float, float]:
 
 
 @float64_aware(arrays=("x",))
-def mp_density(x: Real[Numeric, " *B"], n: int, m: int, sigma2: float = 1.0) -> Float[Array, " *B"]:
+def mp_density(x: Real[Numeric, " *B"], n: int, m: int, sigma2: Scalar = 1.0) -> Float[Array, " *B"]:
     """Marchenko–Pastur density of the p = min(n, m) squared singular values of an n×m N(0, σ²)
     matrix (corrected thesis §2.5): f(x) = √((b−x)(x−a)) / (2π σ² p x), a ≤ x ≤ b (mp_edges).
     Square n×n: √(x(4nσ² − x)) / (2π n σ² x) on [0, 4nσ²]."""
@@ -345,7 +345,7 @@ def mp_density(x: Real[Numeric, " *B"], n: int, m: int, sigma2: float = 1.0) -> 
 
 
 @float64_aware(arrays=("x",))
-def mp_density_printed(x: Real[Numeric, " *B"], sigma2: float) -> Float[Array, " *B"]:
+def mp_density_printed(x: Real[Numeric, " *B"], sigma2: Scalar) -> Float[Array, " *B"]:
     """Thesis §2.5 as printed: f(x) = √(4σ²x − x²) / (2πσ²x) on [0, 4σ²] (n×n, entries N(0, σ²)).
     This is the law of σ_i²/n, not of σ_i² (the support misses the factor n)."""
     x = jnp.asarray(x)
@@ -356,7 +356,7 @@ def mp_density_printed(x: Real[Numeric, " *B"], sigma2: float) -> Float[Array, "
 
 @float64_aware(arrays=("x",))
 def mp_cdf(
-    x: Real[Numeric, " *B"], n: int, m: int, sigma2: float = 1.0, grid: int = 20001
+    x: Real[Numeric, " *B"], n: int, m: int, sigma2: Scalar = 1.0, grid: int = 20001
 ) -> Float[np.ndarray, " *B"] | float:
     """CDF of :func:`mp_density` at ``x`` (NumPy, float64; trapezoid rule on a fine grid in
     θ with x = centre + half·cos θ, which removes the square-root edge singularities)."""
@@ -496,7 +496,7 @@ def taylor_cross_noise(lam: Float[Array, "k"], V: Float[Array, "k n"]) -> Float[
 
 
 @float64_aware(arrays=("lam",))
-def taylor_noise_var(lam: Float[Array, " k"], sigma2: Real[Numeric, ""]) -> Float[Array, ""]:
+def taylor_noise_var(lam: Float[Array, " k"], sigma2: Scalar) -> Float[Array, ""]:
     """Var of one component of Σ_{i<j}λ_iλ_j v_i v_j for independent v_i ~ N(0, σ²I):
     σ⁴ Σ_{i<j} λ_i²λ_j² = σ⁴ ((Σλ²)² − Σλ⁴)/2 (corrected §5.3.2)."""
     l2 = lam**2
@@ -590,8 +590,8 @@ def _rescale_to_norm(W, max_norm):
 
 
 @float64_aware(arrays=("X",))
-def random_attention_stack(key: Key, X: Float[Array, "T d"], n_layers: int, *, max_norm: float = 2.0,
-                           beta: float = 1.0, layernorm: bool = False, sigma2: float | None = None) -> StackStats:
+def random_attention_stack(key: Key, X: Float[Array, "T d"], n_layers: int, *, max_norm: Scalar = 2.0,
+                           beta: Scalar = 1.0, layernorm: bool = False, sigma2: Scalar | None = None) -> StackStats:
     """Thesis §7.2.3: L single-head self-attention layers X ← β·Attn(X) + (1−β)·X (β = 1: no skip),
     optionally followed by a parameter-free LayerNorm, with W_q, W_k, W_v i.i.d. N(0, σ²) (default
     Xavier σ² = 1/d) rescaled so that every operator norm is ≤ ``max_norm`` (the hypothesis' q_max,

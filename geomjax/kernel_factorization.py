@@ -94,7 +94,7 @@ from geomjax._checks import (
     is_concrete as _concrete,
 )
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
-from geomjax.typing import Array, Broadcastable, Bool, Float, Key, Numeric, Real
+from geomjax.typing import Array, Bool, Broadcastable, Float, Key, Scalar
 
 __all__ = [
     "Theorem2Setting",
@@ -327,9 +327,9 @@ def _sample(key, d, rho, planted, setting: Theorem2Setting):
 
 def sample_instance(
     key: Key,
-    d: Real[Numeric, ""],
+    d: Scalar,
     setting: Theorem2Setting = Theorem2Setting(),
-    coherence: Real[Numeric, ""] | None = None,
+    coherence: Scalar | None = None,
 ) -> Theorem2Instance:
     """Draw the random setting of Song & Zhong Theorem 2 (bases, sparse W_αβ, noise Z_αβ/√d, x^q, x^k).
 
@@ -380,7 +380,7 @@ def _replant(inst: Theorem2Instance, rho):
     )
 
 
-def with_planted_coherence(inst: Theorem2Instance, coherence: Real[Numeric, ""]) -> Theorem2Instance:
+def with_planted_coherence(inst: Theorem2Instance, coherence: Scalar) -> Theorem2Instance:
     """The instance with planted incoherence ρ built from the SAME random draws (t_j ← √(1−ρ²)t_j + ρc_{j mod n1}).
 
     ``inst`` must come from :func:`sample_instance` with ``coherence=0.0`` (so t_j ⊥ c_{j mod n1});
@@ -894,7 +894,7 @@ def proof_event(inst: Theorem2Instance, pairs: Pairs = "all") -> Bool[Array, ""]
     return m > PROOF_NOISE_CONSTANT * _incoherence(inst.basis1, inst.basis2)
 
 
-def theorem_event(inst: Theorem2Instance, constant: float = 12 * PROOF_NOISE_CONSTANT) -> Bool[Array, ""]:
+def theorem_event(inst: Theorem2Instance, constant: Scalar = 12 * PROOF_NOISE_CONSTANT) -> Bool[Array, ""]:
     """Indicator that eq. (12) FAILS at the proof's constants: sup|L| > deterministic bound + constant·incoh.
 
     Song & Zhong Theorem 2 ("moreover"): the probability of this event is O(|B_1⁰||B_2⁰| exp(−incoh²·d)).

@@ -57,7 +57,7 @@ from jax.scipy.special import erf
 
 from geomjax._checks import check_finite, check_square, float64_aware, is_concrete
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, Bool, Broadcastable, DType, Float, Key, Numeric, Real
+from geomjax.typing import Array, Bool, Broadcastable, DType, Float, Key, Numeric, Real, Scalar
 
 __all__ = [
     "taylor_coefficients",
@@ -214,7 +214,7 @@ def piecewise_softmax(omega: Float[Array, "... T"]) -> Float[Array, "... T"]:
 
 
 @float64_aware(arrays=("X", "W_qk", "lam"))
-def softmax_input(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam: Real[Numeric, ""]) -> Float[Array, " T"]:
+def softmax_input(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam: Scalar) -> Float[Array, " T"]:
     """ω = Xᵀ W_QK x_T / λ of Def. 1 for one sequence X (T, d) (tokens as rows): ω_j = x_jᵀ W_QK x_T / λ."""
     return X @ (W_qk @ X[-1]) / lam
 
@@ -245,7 +245,7 @@ def random_walk(key: Key, T: int, factor: Float[Array, "d d"]) -> Float[Array, "
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def anisotropic_covariance(
-    key: Key, d: int, half_width: float = 2.5, dtype: DType = jnp.float32
+    key: Key, d: int, half_width: Scalar = 2.5, dtype: DType = jnp.float32
 ) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
     """Anisotropic Σ = RᵀR/d with R ~ Unif(−2.5, 2.5)^{d×d} (Bao §5, "Numerical simulation").
 
@@ -269,7 +269,7 @@ def random_orthogonal(key: Key, d: int, dtype: DType = jnp.float32) -> Float[Arr
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
 def random_wqk(
-    key: Key, d: int, mean: Real[Numeric, ""], scale: Real[Numeric, ""], dtype: DType = jnp.float32
+    key: Key, d: int, mean: Scalar, scale: Scalar, dtype: DType = jnp.float32
 ) -> tuple[Float[Array, "d d"], Float[Array, " d"]]:
     """Random symmetric W_QK = B diag(w) Bᵀ with w_i ~ N(mean, scale²) i.i.d. (Bao §5, Fig. 5).
 
@@ -324,7 +324,7 @@ def _rho_from_walks(Z, M, lam):
 
 
 @float64_aware(arrays=("Z", "M", "lam"))
-def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam: Real[Numeric, ""]) -> Float[Array, "D T"]:
+def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam: Scalar) -> Float[Array, "D T"]:
     """Def. 1 frequencies from given walks (Bao §3): Z (D, S, T, d) cumulative sums of standard normals
     per draw and sequence, M = Fᵀ W_QK F (D, d, d); ω_j = Z_j M Z_T / λ. Same math as :func:`empirical_rho`."""
     _check_lambda(lam, "rho_from_walks")
@@ -414,7 +414,7 @@ def w_traces(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str,
 
 @float64_aware(arrays=("W_qk", "Sigma", "lam"))
 def xi_eta(
-    W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam: Real[Numeric, ""]
+    W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam: Scalar
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """ξ = tr(W)/√tr(W²) and η = √tr(W²)/λ with W = W_QK Σ (Bao eq. (6)).
 
@@ -453,9 +453,9 @@ def _positions(T, positions, dtype, where):
 @float64_aware(arrays=("trW", "trW2", "lam", "positions"))
 def lemma1_moments(
     T: int,
-    trW: Real[Numeric, ""],
-    trW2: Real[Numeric, ""],
-    lam: Real[Numeric, ""],
+    trW: Scalar,
+    trW2: Scalar,
+    lam: Scalar,
     form: str = "printed",
     positions: Real[Array, " P"] | None = None,
 ) -> tuple[Float[Array, " P"], Float[Array, " P"]]:
@@ -478,7 +478,7 @@ def exact_moments(
     W_qk: Float[Array, "d d"],
     Sigma: Float[Array, "d d"],
     T: int,
-    lam: Real[Numeric, ""],
+    lam: Scalar,
     positions: Real[Array, " P"] | None = None,
 ) -> tuple[Float[Array, " P"], Float[Array, " P"]]:
     """Exact finite-T mean and variance of ⟨γ^i, ω⟩ + γ_0^i under Assumption 1 (geomjax; Bao Lemma 1).
@@ -539,7 +539,7 @@ def rho_theta(theta: Broadcastable, xi: Broadcastable, eta: Broadcastable, form:
 
 
 @float64_aware(arrays=("theta",))
-def rho_limit(theta: Real[Numeric, " *B"], r: float) -> Float[Array, " *B"]:
+def rho_limit(theta: Real[Numeric, " *B"], r: Scalar) -> Float[Array, " *B"]:
     """Lemma 2 (Bao), items 1-2: the limit of ρ(θ) as (ξ, η) → (±∞, 0) with ξη → r.
 
     r >= 0: 𝟙{θ >= ½} (r <= 2) or 𝟙{½ <= θ <= ½ + 1/r} (r > 2); r < 0: 𝟙{θ <= ½} (−2 <= r) or
@@ -612,7 +612,7 @@ def eq10_terms(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[st
 
 
 @float64_aware(arrays=("X", "W_qk", "lam"))
-def zhai_nu(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam: Real[Numeric, ""] = 1.0) -> Float[Array, ""]:
+def zhai_nu(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam: Scalar = 1.0) -> Float[Array, ""]:
     """ν = ‖X Xᵀ‖₂·‖W_QK‖₂/λ of Bao eq. (9) (λ = 1 as printed; λ > 1 for the scaled logits)."""
     _check_lambda(lam, "zhai_nu")
     return jnp.linalg.norm(X.T @ X, 2) * jnp.linalg.norm(W_qk, 2) / lam

@@ -26,6 +26,8 @@ accept, annotated ``Real[Numeric, "*#B"]`` (any shapes that broadcast together).
 Broadcastable = Real[Numeric, "*#B"]
 """An argument of an elementwise formula: an array or number whose shape broadcasts with the other
 such arguments (the result is ``Float[Array, "*#B"]``)."""
+Scalar = Real[Numeric, ""]
+"""A real number: a Python or NumPy scalar or a 0-d array (a scale, a temperature, a cosine)."""
 DType = Union[str, type, np.dtype, None]
 """A dtype argument: a name (``"float64"``), a scalar type (``jnp.float32``), a ``np.dtype``, or None
 (the default float dtype)."""
@@ -45,6 +47,7 @@ __all__ = [
     "PRNGKeyArray",
     "PyTree",
     "Real",
+    "Scalar",
     "Shaped",
     "typechecker",
 ]
