@@ -22,7 +22,7 @@ Array = Union[jax.Array, np.ndarray]
 ArrayLike = Array
 Numeric = Union[jax.Array, np.ndarray, np.generic, float, int]
 """An array or a number (Python or NumPy scalar): what the elementwise formulas (``gaussian.lognormal_mean`` ...)
-accept, annotated ``Real[Numeric, "*#B"]`` (any shapes that broadcast together)."""
+accept (:data:`Broadcastable`, :data:`Scalar`)."""
 Broadcastable = Real[Numeric, "*#B"]
 """An argument of an elementwise formula: an array or number whose shape broadcasts with the other
 such arguments (the result is ``Float[Array, "*#B"]``)."""
@@ -56,7 +56,9 @@ __all__ = [
 def typechecker(fn):
     """beartype with PEP 484's numeric tower (an ``int`` is accepted where ``float`` is annotated, as
     static checkers read it): the checker that jaxtyping's hook applies in the tests
-    (``--jaxtyping-packages=...,geomjax.typing.typechecker``)."""
+    (``--jaxtyping-packages=...,geomjax.typing.typechecker``). A named function, because jaxtyping's
+    pytest option cannot parse ``beartype.beartype(conf=...)`` after several packages (it splits the
+    list at the first comma once it sees a parenthesis)."""
     import beartype  # lazy: beartype is a test dependency (the `test` extra), not a runtime one
 
     return beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))(fn)
