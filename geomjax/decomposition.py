@@ -440,7 +440,7 @@ def stream_finalize(
 
 
 def decompose_stream(
-    batches: Iterable[Float[Array, "_B T d"]],
+    batches: Iterable[Float[Array, "_B T d"] | list],  # list: a nested list, converted like an array
     drop_first: bool = False,
     *,
     accum_dtype: str = "float32",
