@@ -124,6 +124,14 @@ def check_accum_dtype(accum_dtype: str, where: str = "accum_dtype") -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+def check_int(value, name: str, where: str, minimum: int = 1) -> int:
+    """``value`` as an ``int`` if it is an integer (Python or NumPy, not a bool) >= ``minimum``, else
+    GeomjaxError ``"{where}: {name} must be an integer >= {minimum}, got {value!r}"``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
+        raise GeomjaxError(f"{where}: {name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def check_no_silent_float64(dtype, where: str, what: str = "array") -> None:
     """Raise GeomjaxTypeError if a float64 ``what`` would be cast to float32 because JAX x64 is off."""
     if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
@@ -132,6 +140,22 @@ def check_no_silent_float64(dtype, where: str, what: str = "array") -> None:
             "cast to float32; pass float32, or run under `with jax.enable_x64(True):` "
             "(or jax.config.update('jax_enable_x64', True))"
         )
+
+
+def check_prng_key(key, where: str) -> None:
+    """Raise unless ``key`` is ONE PRNG key: a typed key (``jax.random.key``) of shape () or a
+    legacy raw key (``jax.random.PRNGKey``), uint32 of shape (2,). A key array of another shape
+    raises GeomjaxError, anything else GeomjaxTypeError."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise GeomjaxError(f"{where}: expected a single PRNG key, got a key array of shape {key.shape}")
+        return
+    if np.shape(key) == (2,) and np.dtype(getattr(key, "dtype", None)) == np.uint32:
+        return
+    raise GeomjaxTypeError(
+        f"{where}: `key` must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
+        f"got {type(key).__name__} with shape {np.shape(key)}"
+    )
 
 
 def _dtype_of(x) -> np.dtype:
@@ -190,17 +214,26 @@ def _zero_rows(x: jax.Array) -> jax.Array:
     return jnp.sum(x * x, axis=-1) == 0
 
 
-def check_finite(x, name: str) -> None:
-    """Raises GeomjaxError if a concrete ``x`` holds NaN or Inf (no-op under tracing)."""
+def check_finite(x, name: str, where: str | None = None) -> None:
+    """Raises GeomjaxError if a concrete ``x`` holds NaN or Inf (no-op under tracing); ``where`` (the
+    public function) prefixes the message."""
     if is_concrete(x):
         if isinstance(x, np.ndarray):
             bad = int(np.count_nonzero(~np.isfinite(x)))
         else:
             bad = int(_count_nonfinite(x))
         if bad:
-            raise GeomjaxError(
-                f"{name} contains {bad} NaN/Inf value(s); remove or impute them before the metric"
-            )
+            prefix = f"{where}: " if where else ""
+            raise GeomjaxError(f"{prefix}{name} contains {bad} NaN/Inf value(s); remove or impute them first")
+
+
+def check_square(x, name: str, where: str | None = None, shape_doc: str = "(d, d)", *, batch: bool = False) -> None:
+    """Raises GeomjaxError unless ``x`` is a square matrix: 2-D, or with ``batch`` (..., d, d);
+    ``where`` (the public function) prefixes the message."""
+    s = tuple(np.shape(x))
+    if not ((len(s) >= 2 if batch else len(s) == 2) and s[-1] == s[-2]):
+        prefix = f"{where}: " if where else ""
+        raise GeomjaxError(f"{prefix}{name} must be a square {shape_doc} matrix, got shape {s}")
 
 
 def check_min_rows(x: jax.Array, name: str, minimum: int, what: str) -> None:

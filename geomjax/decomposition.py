@@ -49,10 +49,10 @@ from jax.sharding import Mesh, PartitionSpec as P
 from geomjax._checks import (
     HIGHEST,
     check_accum_dtype,
+    check_finite,
     check_no_silent_float64,
     compiled_cache,
     float64_aware,
-    is_concrete as _is_concrete,
     x64_context,
 )
 from geomjax._repr import with_compact_repr
@@ -83,12 +83,6 @@ def _check_dtype(x, where: str) -> None:
     if not np.issubdtype(dt, np.floating) and dt.name not in ("bfloat16",):
         raise GeomjaxTypeError(f"{where}: hidden states must be floating point, got dtype {dt}")
     check_no_silent_float64(dt, where, "hidden states")
-
-
-def _check_finite(x, where: str) -> None:
-    if _is_concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
-        bad = int(jnp.sum(~jnp.isfinite(x)))
-        raise GeomjaxError(f"{where}: hidden states contain {bad} NaN/Inf values")
 
 
 def _check_shape(shape, where: str, drop_first: bool, want_ndim: int = 3) -> tuple[int, int, int]:
@@ -162,7 +156,7 @@ def _decompose(h: Float[Array, "C T d"]) -> Decomposition:
     return Decomposition(mean=mean, pos=pos, ctx=ctx, resid=resid)
 
 
-@float64_aware
+@float64_aware(arrays=("h",))
 def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decomposition:
     """Decompose hidden states h = mean + pos + ctx + resid (Song & Zhong eqs. (2)-(3)).
 
@@ -193,13 +187,11 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
       >>> np.asarray(dec.pos[:, 0]).tolist(), dec.pos.dtype
       ([-1.5, -0.5, 0.5, 1.5], dtype('float64'))
     """
-    if not hasattr(h, "dtype"):
-        h = np.asarray(h)
     _check_dtype(h, "decompose")
     C, _, _ = _check_shape(np.shape(h), "decompose", drop_first)
     if C < 2:
         raise GeomjaxError(f"decompose: need at least 2 contexts (C >= 2), got C={C}")
-    _check_finite(h, "decompose")
+    check_finite(h, "hidden states h", "decompose")
     h = jnp.asarray(h)
     if drop_first:
         h = h[:, 1:, :]
@@ -448,7 +440,7 @@ def stream_finalize(
 
 
 def decompose_stream(
-    batches: Iterable[Float[Array, "_B T d"]],
+    batches: Iterable[Float[Array, "_B T d"] | list],  # list: a nested list, converted like an array
     drop_first: bool = False,
     *,
     accum_dtype: str = "float32",

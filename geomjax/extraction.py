@@ -27,7 +27,7 @@ from geomjax.decomposition import (
 )
 from geomjax.models.interface import model_interface
 from geomjax.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
-from geomjax.typing import Array, Int
+from geomjax.typing import Array, Int, PyTree
 
 __all__ = ["COMPUTE_DTYPES", "ForwardFn", "decompose_model_stream", "hidden_state_forward", "mixed_precision"]
 
@@ -121,7 +121,7 @@ def _make_step(forward, drop_first, dtype, mesh):
 
 def decompose_model_stream(
     forward: ForwardFn,
-    params,
+    params: PyTree,
     id_batches: Iterable[Int[Array, "_B T"]],
     *,
     drop_first: bool = False,

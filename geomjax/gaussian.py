@@ -28,7 +28,7 @@ import numpy as np
 
 from geomjax._checks import float64_aware
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, Float, Key
+from geomjax.typing import Array, Broadcastable, DType, Float, Key, Numeric, Real, Scalar
 
 __all__ = [
     "xavier_variance", "xavier_normal", "haar_orthogonal", "random_spectrum_matrix", "sphere_uniform",
@@ -62,7 +62,7 @@ def xavier_variance(n_in: int, n_out: int) -> float:
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def xavier_normal(key: Key, shape: tuple[int, int], dtype=None) -> Float[Array, "n m"]:
+def xavier_normal(key: Key, shape: tuple[int, int], dtype: DType = None) -> Float[Array, "n m"]:
     """An n×m matrix with i.i.d. N(0, 2/(n+m)) entries (thesis §2.5 "Xavier"; N(0, 1/n) if square)."""
     if len(shape) != 2:
         raise GeomjaxError(f"xavier_normal: shape must be (n, m), got {shape}")
@@ -71,7 +71,7 @@ def xavier_normal(key: Key, shape: tuple[int, int], dtype=None) -> Float[Array, 
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def haar_orthogonal(key: Key, n: int, dtype=None) -> Float[Array, "n n"]:
+def haar_orthogonal(key: Key, n: int, dtype: DType = None) -> Float[Array, "n n"]:
     """A Haar-distributed n×n orthogonal matrix, the "randomly oriented singular vectors" of thesis
     §6.2.5: the Q factor with positive diag(R) of a Gaussian matrix (Mezzadri 2007), computed by
     classical Gram–Schmidt with re-orthogonalisation (CGS2) in plain JAX ops, so it runs vmapped
@@ -101,14 +101,16 @@ def random_spectrum_matrix(key: Key, singular_values: Float[Array, "n"]) -> Floa
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def sphere_uniform(key: Key, n: int, radius: float = 1.0, dtype=None) -> Float[Array, "n"]:
+def sphere_uniform(key: Key, n: int, radius: Scalar = 1.0, dtype: DType = None) -> Float[Array, "n"]:
     """A uniform point on the sphere S_l^{n−1} = {x ∈ R^n : ‖x‖ = l} (thesis §6.1.2 case 2)."""
     z = jax.random.normal(key, (n,), _float(dtype))
     return radius * z / jnp.linalg.norm(z)
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def sphere_pair(key: Key, n: int, k: float, l1: float = 1.0, l2: float = 1.0, dtype=None):
+def sphere_pair(
+    key: Key, n: int, k: Scalar, l1: Scalar = 1.0, l2: Scalar = 1.0, dtype: DType = None
+) -> tuple[Float[Array, " n"], Float[Array, " n"]]:
     """(x, y) uniform on {(x, y) ∈ S_{l1}^{n−1} × S_{l2}^{n−1} : ⟨x, y⟩ = k·l1·l2} (thesis §6.3.1).
 
     x is uniform on its sphere; y = l2 (k x̂ + √(1−k²) u) with u uniform on the unit sphere of x̂^⊥
@@ -145,7 +147,7 @@ def joint_gaussian(key: Key, mean: Float[Array, "D"], cov: Float[Array, "D D"]) 
 
 
 @float64_aware(arrays=("x", "mean", "cov"))
-def gaussian_logpdf(x: Float[Array, "d"], mean: Float[Array, "d"], cov: Float[Array, "d d"]) -> Array:
+def gaussian_logpdf(x: Float[Array, "d"], mean: Float[Array, "d"], cov: Float[Array, "d d"]) -> Float[Array, ""]:
     """log N(x; mean, cov) for a positive-definite cov (Cholesky)."""
     d = mean.shape[-1]
     c = jnp.linalg.cholesky(cov)
@@ -154,14 +156,14 @@ def gaussian_logpdf(x: Float[Array, "d"], mean: Float[Array, "d"], cov: Float[Ar
 
 
 @float64_aware(arrays=("cov",))
-def gaussian_entropy(cov: Float[Array, "d d"]) -> Array:
+def gaussian_entropy(cov: Float[Array, "d d"]) -> Float[Array, ""]:
     """Differential entropy ½ log((2πe)^d |Σ|) in nats (thesis §4.2.2)."""
     d = cov.shape[-1]
     return 0.5 * (d * jnp.log(2 * jnp.pi * jnp.e) + jnp.linalg.slogdet(cov)[1])
 
 
 @float64_aware(arrays=("cov",))
-def gaussian_mutual_information(cov: Float[Array, "D D"], d1: int) -> Array:
+def gaussian_mutual_information(cov: Float[Array, "D D"], d1: int) -> Float[Array, ""]:
     """I(X; Y) = ½ log(|Σ_X||Σ_Y| / |Σ|) for (X, Y) jointly Gaussian, X the first d1 coordinates
     (thesis §4.2.2)."""
     ld = lambda m: jnp.linalg.slogdet(m)[1]
@@ -169,7 +171,9 @@ def gaussian_mutual_information(cov: Float[Array, "D D"], d1: int) -> Array:
 
 
 @float64_aware(arrays=("m0", "c0", "m1", "c1"))
-def gaussian_kl(m0, c0, m1, c1) -> Array:
+def gaussian_kl(
+    m0: Float[Array, " d"], c0: Float[Array, "d d"], m1: Float[Array, " d"], c1: Float[Array, "d d"]
+) -> Float[Array, ""]:
     """KL(N(m0, c0) ‖ N(m1, c1)) in nats (thesis §4.2.2 "the same linear invariance ... KL")."""
     d = m0.shape[-1]
     s = jnp.linalg.solve(c1, c0)
@@ -178,14 +182,18 @@ def gaussian_kl(m0, c0, m1, c1) -> Array:
 
 
 @float64_aware(arrays=("L", "mean", "cov"))
-def linear_map_joint(L: Float[Array, "d d"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]):
+def linear_map_joint(
+    L: Float[Array, "d d"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]
+) -> tuple[Float[Array, "T d"], Float[Array, "T T d d"]]:
     """Thesis eq. (4.2): the law of (LX_1, …, LX_T) for a joint Gaussian with token means ``mean``
     (T, d) and blocks ``cov[i, j] = Σ_ij`` (T, T, d, d): means Lμ_i, blocks LΣ_ijLᵀ."""
     return mean @ L.T, jnp.einsum("ab,ijbc,dc->ijad", L, cov, L)
 
 
 @float64_aware(arrays=("l1", "l2", "alpha"))
-def block2_eigenvalues(l1, l2, alpha):
+def block2_eigenvalues(
+    l1: Broadcastable, l2: Broadcastable, alpha: Broadcastable
+) -> tuple[Float[Array, "*#B"], Float[Array, "*#B"]]:
     """Eigenvalues (larger, smaller) of [[λ1², λ1λ2α], [λ1λ2α, λ2²]] (thesis §4.3.2, exact formula):
     (λ1² + λ2² ± √((λ1² + λ2²)² − 4λ1²λ2²(1 − α²)))/2."""
     s = l1**2 + l2**2
@@ -199,67 +207,73 @@ def block2_eigenvalues(l1, l2, alpha):
 
 
 @float64_aware(arrays=("mu", "s2"))
-def lognormal_mean(mu, s2):
+def lognormal_mean(mu: Broadcastable, s2: Broadcastable) -> Float[Array, "*#B"]:
     """E[exp X] = exp(μ + σ²/2) for X ~ N(μ, σ²) (correct form of thesis §5.1.2)."""
     return jnp.exp(mu + s2 / 2)
 
 
 @float64_aware(arrays=("mu", "s2"))
-def lognormal_mean_printed(mu, s2):
+def lognormal_mean_printed(mu: Broadcastable, s2: Broadcastable) -> Float[Array, "*#B"]:
     """E[exp X] as printed in thesis §5.1.2 / §5.3.1: exp((μ + σ²)/2) (wrong unless μ = 0)."""
     return jnp.exp((mu + s2) / 2)
 
 
 @float64_aware(arrays=("mu", "s2"))
-def lognormal_var(mu, s2):
+def lognormal_var(mu: Broadcastable, s2: Broadcastable) -> Float[Array, "*#B"]:
     """Var(exp X) = (exp(σ²) − 1) exp(2μ + σ²) (thesis §5.1.2, correct)."""
     return jnp.expm1(s2) * jnp.exp(2 * mu + s2)
 
 
-def xavier_exp_mean_taylor(n):
+def xavier_exp_mean_taylor(n: Broadcastable) -> Broadcastable:
     """Thesis eq. (5.1): E[exp x_i] ≈ 1 + 1/(2n) + 1/(8n²) for x_i ~ N(0, 1/n)."""
     return 1 + 1 / (2 * n) + 1 / (8 * n**2)
 
 
-def xavier_exp_var_taylor(n):
+def xavier_exp_var_taylor(n: Broadcastable) -> Broadcastable:
     """Thesis eq. (5.2): Var(exp x_i) ≈ 1/n + 3/(2n²) for x_i ~ N(0, 1/n)."""
     return 1 / n + 3 / (2 * n**2)
 
 
 @float64_aware(arrays=("mu_i", "mu_j", "s_i2", "s_j2", "s_ij"))
-def softmax_ratio_mean(mu_i, mu_j, s_i2, s_j2, s_ij):
+def softmax_ratio_mean(
+    mu_i: Broadcastable, mu_j: Broadcastable, s_i2: Broadcastable, s_j2: Broadcastable, s_ij: Broadcastable
+) -> Float[Array, "*#B"]:
     """E[p_i/p_j] = exp(μ_i − μ_j + (σ_i² + σ_j² − 2σ_ij)/2) (corrected thesis eq. 5.20)."""
     return jnp.exp(mu_i - mu_j + (s_i2 + s_j2 - 2 * s_ij) / 2)
 
 
 @float64_aware(arrays=("mu_i", "mu_j", "s_i2", "s_j2", "s_ij"))
-def softmax_ratio_mean_printed(mu_i, mu_j, s_i2, s_j2, s_ij):
+def softmax_ratio_mean_printed(
+    mu_i: Broadcastable, mu_j: Broadcastable, s_i2: Broadcastable, s_j2: Broadcastable, s_ij: Broadcastable
+) -> Float[Array, "*#B"]:
     """Thesis eq. (5.20) as printed: exp((μ_i − μ_j + σ_i² + σ_j² − 2σ_ij)/2)."""
     return jnp.exp((mu_i - mu_j + s_i2 + s_j2 - 2 * s_ij) / 2)
 
 
 @float64_aware(arrays=("mu_i", "mu_j", "s_i2", "s_j2", "s_ij"))
-def softmax_ratio_var(mu_i, mu_j, s_i2, s_j2, s_ij):
+def softmax_ratio_var(
+    mu_i: Broadcastable, mu_j: Broadcastable, s_i2: Broadcastable, s_j2: Broadcastable, s_ij: Broadcastable
+) -> Float[Array, "*#B"]:
     """Thesis eq. (5.21): Var(p_i/p_j) = (exp(s²) − 1) exp(2(μ_i − μ_j) + s²), s² = σ_i²+σ_j²−2σ_ij."""
     s2 = s_i2 + s_j2 - 2 * s_ij
     return jnp.expm1(s2) * jnp.exp(2 * (mu_i - mu_j) + s2)
 
 
 @float64_aware(arrays=("x",))
-def softmax_entropy(x: Float[Array, "... n"]) -> Array:
+def softmax_entropy(x: Float[Array, "*B n"]) -> Float[Array, " *B"]:
     """Entropy (nats) of softmax(x) along the last axis (thesis §5.2.3)."""
     logp = jax.nn.log_softmax(x, axis=-1)
     return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
 @float64_aware(arrays=("x_target", "x"))
-def softmax_cross_entropy(x_target: Float[Array, "... n"], x: Float[Array, "... n"]) -> Array:
+def softmax_cross_entropy(x_target: Float[Array, "*#B n"], x: Float[Array, "*#B n"]) -> Float[Array, "*#B"]:
     """H(Sm(x_target), Sm(x)) = −Σ Sm(x_target)_i log Sm(x)_i (nats; thesis §5.2.1, §5.2.4)."""
     return -jnp.sum(jax.nn.softmax(x_target, axis=-1) * jax.nn.log_softmax(x, axis=-1), axis=-1)
 
 
 @float64_aware(arrays=("x_target", "x"))
-def softmax_kl(x_target: Float[Array, "... n"], x: Float[Array, "... n"]) -> Array:
+def softmax_kl(x_target: Float[Array, "*#B n"], x: Float[Array, "*#B n"]) -> Float[Array, "*#B"]:
     """D_KL(Sm(x_target) ‖ Sm(x)) (nats; thesis §5.2.4 corollary)."""
     lp = jax.nn.log_softmax(x_target, axis=-1)
     return jnp.sum(jnp.exp(lp) * (lp - jax.nn.log_softmax(x, axis=-1)), axis=-1)
@@ -271,7 +285,9 @@ def softmax_kl(x_target: Float[Array, "... n"], x: Float[Array, "... n"]) -> Arr
 
 
 @float64_aware(arrays=("C", "mu_x", "mu_y", "cov_xy"))
-def bilinear_mean(C, mu_x, mu_y, cov_xy):
+def bilinear_mean(
+    C: Float[Array, "n n"], mu_x: Float[Array, " n"], mu_y: Float[Array, " n"], cov_xy: Float[Array, "n n"]
+) -> Float[Array, ""]:
     """E[xᵀCy] = μ_XᵀCμ_Y + Tr(CᵀΣ_XY), Σ_XY = Cov(x, y) the upper-right block (corrected eq. 6.2).
 
     Shapes: C (n, n), mu_x, mu_y (n,), cov_xy (n, n)."""
@@ -279,20 +295,25 @@ def bilinear_mean(C, mu_x, mu_y, cov_xy):
 
 
 @float64_aware(arrays=("C", "mu_x", "mu_y", "cov_xy"))
-def bilinear_mean_printed(C, mu_x, mu_y, cov_xy):
+def bilinear_mean_printed(
+    C: Float[Array, "n n"], mu_x: Float[Array, " n"], mu_y: Float[Array, " n"], cov_xy: Float[Array, "n n"]
+) -> Float[Array, ""]:
     """Thesis eq. (6.2) as printed: μ_XᵀCμ_Y + Tr(CΣ_XY) (with Σ_XY = Cov(x, y))."""
     return mu_x @ C @ mu_y + jnp.trace(C @ cov_xy)
 
 
 @float64_aware(arrays=("C", "mu_x", "mu_y", "cov_x", "cov_y"))
-def bilinear_variance(C, mu_x, mu_y, cov_x, cov_y):
+def bilinear_variance(
+    C: Float[Array, "n n"], mu_x: Float[Array, " n"], mu_y: Float[Array, " n"], cov_x: Float[Array, "n n"],
+    cov_y: Float[Array, "n n"],
+) -> Float[Array, ""]:
     """Thesis eq. (6.3), x ⟂ y: Var(xᵀCy) = Tr(Σ_X C Σ_Y Cᵀ) + μ_YᵀCᵀΣ_XCμ_Y + μ_XᵀCΣ_YCᵀμ_X."""
     return (jnp.trace(cov_x @ C @ cov_y @ C.T) + mu_y @ C.T @ cov_x @ C @ mu_y
             + mu_x @ C @ cov_y @ C.T @ mu_x)
 
 
 @float64_aware(arrays=("C", "mu", "cov"))
-def self_bilinear_mean(C, mu, cov):
+def self_bilinear_mean(C: Float[Array, "n n"], mu: Float[Array, " n"], cov: Float[Array, "n n"]) -> Float[Array, ""]:
     """Thesis §6.2.4: E[xᵀCx] = Tr(CΣ_X) + μᵀCμ for x ~ N(μ, Σ_X)."""
     return jnp.trace(C @ cov) + mu @ C @ mu
 
@@ -310,7 +331,7 @@ def mp_edges(n: int, m: int, sigma2: float = 1.0) -> tuple[float, float]:
 
 
 @float64_aware(arrays=("x",))
-def mp_density(x, n: int, m: int, sigma2: float = 1.0):
+def mp_density(x: Real[Numeric, " *B"], n: int, m: int, sigma2: Scalar = 1.0) -> Float[Array, " *B"]:
     """Marchenko–Pastur density of the p = min(n, m) squared singular values of an n×m N(0, σ²)
     matrix (corrected thesis §2.5): f(x) = √((b−x)(x−a)) / (2π σ² p x), a ≤ x ≤ b (mp_edges).
     Square n×n: √(x(4nσ² − x)) / (2π n σ² x) on [0, 4nσ²]."""
@@ -324,7 +345,7 @@ def mp_density(x, n: int, m: int, sigma2: float = 1.0):
 
 
 @float64_aware(arrays=("x",))
-def mp_density_printed(x, sigma2: float):
+def mp_density_printed(x: Real[Numeric, " *B"], sigma2: Scalar) -> Float[Array, " *B"]:
     """Thesis §2.5 as printed: f(x) = √(4σ²x − x²) / (2πσ²x) on [0, 4σ²] (n×n, entries N(0, σ²)).
     This is the law of σ_i²/n, not of σ_i² (the support misses the factor n)."""
     x = jnp.asarray(x)
@@ -334,7 +355,9 @@ def mp_density_printed(x, sigma2: float):
 
 
 @float64_aware(arrays=("x",))
-def mp_cdf(x, n: int, m: int, sigma2: float = 1.0, grid: int = 20001) -> np.ndarray:
+def mp_cdf(
+    x: Real[Numeric, " *B"], n: int, m: int, sigma2: Scalar = 1.0, grid: int = 20001
+) -> Float[np.ndarray, " *B"] | float:
     """CDF of :func:`mp_density` at ``x`` (NumPy, float64; trapezoid rule on a fine grid in
     θ with x = centre + half·cos θ, which removes the square-root edge singularities)."""
     a, b = mp_edges(n, m, sigma2)
@@ -369,7 +392,7 @@ def sigma1_sq_tw(n: int, sigma2: float = 1.0) -> float:
 
 
 @float64_aware(arrays=("sa", "sb"))
-def random_orientation_trace_var(sa, sb):
+def random_orientation_trace_var(sa: Float[Array, "*#B n"], sb: Float[Array, "*#B n"]) -> Float[Array, "*#B"]:
     """Var Tr(ÂᵀB̂) = (Σσ̂_ai²)(Σσ̂_bi²)/n² for Â = U_A D_A V_Aᵀ, B̂ = U_B D_B V_Bᵀ with four independent
     Haar orthogonal matrices (corrected thesis §6.2.5; the mean is 0). sa, sb: (n,) spectra."""
     n = sa.shape[-1]
@@ -377,7 +400,7 @@ def random_orientation_trace_var(sa, sb):
 
 
 @float64_aware(arrays=("sa", "sb"))
-def random_orientation_trace_var_printed(sa, sb):
+def random_orientation_trace_var_printed(sa: Float[Array, "*#B n"], sb: Float[Array, "*#B n"]) -> Float[Array, "*#B"]:
     """Thesis §6.2.5 / eq. (6.34) as printed: Var Tr(ÂᵀB̂) = (1/n) Σ σ̂_ai² σ̂_bi² (true only for
     spectra with Σσ_a²σ_b² = (Σσ_a²)(Σσ_b²)/n, e.g. flat ones)."""
     n = sa.shape[-1]
@@ -390,7 +413,7 @@ def random_orientation_trace_var_printed(sa, sb):
 
 
 @float64_aware(arrays=("v", "w", "t"))
-def slerp(v: Float[Array, "n"], w: Float[Array, "n"], t) -> Array:
+def slerp(v: Float[Array, " n"], w: Float[Array, " n"], t: Real[Numeric, " *S"]) -> Float[Array, "*S n"]:
     """SLERP(v, w, t) = sin((1−t)θ)/sinθ · v + sin(tθ)/sinθ · w, θ = ∠(v, w) (thesis eq. 5.6; for
     ‖v‖ = ‖w‖ it stays on the sphere). ``t`` scalar or (T,) -> (n,) or (T, n)."""
     t = jnp.asarray(t)
@@ -403,7 +426,7 @@ def slerp(v: Float[Array, "n"], w: Float[Array, "n"], t) -> Array:
 
 
 @float64_aware(arrays=("v", "w", "t"))
-def slerp_printed(v, w, t) -> Array:
+def slerp_printed(v: Float[Array, " n"], w: Float[Array, " n"], t: Real[Numeric, " *S"]) -> Float[Array, "*S n"]:
     """SLERP with the weights printed in thesis §5.2.3: λ1(t) = sin((t−1)θ)/sinθ (sign error:
     it gives −v at t = 0), λ2(t) = sin(tθ)/sinθ."""
     t = jnp.asarray(t)
@@ -415,13 +438,13 @@ def slerp_printed(v, w, t) -> Array:
 
 
 @float64_aware(arrays=("v", "w", "ts"))
-def slerp_ce_curve(v, w, ts) -> Array:
+def slerp_ce_curve(v: Float[Array, " n"], w: Float[Array, " n"], ts: Real[Array, " S"]) -> Float[Array, " S"]:
     """Thesis conjecture §5.2.4: H(Sm(w), Sm(SLERP(v, w, t))) on the grid ``ts`` (T,) -> (T,)."""
     return softmax_cross_entropy(w[None, :], slerp(v, w, ts))
 
 
 @float64_aware(arrays=("v", "w", "ts"))
-def slerp_kl_curve(v, w, ts) -> Array:
+def slerp_kl_curve(v: Float[Array, " n"], w: Float[Array, " n"], ts: Real[Array, " S"]) -> Float[Array, " S"]:
     """Thesis Fig. 5.1: D_KL(Sm(w) ‖ Sm(SLERP(v, w, t))) on ``ts`` (T,) -> (T,)."""
     return softmax_kl(w[None, :], slerp(v, w, ts))
 
@@ -438,7 +461,9 @@ class CosineFit(NamedTuple):
 
 
 @float64_aware(arrays=("ts", "ys", "weights"))
-def fit_cosine(ts, ys, weights=None, offset: bool = True) -> CosineFit:
+def fit_cosine(
+    ts: Real[Array, " S"], ys: Real[Array, " S"], weights: Real[Array, " S"] | None = None, offset: bool = True
+) -> CosineFit:
     """Best a, b, c with y ≈ a·cos(πt/2 + b) + c (linear least squares in cos, sin, 1; NumPy float64).
 
     a·cos(πt/2 + b) = a cos b · cos(πt/2) − a sin b · sin(πt/2), so the fit is linear in
@@ -471,14 +496,14 @@ def taylor_cross_noise(lam: Float[Array, "k"], V: Float[Array, "k n"]) -> Float[
 
 
 @float64_aware(arrays=("lam",))
-def taylor_noise_var(lam, sigma2):
+def taylor_noise_var(lam: Float[Array, " k"], sigma2: Scalar) -> Float[Array, ""]:
     """Var of one component of Σ_{i<j}λ_iλ_j v_i v_j for independent v_i ~ N(0, σ²I):
     σ⁴ Σ_{i<j} λ_i²λ_j² = σ⁴ ((Σλ²)² − Σλ⁴)/2 (corrected §5.3.2)."""
     l2 = lam**2
     return sigma2**2 * (jnp.sum(l2) ** 2 - jnp.sum(l2**2)) / 2
 
 
-def taylor_noise_var_printed(n: int, l: float):
+def taylor_noise_var_printed(n: int, l: float) -> float:
     """Thesis §5.3.2 final value (n² − n)·(1/n⁴)·(2l²/n²) for the component variance with σ² = l/n
     (the "Jensen" bound it claims holds for every λ on the simplex)."""
     return (n**2 - n) / n**4 * 2 * l**2 / n**2
@@ -489,18 +514,18 @@ def taylor_noise_var_printed(n: int, l: float):
 # ----------------------------------------------------------------------------------------------
 
 
-def sphere_bilinear_var(n: int, lv: float = 1.0, lw: float = 1.0):
+def sphere_bilinear_var(n: int, lv: Broadcastable = 1.0, lw: Broadcastable = 1.0) -> Broadcastable:
     """Var_C(vᵀCw) = ‖v‖²‖w‖²/n for C with i.i.d. N(0, 1/n) entries, for any fixed v, w (mean 0):
     the correct form of thesis eq. (6.48), independent of ⟨v, w⟩."""
     return lv**2 * lw**2 / n
 
 
-def sphere_bilinear_var_printed(n: int, k):
+def sphere_bilinear_var_printed(n: int, k: Broadcastable) -> Broadcastable:
     """Thesis eq. (6.47)/(6.48) per pair: Var(v_iᵀCw_j) = k_ij²/n + (n−1)/n² (unit vectors)."""
     return k**2 / n + (n - 1) / n**2
 
 
-def bilinear_fourth_moment(n: int):
+def bilinear_fourth_moment(n: int) -> tuple[float, float]:
     """E[s²] = 1 and E[s⁴] = 3(1 + 2/n)² for s = xᵀCy, x, y ~ N(0, I_n/n), C_ij ~ N(0, 1) all
     independent (thesis §6.4; given x, y, s ~ N(0, ‖x‖²‖y‖²) and E‖x‖⁴ = 1 + 2/n): excess kurtosis
     12/n + 12/n², skewness 0."""
@@ -513,14 +538,18 @@ def bilinear_fourth_moment(n: int):
 
 
 @float64_aware(arrays=("lam", "mean", "cov"))
-def mixture_moments(lam: Float[Array, "T T"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]):
+def mixture_moments(
+    lam: Float[Array, "T T"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]
+) -> tuple[Float[Array, "T d"], Float[Array, "T T d d"]]:
     """Thesis §7.1.1: X̂_k = Σ_i λ_i^{(k)} X_i with fixed weights ``lam[k, i]`` and a joint Gaussian
     X (means (T, d), blocks (T, T, d, d)): mean Λμ (T, d) and blocks Σ_ij λ_i^{(k)}λ_j^{(l)} Σ_ij."""
     return lam @ mean, jnp.einsum("ki,lj,ijab->klab", lam, lam, cov)
 
 
 @float64_aware(arrays=("lam_row", "mean", "cov"))
-def mixture_moments_mixture_reading(lam_row: Float[Array, "T"], mean, cov):
+def mixture_moments_mixture_reading(
+    lam_row: Float[Array, " T"], mean: Float[Array, "T d"], cov: Float[Array, "T T d d"]
+) -> tuple[Float[Array, " d"], Float[Array, "d d"]]:
     """Mean and covariance of the Gaussian MIXTURE Σ_i λ_i N(μ_i, Σ_ii) (pick token i w.p. λ_i):
     μ̄ = Σλ_iμ_i, Σλ_i(Σ_ii + μ_iμ_iᵀ) − μ̄μ̄ᵀ. (What "Gaussian mixture" would mean; not §7.1.1's
     weighted sum.)"""
@@ -536,13 +565,13 @@ def mixture_moments_mixture_reading(lam_row: Float[Array, "T"], mean, cov):
 
 
 @float64_aware(arrays=("p",))
-def attention_entropy(p: Float[Array, "... T T"]) -> Array:
-    """Mean row entropy (nats) of attention matrices (rows sum to 1)."""
+def attention_entropy(p: Float[Array, "*B Q K"]) -> Float[Array, " *B"]:
+    """Mean row entropy (nats) of attention matrices (..., Q, K) (rows sum to 1) -> (...)."""
     return jnp.mean(-jnp.sum(jax.scipy.special.xlogy(p, p), axis=-1), axis=-1)  # 0·log 0 = 0
 
 
 @float64_aware(arrays=("X",))
-def token_diversity(X: Float[Array, "T d"]) -> Array:
+def token_diversity(X: Float[Array, "T d"]) -> Float[Array, ""]:
     """‖X − 1x̄ᵀ‖_F / ‖X‖_F (0 when all tokens are equal; thesis §7.2.3 "uniform embedding mixture")."""
     return jnp.linalg.norm(X - X.mean(0, keepdims=True)) / jnp.linalg.norm(X)
 
@@ -561,8 +590,8 @@ def _rescale_to_norm(W, max_norm):
 
 
 @float64_aware(arrays=("X",))
-def random_attention_stack(key: Key, X: Float[Array, "T d"], n_layers: int, *, max_norm: float = 2.0,
-                           beta: float = 1.0, layernorm: bool = False, sigma2: float | None = None) -> StackStats:
+def random_attention_stack(key: Key, X: Float[Array, "T d"], n_layers: int, *, max_norm: Scalar = 2.0,
+                           beta: Scalar = 1.0, layernorm: bool = False, sigma2: Scalar | None = None) -> StackStats:
     """Thesis §7.2.3: L single-head self-attention layers X ← β·Attn(X) + (1−β)·X (β = 1: no skip),
     optionally followed by a parameter-free LayerNorm, with W_q, W_k, W_v i.i.d. N(0, σ²) (default
     Xavier σ² = 1/d) rescaled so that every operator norm is ≤ ``max_norm`` (the hypothesis' q_max,

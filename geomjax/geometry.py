@@ -82,7 +82,7 @@ def _unit_rows(x: jax.Array) -> jax.Array:
     return x / jnp.linalg.norm(x, axis=-1, keepdims=True)
 
 
-@float64_aware
+@float64_aware(arrays=("X",))
 def normalize_rows(X: Float[Array, "N d"]) -> Float[Array, "N d"]:
     """Rows scaled to unit L2 norm, x_i / ‖x_i‖ (Song & Zhong Fig. 2, P̄ and C̄).
 
@@ -106,7 +106,7 @@ def _normalized_gram(X: jax.Array) -> jax.Array:
     return jnp.matmul(Xh, Xh.T, precision=_HIGHEST)
 
 
-@float64_aware
+@float64_aware(arrays=("X",))
 def normalized_gram(X: Float[Array, "N d"]) -> Float[Array, "N N"]:
     """Normalized Gram matrix G = X̂ X̂ᵀ with unit rows x̂_i = x_i/‖x_i‖ (Song & Zhong Fig. 2).
 
@@ -176,7 +176,7 @@ def _incoherence_inputs(pos, ctx):
     return pos.astype(dtype), ctx.astype(dtype)
 
 
-@float64_aware
+@float64_aware(arrays=("pos", "ctx"))
 def incoherence_stats(
     pos: Float[Array, "T d"], ctx: Float[Array, "C d"], *, chunk_size: int = 1024
 ) -> IncoherenceStats:
@@ -207,6 +207,7 @@ def incoherence_stats(
     return IncoherenceStats(mx, mean)
 
 
+@float64_aware(arrays=("pos", "ctx"))
 def incoherence(
     pos: Float[Array, "T d"], ctx: Float[Array, "C d"], *, chunk_size: int = 1024
 ) -> Float[Array, ""]:
@@ -250,7 +251,7 @@ def _cluster_similarity(ctx, labels, n_components):
     return intra, inter
 
 
-@float64_aware
+@float64_aware(arrays=("ctx", "labels"))
 def cluster_similarity(
     ctx: Float[Array, "C d"],
     labels: Int[Array, " C"],
@@ -320,7 +321,7 @@ def _compactness(X, codes, num_classes, rtol):
     return jnp.sum(quad * inv.astype(quad.dtype))
 
 
-@float64_aware
+@float64_aware(arrays=("X", "labels"))
 def cluster_compactness(
     X: Float[Array, "N d"],
     labels: Int[Array, " N"],
@@ -428,10 +429,10 @@ def _pca(P, others, n_components, center):
     return v, s[:n_components], proj(P), tuple(proj(x) for x in others)
 
 
-@float64_aware
+@float64_aware(arrays=("P",))
 def pca_projections(
     P: Float[Array, "T d"],
-    X_list: Sequence[Float[Array, "... d"]] = (),
+    X_list: Sequence[Float[Array, "... d"] | list] = (),  # list: a nested list, converted like P
     n_components: int = 2,
     center: bool = False,
 ) -> PCAProjection:

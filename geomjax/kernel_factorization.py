@@ -85,9 +85,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import as_real_array, float64_aware, is_concrete as _concrete
+from geomjax._checks import (
+    as_real_array,
+    check_finite,
+    check_int,
+    check_prng_key,
+    float64_aware,
+    is_concrete as _concrete,
+)
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
-from geomjax.typing import Array, Float, Key
+from geomjax.typing import Array, Bool, Broadcastable, Float, Key, Scalar
 
 __all__ = [
     "Theorem2Setting",
@@ -127,10 +134,6 @@ Pairs = Literal["all", "printed"]
 # ----------------------------------------------------------------------------------------------
 
 
-def _is_int(x) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, np.integer))
-
-
 @dataclass(frozen=True)
 class Theorem2Setting:
     """Static sizes of the random setting of Song & Zhong Theorem 2 (hashable, a static argument).
@@ -152,9 +155,7 @@ class Theorem2Setting:
 
     def __post_init__(self):
         for name in ("n1", "n2", "s"):
-            v = getattr(self, name)
-            if not _is_int(v) or int(v) < 1:
-                raise GeomjaxError(f"Theorem2Setting: {name} must be an integer >= 1, got {v!r}")
+            check_int(getattr(self, name), name, "Theorem2Setting")
         nz = self.noise
         if isinstance(nz, bool) or not isinstance(nz, (int, float, np.floating, np.integer)) or not (0.0 <= float(nz) <= 1.0):
             raise GeomjaxError(
@@ -199,23 +200,9 @@ class Theorem2Instance:
     d: Array
 
 
-def _check_key(key, where: str) -> None:
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise GeomjaxError(f"{where}: expected ONE PRNG key, got a key array of shape {key.shape}")
-        return
-    if np.shape(key) == (2,) and np.dtype(getattr(key, "dtype", None)) == np.uint32:
-        return
-    raise GeomjaxTypeError(
-        f"{where}: `key` must be a PRNG key (jax.random.key(seed)), got {type(key).__name__} "
-        f"with shape {np.shape(key)}"
-    )
-
-
 def _float_array(x, where: str, name: str):
     x = as_real_array(x, where, name)
-    if _concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
-        raise GeomjaxError(f"{where}: {name} contains {int(jnp.sum(~jnp.isfinite(x)))} NaN/Inf entries")
+    check_finite(x, name, where)
     return x
 
 
@@ -340,9 +327,9 @@ def _sample(key, d, rho, planted, setting: Theorem2Setting):
 
 def sample_instance(
     key: Key,
-    d,
+    d: Scalar,
     setting: Theorem2Setting = Theorem2Setting(),
-    coherence=None,
+    coherence: Scalar | None = None,
 ) -> Theorem2Instance:
     """Draw the random setting of Song & Zhong Theorem 2 (bases, sparse W_αβ, noise Z_αβ/√d, x^q, x^k).
 
@@ -366,7 +353,7 @@ def sample_instance(
       TypeError: ``key`` is not a single PRNG key; ``setting`` is not a Theorem2Setting.
       ValueError: d not an integer or d < n1 + n2; coherence outside [0, 1).
     """
-    _check_key(key, "sample_instance")
+    check_prng_key(key, "sample_instance")
     if not isinstance(setting, Theorem2Setting):
         raise GeomjaxTypeError(f"sample_instance: setting must be a Theorem2Setting, got {type(setting).__name__}")
     _check_d(d, setting, "sample_instance")
@@ -393,7 +380,7 @@ def _replant(inst: Theorem2Instance, rho):
     )
 
 
-def with_planted_coherence(inst: Theorem2Instance, coherence) -> Theorem2Instance:
+def with_planted_coherence(inst: Theorem2Instance, coherence: Scalar) -> Theorem2Instance:
     """The instance with planted incoherence ρ built from the SAME random draws (t_j ← √(1−ρ²)t_j + ρc_{j mod n1}).
 
     ``inst`` must come from :func:`sample_instance` with ``coherence=0.0`` (so t_j ⊥ c_{j mod n1});
@@ -423,7 +410,7 @@ def with_planted_coherence(inst: Theorem2Instance, coherence) -> Theorem2Instanc
     return _replant(inst, coherence)
 
 
-def embed(inst: Theorem2Instance, frame: Float[Array, "d n"]):
+def embed(inst: Theorem2Instance, frame: Float[Array, "d n"]) -> dict[str, Float[Array, "..."]]:
     """Lift an instance to R^d with an orthonormal frame O (d, n): vectors O y, matrices O M Oᵀ.
 
     Any O with OᵀO = I gives vectors with the instance's inner products; with O Haar-distributed
@@ -734,7 +721,9 @@ def _inputs(inst: Theorem2Instance):
     return lam[0] * inst.basis1[i], lam[1] * inst.basis2[j], lam[2] * inst.basis1[k], lam[3] * inst.basis2[l]
 
 
-def decomposed_inputs(inst: Theorem2Instance):
+def decomposed_inputs(
+    inst: Theorem2Instance,
+) -> tuple[Float[Array, " n"], Float[Array, " n"], Float[Array, " n"], Float[Array, " n"]]:
     """(c^q, t^q, c^k, t^k) of the instance's query/key pair (eq. (10)) in frame coordinates, each (n,)."""
     _check_instance(inst, "decomposed_inputs")
     return _inputs(inst)
@@ -879,8 +868,7 @@ def noise_cross_max(inst: Theorem2Instance, pairs: Pairs = "all") -> Float[Array
 def n_noise_cross_terms(n1: int, n2: int, pairs: Pairs = "all") -> int:
     """Number of noise cross terms: 3(n1 + n2)² ("all") or 6·n1·n2 ("printed"), App. F.2."""
     for name, v in (("n1", n1), ("n2", n2)):
-        if not _is_int(v) or int(v) < 1:
-            raise GeomjaxError(f"n_noise_cross_terms: {name} must be an integer >= 1, got {v!r}")
+        check_int(v, name, "n_noise_cross_terms")
     if pairs == "all":
         return 3 * (int(n1) + int(n2)) ** 2
     if pairs == "printed":
@@ -888,7 +876,7 @@ def n_noise_cross_terms(n1: int, n2: int, pairs: Pairs = "all") -> int:
     raise GeomjaxError(f"n_noise_cross_terms: pairs must be 'all' or 'printed', got {pairs!r}")
 
 
-def proof_event(inst: Theorem2Instance, pairs: Pairs = "all") -> Array:
+def proof_event(inst: Theorem2Instance, pairs: Pairs = "all") -> Bool[Array, ""]:
     """Indicator of the event the proof's union bound controls: some noise cross term > √2·incoh.
 
     Song & Zhong App. F.2: each |pᵀZq|/√d ≤ C·incoh with probability ≥ 1 − 2exp(−incoh²·d) for
@@ -906,7 +894,7 @@ def proof_event(inst: Theorem2Instance, pairs: Pairs = "all") -> Array:
     return m > PROOF_NOISE_CONSTANT * _incoherence(inst.basis1, inst.basis2)
 
 
-def theorem_event(inst: Theorem2Instance, constant: float = 12 * PROOF_NOISE_CONSTANT) -> Array:
+def theorem_event(inst: Theorem2Instance, constant: Scalar = 12 * PROOF_NOISE_CONSTANT) -> Bool[Array, ""]:
     """Indicator that eq. (12) FAILS at the proof's constants: sup|L| > deterministic bound + constant·incoh.
 
     Song & Zhong Theorem 2 ("moreover"): the probability of this event is O(|B_1⁰||B_2⁰| exp(−incoh²·d)).
@@ -929,7 +917,9 @@ def theorem_event(inst: Theorem2Instance, constant: float = 12 * PROOF_NOISE_CON
     return sup > _det_bound(inst) + float(constant) * inc
 
 
-def union_bound(incoh, d, n1: int, n2: int, count: Count = "corrected") -> Array:
+def union_bound(
+    incoh: Broadcastable, d: Broadcastable, n1: int, n2: int, count: Count = "corrected"
+) -> Float[Array, "*#B"]:
     """Union bound on the probability of :func:`proof_event`, min(1, 2·N·exp(−incoh²·d)) (App. F.2).
 
     count="printed": N = 6·n1·n2 (the union over B_1⁰ × B_2⁰ as printed, |B_1⁰||B_2⁰| pairs, with the
@@ -1011,7 +1001,7 @@ def _statistics(inst: Theorem2Instance):
     return out
 
 
-def noise_statistics(inst: Theorem2Instance) -> dict:
+def noise_statistics(inst: Theorem2Instance) -> dict[str, Float[Array, ""]]:
     """The noise part of Theorem 2 ("moreover", App. F.2) for one instance, without the supremum.
 
     Args:
@@ -1027,7 +1017,7 @@ def noise_statistics(inst: Theorem2Instance) -> dict:
     return _noise_statistics(inst)
 
 
-def instance_statistics(inst: Theorem2Instance) -> dict:
+def instance_statistics(inst: Theorem2Instance) -> dict[str, Float[Array, ""]]:
     """Every Theorem 2 quantity of one instance, in one pass (Song & Zhong eq. (12), App. F.2).
 
     Args:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -55,9 +55,9 @@ import numpy as np
 import optax
 from jax.scipy.special import erf
 
-from geomjax._checks import float64_aware, is_concrete
+from geomjax._checks import check_finite, check_square, float64_aware, is_concrete
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, ArrayLike, Float, Key
+from geomjax.typing import Array, Bool, Broadcastable, DType, Float, Key, Numeric, Real, Scalar
 
 __all__ = [
     "taylor_coefficients",
@@ -131,23 +131,12 @@ def _check_theta(theta, where: str) -> None:
                              f"values in [{np.nanmin(a)}, {np.nanmax(a)}]")
 
 
-def _check_square(W, where: str, what: str = "W_QK") -> None:
-    s = np.shape(W)
-    if len(s) < 2 or s[-1] != s[-2]:
-        raise GeomjaxError(f"{where}: {what} must be a square (..., d, d) matrix, got shape {s}")
-
-
 def _check_pair(W_qk, Sigma, where: str) -> None:
-    _check_square(W_qk, where, "W_QK")
-    _check_square(Sigma, where, "Σ")
+    check_square(W_qk, "W_QK", where, "(..., d, d)", batch=True)
+    check_square(Sigma, "Σ", where, "(..., d, d)", batch=True)
     if np.shape(W_qk)[-1] != np.shape(Sigma)[-1]:
         raise GeomjaxError(f"{where}: W_QK is {np.shape(W_qk)[-2:]} but Σ is {np.shape(Sigma)[-2:]}; "
                          "both must be (d, d) with the same token dimension d")
-
-
-def _check_finite(x, where: str, what: str) -> None:
-    if is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-        raise GeomjaxError(f"{where}: {what} contains NaN or Inf")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -156,7 +145,7 @@ def _check_finite(x, where: str, what: str) -> None:
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def taylor_coefficients(T: int, dtype=jnp.float32) -> tuple[Float[Array, "T T"], Float[Array, "T"]]:
+def taylor_coefficients(T: int, dtype: DType = jnp.float32) -> tuple[Float[Array, "T T"], Float[Array, "T"]]:
     """Taylor coefficients of softmax at 0 (Bao §2): γ^i = e^i/T − 1/T² (row i), γ_0^i = 1/T.
 
     Args:
@@ -188,7 +177,7 @@ def linear_scores(omega: Float[Array, "... T"]) -> Float[Array, "... T"]:
 
 
 @float64_aware(arrays=("omega",))
-def propagates(omega: Float[Array, "... T"]) -> Array:
+def propagates(omega: Float[Array, "*B T"]) -> Bool[Array, "*B T"]:
     """Def. 1's event ⟨γ^i, ω⟩ + γ_0^i ∈ [0, 1] for every token i (boolean (..., T))."""
     s = linear_scores(omega)
     return (s >= 0) & (s <= 1)
@@ -225,7 +214,7 @@ def piecewise_softmax(omega: Float[Array, "... T"]) -> Float[Array, "... T"]:
 
 
 @float64_aware(arrays=("X", "W_qk", "lam"))
-def softmax_input(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam) -> Float[Array, "T"]:
+def softmax_input(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam: Scalar) -> Float[Array, " T"]:
     """ω = Xᵀ W_QK x_T / λ of Def. 1 for one sequence X (T, d) (tokens as rows): ω_j = x_jᵀ W_QK x_T / λ."""
     return X @ (W_qk @ X[-1]) / lam
 
@@ -248,14 +237,16 @@ def random_walk(key: Key, T: int, factor: Float[Array, "d d"]) -> Float[Array, "
       X (T, d), rows x_1 … x_T.
     """
     T = _check_T(T, "random_walk")
-    _check_square(factor, "random_walk", "the covariance factor F")
+    check_square(factor, "the covariance factor F", "random_walk", "(..., d, d)", batch=True)
     d = factor.shape[-1]
     z = jax.random.normal(key, (T, d), factor.dtype)
     return jnp.cumsum(z, axis=0) @ factor.T
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def anisotropic_covariance(key: Key, d: int, half_width: float = 2.5, dtype=jnp.float32):
+def anisotropic_covariance(
+    key: Key, d: int, half_width: Scalar = 2.5, dtype: DType = jnp.float32
+) -> tuple[Float[Array, "d d"], Float[Array, "d d"]]:
     """Anisotropic Σ = RᵀR/d with R ~ Unif(−2.5, 2.5)^{d×d} (Bao §5, "Numerical simulation").
 
     Returns:
@@ -269,7 +260,7 @@ def anisotropic_covariance(key: Key, d: int, half_width: float = 2.5, dtype=jnp.
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def random_orthogonal(key: Key, d: int, dtype=jnp.float32) -> Float[Array, "d d"]:
+def random_orthogonal(key: Key, d: int, dtype: DType = jnp.float32) -> Float[Array, "d d"]:
     """Haar-random orthogonal matrix B (d, d) (QR of a Gaussian matrix with the sign fix)."""
     g = jax.random.normal(key, (d, d), dtype)
     q, r = jnp.linalg.qr(g)
@@ -277,7 +268,9 @@ def random_orthogonal(key: Key, d: int, dtype=jnp.float32) -> Float[Array, "d d"
 
 
 @float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
-def random_wqk(key: Key, d: int, mean, scale, dtype=jnp.float32):
+def random_wqk(
+    key: Key, d: int, mean: Scalar, scale: Scalar, dtype: DType = jnp.float32
+) -> tuple[Float[Array, "d d"], Float[Array, " d"]]:
     """Random symmetric W_QK = B diag(w) Bᵀ with w_i ~ N(mean, scale²) i.i.d. (Bao §5, Fig. 5).
 
     Returns:
@@ -290,12 +283,12 @@ def random_wqk(key: Key, d: int, mean, scale, dtype=jnp.float32):
 
 
 @float64_aware(arrays=("probs",))
-def attention_entropy(probs: Float[Array, "... T T"], axis: int = -1) -> Float[Array, "..."]:
+def attention_entropy(probs: Float[Array, "*B Q K"], axis: int = -1) -> Float[Array, " *B"]:
     """Attention entropy (Zhai et al.; Bao §5): mean over rows of −Σ_j A_ij ln A_ij (nats).
 
     Args:
-      probs: attention probabilities (..., T, T), rows summing to one along ``axis``; zero
-        entries contribute 0.
+      probs: attention probabilities (..., Q, K) (Q = K = T for self-attention), rows summing to
+        one along ``axis``; zero entries contribute 0.
     """
     p = jnp.asarray(probs)
     ent = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=axis)
@@ -331,7 +324,7 @@ def _rho_from_walks(Z, M, lam):
 
 
 @float64_aware(arrays=("Z", "M", "lam"))
-def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam) -> Float[Array, "D T"]:
+def rho_from_walks(Z: Float[Array, "D S T d"], M: Float[Array, "D d d"], lam: Scalar) -> Float[Array, "D T"]:
     """Def. 1 frequencies from given walks (Bao §3): Z (D, S, T, d) cumulative sums of standard normals
     per draw and sequence, M = Fᵀ W_QK F (D, d, d); ω_j = Z_j M Z_T / λ. Same math as :func:`empirical_rho`."""
     _check_lambda(lam, "rho_from_walks")
@@ -346,7 +339,7 @@ def empirical_rho(
     key: Key,
     W_qk: Float[Array, "*D d d"],
     factor: Float[Array, "d d"],
-    lam,
+    lam: Real[Numeric, "..."],
     *,
     T: int,
     n_seq: int,
@@ -377,7 +370,7 @@ def empirical_rho(
     _check_lambda(lam, "empirical_rho")
     W = jnp.asarray(W_qk)
     _check_pair(W, factor, "empirical_rho")
-    _check_finite(W, "empirical_rho", "W_QK")
+    check_finite(W, "W_QK", "empirical_rho")
     single = W.ndim == 2
     if single:
         W = W[None]
@@ -420,7 +413,9 @@ def w_traces(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str,
 
 
 @float64_aware(arrays=("W_qk", "Sigma", "lam"))
-def xi_eta(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam) -> tuple[Array, Array]:
+def xi_eta(
+    W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam: Scalar
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """ξ = tr(W)/√tr(W²) and η = √tr(W²)/λ with W = W_QK Σ (Bao eq. (6)).
 
     Raises:
@@ -437,7 +432,7 @@ def xi_eta(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], lam) -> tuple[
 
 
 @float64_aware(arrays=("theta",))
-def variance_profile(theta, form: str = "printed"):
+def variance_profile(theta: Real[Numeric, " *B"], form: str = "printed") -> Real[Numeric, " *B"]:
     """Variance factor of Lemma 1 at θ = i/T: printed 2θ² + 7/12; corrected 2θ² − 2θ + 7/12 (geomjax)."""
     if form == "printed":
         return 2 * theta**2 + 7.0 / 12.0
@@ -456,7 +451,14 @@ def _positions(T, positions, dtype, where):
 
 
 @float64_aware(arrays=("trW", "trW2", "lam", "positions"))
-def lemma1_moments(T: int, trW, trW2, lam, form: str = "printed", positions=None) -> tuple[Float[Array, "T"], Float[Array, "T"]]:
+def lemma1_moments(
+    T: int,
+    trW: Scalar,
+    trW2: Scalar,
+    lam: Scalar,
+    form: str = "printed",
+    positions: Real[Array, " P"] | None = None,
+) -> tuple[Float[Array, " P"], Float[Array, " P"]]:
     """Asymptotic mean and variance of ⟨γ^i, ω⟩ + γ_0^i (Bao Lemma 1), i = 1..T, without the o(1) terms.
 
     μ^i = (i/T − ½)·tr(W)/λ;  v^i = (2θ² + 7/12)·tr(W²)/λ² (``form="printed"``) or
@@ -472,7 +474,13 @@ def lemma1_moments(T: int, trW, trW2, lam, form: str = "printed", positions=None
 
 
 @float64_aware(arrays=("W_qk", "Sigma", "lam", "positions"))
-def exact_moments(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], T: int, lam, positions=None) -> tuple[Float[Array, "T"], Float[Array, "T"]]:
+def exact_moments(
+    W_qk: Float[Array, "d d"],
+    Sigma: Float[Array, "d d"],
+    T: int,
+    lam: Scalar,
+    positions: Real[Array, " P"] | None = None,
+) -> tuple[Float[Array, " P"], Float[Array, " P"]]:
     """Exact finite-T mean and variance of ⟨γ^i, ω⟩ + γ_0^i under Assumption 1 (geomjax; Bao Lemma 1).
 
     mean_i = (Σ_s C_s)·tr(W)/λ + 1/T, var_i = [(Σ_s C_s)²·tr(W²) + T·Σ_s C_s²·tr(W_QK Σ W_QKᵀ Σ)]/λ²,
@@ -496,7 +504,7 @@ def exact_moments(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"], T: int,
 
 
 @float64_aware(arrays=("mu", "v"))
-def gaussian_rho(mu, v):
+def gaussian_rho(mu: Broadcastable, v: Broadcastable) -> Float[Array, "*#B"]:
     """Gaussian approximation of Def. 1 (Bao §4): ρ ≈ ½{erf((1 − μ)/√(2v)) + erf(μ/√(2v))}."""
     r = jnp.sqrt(2.0 * v)
     return 0.5 * (erf((1.0 - mu) / r) + erf(mu / r))
@@ -507,7 +515,7 @@ def _Phi(z, theta, form):
 
 
 @float64_aware(arrays=("theta", "xi", "eta"))
-def rho_theta(theta, xi, eta, form: str = "printed"):
+def rho_theta(theta: Broadcastable, xi: Broadcastable, eta: Broadcastable, form: str = "printed") -> Float[Array, "*#B"]:
     """Closed-form signal propagation probability (Bao eq. (6)).
 
     ρ(θ) = Φ((θ − ½)ξ; θ) − Φ((θ − ½)ξ − 1/η; θ), Φ(z; θ) = ½ erf(z/√(2 s(θ))) with s(θ) = 2θ² + 7/12
@@ -531,7 +539,7 @@ def rho_theta(theta, xi, eta, form: str = "printed"):
 
 
 @float64_aware(arrays=("theta",))
-def rho_limit(theta, r):
+def rho_limit(theta: Real[Numeric, " *B"], r: Scalar) -> Float[Array, " *B"]:
     """Lemma 2 (Bao), items 1-2: the limit of ρ(θ) as (ξ, η) → (±∞, 0) with ξη → r.
 
     r >= 0: 𝟙{θ >= ½} (r <= 2) or 𝟙{½ <= θ <= ½ + 1/r} (r > 2); r < 0: 𝟙{θ <= ½} (−2 <= r) or
@@ -551,7 +559,7 @@ def rho_limit(theta, r):
 
 
 @float64_aware(arrays=("W_qk", "Sigma"))
-def eq5_terms(W_qk, Sigma) -> dict[str, Array]:
+def eq5_terms(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str, Float[Array, ""]]:
     """Both sides of Bao eq. (5): |tr(W)| <= √(d·tr(W²)), W = W_QK Σ."""
     t = w_traces(W_qk, Sigma)
     d = W_qk.shape[-1]
@@ -559,7 +567,7 @@ def eq5_terms(W_qk, Sigma) -> dict[str, Array]:
 
 
 @float64_aware(arrays=("W_qk", "Sigma"))
-def eq7_terms(W_qk, Sigma) -> dict[str, Array]:
+def eq7_terms(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str, Float[Array, ""]]:
     """The four members of Bao eq. (7): |tr W|/(√d‖Σ‖₂) <= ‖W_QK‖₂ <= ‖W_QK‖_F <= ‖W_QK‖₁.
 
     ‖·‖₁ is returned both entrywise (``l1_entrywise``, Σ|w_ij|) and as the induced norm
@@ -578,7 +586,7 @@ def eq7_terms(W_qk, Sigma) -> dict[str, Array]:
 
 
 @float64_aware(arrays=("w",))
-def eigen_variance_identity(w: Float[Array, "d"]) -> tuple[Array, Array]:
+def eigen_variance_identity(w: Float[Array, " d"]) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """Both sides of Bao eq. (8): d²·V[w_i] and d·Σw_i² − (Σw_i)², V the population variance over i."""
     w = jnp.asarray(w)
     d = w.shape[-1]
@@ -588,7 +596,7 @@ def eigen_variance_identity(w: Float[Array, "d"]) -> tuple[Array, Array]:
 
 
 @float64_aware(arrays=("W_qk", "Sigma"))
-def eq10_terms(W_qk, Sigma) -> dict[str, Array]:
+def eq10_terms(W_qk: Float[Array, "d d"], Sigma: Float[Array, "d d"]) -> dict[str, Float[Array, ""]]:
     """Members of Bao eq. (10): ‖Σ⁻¹‖_F √tr(W²) >= |tr W_QK| >= ‖W_QK‖₂; also ‖Σ⁻¹‖₂√tr(W²) and ‖W_QK‖_F."""
     _check_pair(W_qk, Sigma, "eq10_terms")
     W = W_qk @ Sigma
@@ -604,14 +612,14 @@ def eq10_terms(W_qk, Sigma) -> dict[str, Array]:
 
 
 @float64_aware(arrays=("X", "W_qk", "lam"))
-def zhai_nu(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam=1.0):
+def zhai_nu(X: Float[Array, "T d"], W_qk: Float[Array, "d d"], lam: Scalar = 1.0) -> Float[Array, ""]:
     """ν = ‖X Xᵀ‖₂·‖W_QK‖₂/λ of Bao eq. (9) (λ = 1 as printed; λ > 1 for the scaled logits)."""
     _check_lambda(lam, "zhai_nu")
     return jnp.linalg.norm(X.T @ X, 2) * jnp.linalg.norm(W_qk, 2) / lam
 
 
 @float64_aware(arrays=("nu",))
-def zhai_bound(nu, T):
+def zhai_bound(nu: Broadcastable, T: Broadcastable) -> Float[Array, "*#B"]:
     """Zhai et al.'s entropy lower bound as printed in Bao eq. (9): ln(1 + T e^{−ν}) + ν e^{−ν/2}/(T⁻¹ + e^{−ν})."""
     if isinstance(T, (int, np.integer)):
         _check_T(int(T), "zhai_bound")
@@ -620,7 +628,7 @@ def zhai_bound(nu, T):
 
 
 @float64_aware(arrays=("gap",))
-def one_vs_rest_entropy(gap, T):
+def one_vs_rest_entropy(gap: Broadcastable, T: Broadcastable) -> Float[Array, "*#B"]:
     """Entropy of softmax of T logits, one larger than the other T − 1 by ``gap`` (geomjax; Bao eq. (9)).
 
     H = ln(1 + (T−1)e^{−gap}) + gap·(T−1)e^{−gap}/(1 + (T−1)e^{−gap}); for large T this is
@@ -647,7 +655,7 @@ def qk_matrix(W_q: Float[Array, "*H d K"], W_k: Float[Array, "*H d K"]) -> Float
     return jnp.einsum("...dk,...ek->...de", W_q, W_k)
 
 
-def find_qk_heads(params) -> list[tuple[str, str, str]]:
+def find_qk_heads(params: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """Paths of every attention layer's q and k kernels in a geomjax parameter tree.
 
     Recognises the common layout of :mod:`geomjax.models` (toy, GPT-2, BERT, Llama, Mistral, BLOOM): a
@@ -699,7 +707,7 @@ def _qk_kernels(params, qp: str, kp: str) -> tuple[Array, Array]:
     return q, k
 
 
-def qk_matrices(params) -> dict[str, Float[Array, "H d d"]]:
+def qk_matrices(params: Mapping[str, Any]) -> dict[str, Float[Array, "H d d"]]:
     """W_QK = W_q,h W_k,hᵀ (H, d, d) for every attention layer of a geomjax model (Bao §6).
 
     With grouped-query attention (Llama, Mistral: H_kv < H key heads) head h pairs with key head
@@ -714,7 +722,7 @@ def qk_matrices(params) -> dict[str, Float[Array, "H d d"]]:
     return out
 
 
-def locater_terms(params) -> dict[str, dict[str, Array]]:
+def locater_terms(params: Mapping[str, Any]) -> dict[str, dict[str, Float[Array, " H"]]]:
     """Per layer, per head: eigenspectrum scale tr(W_QKᵀW_QK) = ‖W_q W_kᵀ‖_F² and tr(W_QK) (Bao §6-7).
 
     Computed without forming W_QK: ‖W_q W_kᵀ‖_F² = tr((W_qᵀW_q)(W_kᵀW_k)) and tr(W_q W_kᵀ) = ⟨W_q, W_k⟩.
@@ -728,7 +736,7 @@ def locater_terms(params) -> dict[str, dict[str, Array]]:
     return out
 
 
-def locater_penalty(params, kappa1: float, kappa2: float) -> Array:
+def locater_penalty(params: Mapping[str, Any], kappa1: float, kappa2: float) -> Float[Array, ""]:
     """LocATER regulariser (Bao §6): Σ_layers Σ_heads κ1·tr(W_QKᵀW_QK) + κ2·(tr(W_QK) − 1)².
 
     Works on any geomjax parameter tree (toy, GPT-2, BERT; see :func:`find_qk_heads`). Differentiable;

@@ -27,7 +27,7 @@ masked (its surplus draws are computed and discarded, never counted), so no samp
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -36,11 +36,11 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import compiled_cache, x64_context
+from geomjax._checks import check_int, check_prng_key, compiled_cache, x64_context
 from geomjax._repr import with_compact_repr
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.parallel import AXIS
-from geomjax.typing import Array, Float, Key
+from geomjax.typing import Array, Float, Key, PyTree, Shaped
 
 __all__ = ["Estimate", "merge", "merge_all", "from_samples", "estimate"]
 
@@ -236,7 +236,7 @@ def merge(a: Estimate, b: Estimate) -> Estimate:
     return Estimate(mean=mean, m2=m2, n=n, dtype=dtype)
 
 
-def merge_all(estimates) -> Estimate:
+def merge_all(estimates: Sequence[Estimate]) -> Estimate:
     """Merge a non-empty sequence of estimates left to right (exact, see :func:`merge`)."""
     estimates = list(estimates)
     if not estimates:
@@ -251,7 +251,7 @@ def _leaf_dtype_name(leaves) -> str:
     return "float64" if any(np.dtype(getattr(l, "dtype", np.float32)) == np.float64 for l in leaves) else "float32"
 
 
-def from_samples(samples, dtype: str | None = None) -> Estimate:
+def from_samples(samples: PyTree[Shaped[Array, "S ..."]], dtype: str | None = None) -> Estimate:
     """Estimate of the mean of each leaf of ``samples`` (leading axis S = samples), two-pass.
 
     Args:
@@ -292,21 +292,6 @@ def from_samples(samples, dtype: str | None = None) -> Estimate:
 # ----------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------
-
-
-def _check_key(key) -> None:
-    """Raise unless ``key`` is ONE PRNG key: a typed key (``jax.random.key``) of shape () or a
-    legacy raw key (``jax.random.PRNGKey``), uint32 of shape (2,)."""
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise GeomjaxError(f"estimate: expected a single PRNG key, got a key array of shape {key.shape}")
-        return
-    if np.shape(key) == (2,) and np.dtype(getattr(key, "dtype", None)) == np.uint32:
-        return
-    raise GeomjaxTypeError(
-        "estimate: `key` must be a PRNG key (jax.random.key(seed) or jax.random.PRNGKey(seed)), "
-        f"got {type(key).__name__} with shape {np.shape(key)}"
-    )
 
 
 def _make_driver(sample_fn, n_samples: int, chunk: int, mesh, dtype: str):
@@ -411,15 +396,9 @@ def estimate(
         dtype="float32", or dtype="float64" inside ``jit`` while JAX x64 is off.
       TypeError: ``key`` is not a single PRNG key.
     """
-    _check_key(key)
-    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)):
-        raise GeomjaxError(f"estimate: n_samples must be an integer, got {n_samples!r}")
-    n_samples = int(n_samples)
-    if n_samples < 2:
-        raise GeomjaxError(f"estimate: n_samples must be >= 2 to have a standard error, got {n_samples}")
-    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or int(chunk) < 1:
-        raise GeomjaxError(f"estimate: chunk must be a positive integer, got {chunk!r}")
-    chunk = int(chunk)
+    check_prng_key(key, "estimate")
+    n_samples = check_int(n_samples, "n_samples", "estimate", minimum=2)  # 2: a standard error
+    chunk = check_int(chunk, "chunk", "estimate")
     n_dev = 1
     if mesh is not None:
         if not isinstance(mesh, Mesh) or AXIS not in mesh.shape:

@@ -45,6 +45,7 @@ moderate T (T ≤ 128 for m = 4).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
@@ -53,11 +54,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxtyping import Complex
-
-from geomjax._checks import as_real_array, float64_aware, is_concrete
+from geomjax._checks import as_real_array, check_finite, check_int, check_square, float64_aware, is_concrete
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, Float
+from geomjax.typing import Array, Complex, DType, Float, Int
 
 __all__ = [
     "double_center",
@@ -89,14 +88,11 @@ def _as_array(G, where: str):
 
 def _check_square(G, where: str, *, min_size: int = 2, symmetric: bool = True):
     G = _as_array(G, where)
-    if G.ndim != 2 or G.shape[0] != G.shape[1]:
-        raise GeomjaxError(f"{where}: expected a square matrix (T, T), got shape {tuple(G.shape)}")
+    check_square(G, "G", where, "(T, T)")
     if G.shape[0] < min_size:
         raise GeomjaxError(f"{where}: need a matrix of size at least {min_size}, got {tuple(G.shape)}")
     if is_concrete(G):
-        if not bool(jnp.all(jnp.isfinite(G))):
-            bad = int(jnp.sum(~jnp.isfinite(G)))
-            raise GeomjaxError(f"{where}: matrix contains {bad} NaN/Inf entries")
+        check_finite(G, "matrix", where)
         if symmetric:
             scale = float(jnp.max(jnp.abs(G))) or 1.0
             asym = float(jnp.max(jnp.abs(G - G.T)))
@@ -141,8 +137,7 @@ def _check_km(T: int, k: int | None = None, m: int | None = None, where: str = "
         if isinstance(k, bool) or int(k) != k or not 1 <= int(k) <= T:
             raise GeomjaxError(f"{where}: k must be an integer with 1 <= k <= T = {T}, got {k!r}")
     if m is not None:
-        if isinstance(m, bool) or int(m) != m or int(m) < 1:
-            raise GeomjaxError(f"{where}: m must be a positive integer, got {m!r}")
+        check_int(m, "m", where)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -263,7 +258,7 @@ def finite_difference_rounding(G_tilde: Float[Array, "N N"], m: int) -> float:
 # ----------------------------------------------------------------------------------------------
 
 
-def low_frequency_basis(T: int, k: int, *, convention: Basis = "printed", dtype=None) -> Float[Array, "T k"]:
+def low_frequency_basis(T: int, k: int, *, convention: Basis = "printed", dtype: DType = None) -> Float[Array, "T k"]:
     """Low-frequency matrix F_{≤k} (Song & Zhong Theorem 1, before eq. (6)).
 
     convention="printed": (F_{≤k})_{t,s} = cos((s − ½)(t − 1)π/T), t = 1..T, s = 1..k, exactly as
@@ -283,9 +278,7 @@ def low_frequency_basis(T: int, k: int, *, convention: Basis = "printed", dtype=
     Raises:
       ValueError: T < 2, k out of range, unknown convention.
     """
-    if isinstance(T, bool) or int(T) != T or int(T) < 2:
-        raise GeomjaxError(f"low_frequency_basis: T must be an integer >= 2, got {T!r}")
-    T = int(T)
+    T = check_int(T, "T", "low_frequency_basis", minimum=2)
     _check_km(T, k=k, where="low_frequency_basis")
     dtype = jnp.result_type(float) if dtype is None else dtype
     t = jnp.arange(1, T + 1, dtype=dtype)[:, None]
@@ -447,7 +440,7 @@ def proof_fit(
     return _proof_fit(G, jnp.asarray(int(k), jnp.int32), index_set)
 
 
-def dft_gamma(N: int, dtype=None) -> Complex[Array, " N"]:
+def dft_gamma(N: int, dtype: DType = None) -> Complex[Array, " N"]:
     """γ_t of Song & Zhong App. F.1 eq. (15): γ_1 = 1, γ_t = N⁻¹ (1 − exp(−2πi(t−1)/N))⁻¹.
 
     Lemma 1 (eq. 14): (F x)_t = γ_t (F Δx)_t + 1{t = 1} Σ x, with Δx = N (x_t − x_{t−1}) periodic.
@@ -459,9 +452,7 @@ def dft_gamma(N: int, dtype=None) -> Complex[Array, " N"]:
     Returns:
       (N,) complex array; index 0 holds γ_1.
     """
-    if isinstance(N, bool) or int(N) != N or int(N) < 2:
-        raise GeomjaxError(f"dft_gamma: N must be an integer >= 2, got {N!r}")
-    N = int(N)
+    N = check_int(N, "N", "dft_gamma", minimum=2)
     dtype = jnp.result_type(complex) if dtype is None else dtype
     j = jnp.arange(1, N)
     g = 1.0 / (N * (1.0 - jnp.exp(-2j * jnp.pi * j / N)))
@@ -664,7 +655,9 @@ class Theorem1Table:
 
 @float64_aware(arrays=('G',))
 def theorem1_table(
-    G: Float[Array, "T T"], ks=tuple(range(1, 21)), ms=tuple(range(1, 5))
+    G: Float[Array, "T T"],
+    ks: Sequence[int] | Int[Array, " K"] = tuple(range(1, 21)),
+    ms: Sequence[int] | Int[Array, " M"] = tuple(range(1, 5)),
 ) -> Theorem1Table:
     """Tabulate both sides of Song & Zhong eq. (6) for k in ``ks`` and m in ``ms`` (host-side loop).
 

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax._checks import HIGHEST as _HIGHEST, as_float_array, as_matrix as _matrix, check_finite
-from geomjax._checks import check_nonzero_rows, float64_aware, is_concrete as _is_concrete, x64_context
+from geomjax._checks import check_nonzero_rows, check_square, float64_aware, is_concrete as _is_concrete, x64_context
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.geometry import normalized_gram
 from geomjax.typing import Array, ArrayLike, Float, Int
@@ -182,7 +182,7 @@ def _screenot_from_sorted(sigma: jax.Array, n: int, m: int, k: int, strategy: st
         return _screenot_core(s64, gamma, k, strategy)
 
 
-@float64_aware
+@float64_aware(arrays=("Y",))
 def screenot(Y: Float[Array, "n m"], k: int, strategy: str = "i") -> ScreeNOTResult:
     """ScreeNOT optimal hard threshold and rank of Y (Donoho, Gavish & Romanov 2023).
 
@@ -218,6 +218,7 @@ def screenot(Y: Float[Array, "n m"], k: int, strategy: str = "i") -> ScreeNOTRes
     return ScreeNOTResult(rank, thr, sigma)
 
 
+@float64_aware(arrays=("Y",))
 def screenot_rank(Y: Float[Array, "n m"], k: int, strategy: str = "i") -> Int[Array, ""]:
     """ScreeNOT rank r = #{σ_j(Y) > T} (Donoho, Gavish & Romanov 2023; Song & Zhong Table 3).
 
@@ -235,7 +236,7 @@ def screenot_rank(Y: Float[Array, "n m"], k: int, strategy: str = "i") -> Int[Ar
     return screenot(Y, k, strategy).rank
 
 
-@float64_aware
+@float64_aware(arrays=("sigma",))
 def screenot_from_singular_values(
     sigma: Float[Array, " p"], shape: tuple[int, int], k: int, strategy: str = "i"
 ) -> ScreeNOTResult:
@@ -289,7 +290,7 @@ def _check_top(top, p: int) -> int | None:
     return top
 
 
-@float64_aware
+@float64_aware(arrays=("X",))
 def singular_values(X: Float[Array, "n m"], top: int | None = None) -> Float[Array, " k"]:
     """Singular values σ_1 >= σ_2 >= ... of X (Song & Zhong Fig. 3 left: top-60 of P, Cvec, R).
 
@@ -320,7 +321,7 @@ def _sv_from_moment(S):
     return jnp.sqrt(jnp.maximum(lam, 0.0))[::-1]
 
 
-@float64_aware
+@float64_aware(arrays=("S",))
 def singular_values_from_second_moment(
     S: Float[Array, "d d"], top: int | None = None
 ) -> Float[Array, " k"]:
@@ -344,14 +345,13 @@ def singular_values_from_second_moment(
       ValueError: S not square 2-D, NaN/Inf, or top out of range.
     """
     S = _matrix(S, "S", "(d, d)", 1, "rows")
-    if S.shape[0] != S.shape[1]:
-        raise GeomjaxError(f"S must be a square (d, d) second moment, got shape {tuple(S.shape)}")
+    check_square(S, "S (the second moment)")
     top = _check_top(top, S.shape[0])
     s = _sv_from_moment(S)
     return s if top is None else s[:top]
 
 
-@float64_aware
+@float64_aware(arrays=("sigma",))
 def stable_rank_from_singular_values(sigma: Float[Array, " p"]) -> Float[Array, ""]:
     """Stable rank Σ_j σ_j²/σ_1² from singular values (Rudelson & Vershynin; Song & Zhong Table 4).
 
@@ -376,7 +376,7 @@ def _stable_rank_sv(sigma: jax.Array) -> jax.Array:
     return jnp.sum(sq) / jnp.max(sq)
 
 
-@float64_aware
+@float64_aware(arrays=("X",))
 def stable_rank(X: Float[Array, "n m"]) -> Float[Array, ""]:
     """Stable rank ‖X‖_F²/‖X‖_op² = Σ_j σ_j²/σ_1² (Song & Zhong Table 4; source ``stable_rank``).
 
@@ -396,7 +396,7 @@ def stable_rank(X: Float[Array, "n m"]) -> Float[Array, ""]:
     return _stable_rank_sv(s)
 
 
-@float64_aware
+@float64_aware(arrays=("sigma", "r"))
 def explained_ratio(sigma: Float[Array, " p"], r: int | Int[Array, ""]) -> Float[Array, ""]:
     """Explained ratio Σ_{j<=r} σ_j/Σ_j σ_j, unsquared σ (Song & Zhong source ``explained_ratio``).
 
@@ -440,7 +440,7 @@ def _op_norm(X: jax.Array) -> jax.Array:
     return jnp.linalg.svd(X, compute_uv=False)[0]
 
 
-@float64_aware
+@float64_aware(arrays=("P", "M", "mean"))
 def relative_norm(
     P: Float[Array, "T d"],
     M: Float[Array, "N d"],
@@ -509,7 +509,7 @@ def _relative_norm(P, M, centered: bool, mean):
     return jnp.sqrt(jnp.asarray(reps, P.dtype)) * _op_norm(P) / _op_norm(M)
 
 
-@float64_aware
+@float64_aware(arrays=("pos", "centered_second_moment"))
 def relative_norm_from_moments(
     pos: Float[Array, "T d"],
     centered_second_moment: Float[Array, "d d"],
@@ -566,7 +566,7 @@ def _dct_gram(P: jax.Array, n_freq: int | None) -> jax.Array:
     return F if n_freq is None else F[:n_freq, :n_freq]
 
 
-@float64_aware
+@float64_aware(arrays=("P",))
 def dct_gram(P: Float[Array, "T d"], n_freq: int | None = None) -> Float[Array, "k k"]:
     """2D type-II DCT of the normalized positional Gram matrix (Song & Zhong Fig. 3 right, §2.2).
 
@@ -598,7 +598,7 @@ def dct_gram(P: Float[Array, "T d"], n_freq: int | None = None) -> Float[Array, 
     return _dct_gram(P, n_freq)
 
 
-@float64_aware
+@float64_aware(arrays=("F",))
 def low_frequency_energy(
     F: Float[Array, "T T"], k: int, *, include_dc: bool = True
 ) -> Float[Array, ""]:
@@ -620,8 +620,7 @@ def low_frequency_energy(
       ValueError: F not square 2-D, NaN/Inf, or k out of range.
     """
     F = as_float_array(F, "F", 2, "(T, T)", finite=True)
-    if F.shape[0] != F.shape[1]:
-        raise GeomjaxError(f"F must be a square (T, T) DCT matrix, got shape {tuple(F.shape)}")
+    check_square(F, "F (the DCT matrix)", shape_doc="(T, T)")
     T = F.shape[0]
     kmax = T if include_dc else T - 1
     k = int(k)

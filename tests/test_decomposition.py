@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 import geomjax as gj
 from geomjax import decomposition as dec
 from geomjax.parallel import data_mesh
+from tests.test_shapes import unchecked_shapes
 
 
 def numpy_reference(h):
@@ -209,6 +210,7 @@ def test_property_stream_any_chunking(seed, n_chunks):
 # ------------------------------------------------------------------------------ bad input
 
 
+@unchecked_shapes()
 def test_bad_rank():
     with pytest.raises(ValueError, match=r"shape \(C, T, d\)"):
         gj.decompose(np.zeros((3, 4), np.float32))
@@ -243,6 +245,7 @@ def test_float64_without_x64_is_computed_in_float64_not_cast():
         gj.decompose_stream([h.astype(np.float32), h])
 
 
+@unchecked_shapes()
 def test_integer_input_rejected():
     with pytest.raises(TypeError, match="floating point"):
         gj.decompose(np.zeros((3, 4, 2), np.int32))

@@ -8,6 +8,7 @@ import pytest
 from geomjax.extraction import decompose_model_stream
 from geomjax.parallel import data_mesh
 from tests.test_decomposition import numpy_reference, rel
+from tests.test_shapes import unchecked_shapes
 
 
 def make_forward():
@@ -66,6 +67,7 @@ def test_sharded_equals_single():
         assert rel(b.pos, a.pos) < 1e-6
 
 
+@unchecked_shapes()
 def test_bad_input():
     forward, params, V, T = make_forward()
     with pytest.raises(ValueError, match="empty"):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from geomjax import geometry
+from tests.test_shapes import unchecked_shapes
 
 RTOL64 = 1e-10
 RTOL32 = 1e-5
@@ -254,6 +255,7 @@ def test_mean_abs_cos_isotropic_against_quadrature():
 # ----------------------------------------------------------------------------------------------
 
 
+@unchecked_shapes()
 def test_geometry_bad_input():
     pos, ctx = _pos_ctx(9, 5, 6, 4)
     labels = np.array([0, 0, 0, 1, 1, 1])

@@ -20,6 +20,7 @@ import scipy.stats
 import geomjax.claims as claims
 from geomjax import kernel_factorization as kf
 from geomjax import montecarlo
+from tests.test_shapes import unchecked_shapes
 
 def X64():
     """float64 for the block (the module's computations are meant for float64)."""
@@ -316,6 +317,7 @@ def test_replanting_and_the_event_helpers_agree_with_the_statistics():
 # ----------------------------------------------------------------------------------------------
 
 
+@unchecked_shapes()
 def test_bad_inputs_raise_clear_errors():
     st = ST
     key = jax.random.key(0)

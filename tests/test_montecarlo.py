@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from geomjax import montecarlo as mc
 from geomjax.parallel import data_mesh
+from tests.test_shapes import unchecked_shapes
 
 RTOL64 = 1e-10
 RTOL32 = 1e-5
@@ -159,6 +160,7 @@ def test_single_sample_has_nan_variance_and_z_score():
     np.testing.assert_allclose(d["std"], np.sqrt(ref["var"]), rtol=1e-12)
 
 
+@unchecked_shapes()
 def test_from_samples_and_merge_errors():
     with pytest.raises(ValueError, match="no array leaves"):
         mc.from_samples({})
@@ -311,6 +313,7 @@ def test_different_keys_give_different_samples():
     assert float(a.mean) != float(b.mean)
 
 
+@unchecked_shapes()
 def test_estimate_bad_input():
     key = jax.random.key(0)
     with pytest.raises(TypeError, match="PRNG key"):

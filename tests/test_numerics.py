@@ -16,6 +16,7 @@ from geomjax import kernel_factorization as kf
 from geomjax import smoothness as sm
 from geomjax._checks import x64_context
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
+from tests.test_shapes import unchecked_shapes
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +110,7 @@ def test_x64_context_is_the_one_switch():
             assert not jax.config.jax_enable_x64
 
 
+@unchecked_shapes()
 def test_validation_errors_are_geomjax_errors():
     with pytest.raises(GeomjaxError, match=r"rank-2 array of shape \(N, d\), got shape \(3,\)"):
         from geomjax.geometry import normalized_gram

@@ -16,6 +16,7 @@ import pytest
 import scipy.fft
 
 from geomjax import smoothness as sm
+from tests.test_shapes import unchecked_shapes
 
 RTOL = 1e-10
 
@@ -291,6 +292,7 @@ def test_jit_matches_eager():
 # ----------------------------------------------------------------------------------------------
 
 
+@unchecked_shapes()
 def test_bad_input():
     G = centred_gram(7, 6)
     with pytest.raises(ValueError, match="square"):

@@ -15,6 +15,7 @@ import scipy.fftpack
 from screenot import ScreeNOT as official
 
 from geomjax import spectral
+from tests.test_shapes import unchecked_shapes
 
 RTOL64 = 1e-10
 RTOL32 = 1e-5
@@ -123,6 +124,7 @@ def test_screenot_scale_invariant():
         assert int(res.rank) == 5
 
 
+@unchecked_shapes()
 def test_screenot_bad_input():
     Y = low_rank_plus_noise(0, 30, 20, 2)
     with pytest.raises(ValueError, match=r"2k \+ 1 < min\(n, m\) = 20"):
@@ -213,6 +215,7 @@ def test_explained_ratio(dtype, rtol):
     np.testing.assert_allclose(float(got), s[:7].sum() / s.sum(), rtol=RTOL32)
 
 
+@unchecked_shapes()
 def test_spectral_bad_input():
     X = np.ones((5, 4))
     with pytest.raises(ValueError, match="top must be in"):
@@ -280,6 +283,7 @@ def test_relative_norm_from_moments_equals_materialized(dtype, rtol):
     np.testing.assert_allclose(float(got2), ref, rtol=rtol)
 
 
+@unchecked_shapes()
 def test_relative_norm_bad_input():
     P = np.ones((4, 3))
     with pytest.raises(ValueError, match="not a multiple of T"):
@@ -334,6 +338,7 @@ def test_dct_gram_vs_scipy(dtype, rtol):
     np.testing.assert_allclose(float(spectral.low_frequency_energy(F, 40)), 1.0, rtol=rtol)
 
 
+@unchecked_shapes()
 def test_dct_bad_input():
     P = _smooth_pos(8, 3)
     with pytest.raises(ValueError, match="n_freq"):
