@@ -58,7 +58,7 @@ from flax import struct
 from geomjax._checks import as_real_array, float64_aware
 from geomjax.errors import GeomjaxError
 from geomjax.positional import rotary_from_inv_freq
-from geomjax.typing import Array, Float, Int, Key
+from geomjax.typing import Array, Float, Int, Key, Scalar
 
 __all__ = [
     "AttentionBasis",
@@ -351,7 +351,7 @@ def head_pattern_scores(attn: Float[Array, "H T T"], ids: Int[Array, " T"], *, w
     return out
 
 
-def component_strength(parts: QKParts, causal: bool = True) -> dict[str, np.ndarray]:
+def component_strength(parts: QKParts, causal: bool = True) -> dict[str, Float[Array, "..."]]:
     """How much each eq. (7) component varies within a query row (per head): what decides softmax.
 
     A constant added to a row does not change the attention (App. D.1), so the strength of a
@@ -377,7 +377,7 @@ def component_strength(parts: QKParts, causal: bool = True) -> dict[str, np.ndar
     return out
 
 
-def classify_heads(scores: dict[str, np.ndarray], *, min_lift: float = 0.15) -> list[str]:
+def classify_heads(scores: dict[str, Float[Array, "..."]], *, min_lift: float = 0.15) -> list[str]:
     """Assign each head a §4.1 type: the pattern whose attention mass most exceeds its uniform baseline.
 
     Args:
@@ -473,7 +473,7 @@ def _std(R):
 
 @float64_aware(arrays=('R',))
 @jax.jit
-def hard_threshold(R: Array, tau) -> Array:
+def hard_threshold(R: Float[Array, "..."], tau: Scalar) -> Float[Array, "..."]:
     """Hard-threshold a matrix (Song & Zhong Fig. 5 denoising): keep entries with |R| > tau, zero the rest."""
     return jnp.where(jnp.abs(R) > tau, R, 0.0)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,7 +74,7 @@ class AttentionModel:
     positions: str = "learned"
 
 
-def describe_model(model, *, causal: bool | None = None) -> AttentionModel:
+def describe_model(model: Any, *, causal: bool | None = None) -> AttentionModel:
     """Describe a model for the attention dissection (Song & Zhong §4), from its model interface.
 
     Args:
@@ -106,7 +107,7 @@ def _check_head(spec: AttentionModel, head: int) -> int:
     return int(head)
 
 
-def qk_weights(model, params: dict, layer: int) -> dict[str, Array]:
+def qk_weights(model: Any, params: dict, layer: int) -> dict[str, Float[Array, "..."]]:
     """Per-head query/key/value/output weights of one block, stacked by query head (eq. (8) inputs).
 
     Grouped-query attention (H_kv < H) is made explicit: entry h of W_k, W_v, b_k is the shared key/
@@ -139,7 +140,7 @@ def qk_weights(model, params: dict, layer: int) -> dict[str, Array]:
     return out
 
 
-def embed_unembed(model, params: dict) -> tuple[Float[Array, "V d"], Float[Array, "d V"]]:
+def embed_unembed(model: Any, params: dict) -> tuple[Float[Array, "V d"], Float[Array, "d V"]]:
     """Token embedding W_E (V, d) and unembedding W_U (d, V) for the OV copying score.
 
     Tied models use W_U = W_Eᵀ (GPT-2, BLOOM; BERT, whose masked-LM decoder is tied to its word
@@ -148,7 +149,7 @@ def embed_unembed(model, params: dict) -> tuple[Float[Array, "V d"], Float[Array
     return model_interface(model).embed_unembed(params)
 
 
-def attention_inputs(model, params: dict, ids: Int[Array, "B T"], *, causal: bool | None = None
+def attention_inputs(model: Any, params: dict, ids: Int[Array, "B T"], *, causal: bool | None = None
                      ) -> tuple[tuple[Float[Array, "B T d"], ...], tuple[Float[Array, "B H T T"], ...]]:
     """Every block's attention input x and attention probabilities for token ids (Song & Zhong §4.1).
 
@@ -169,11 +170,11 @@ def attention_inputs(model, params: dict, ids: Int[Array, "B T"], *, causal: boo
 
 
 @functools.partial(jax.jit, static_argnames=("model", "causal"))
-def _attention_inputs_jit(model, params, ids, causal):
+def _attention_inputs_jit(model: Any, params, ids, causal):
     return attention_inputs(model, params, ids, causal=causal)
 
 
-def attention_inputs_jit(model, params: dict, ids: Int[Array, "B T"], *, causal: bool | None = None
+def attention_inputs_jit(model: Any, params: dict, ids: Int[Array, "B T"], *, causal: bool | None = None
                          ) -> tuple[tuple[Float[Array, "B T d"], ...], tuple[Float[Array, "B H T T"], ...]]:
     """:func:`attention_inputs` compiled once per (model config, causal, input shape) and reused across calls.
 
@@ -187,7 +188,7 @@ def attention_inputs_jit(model, params: dict, ids: Int[Array, "B T"], *, causal:
     return _attention_inputs_jit(m, params, ids, causal)
 
 
-def estimate_attention_basis(model, params: dict, id_batches: Iterable[Int[Array, "_B T"]], *,
+def estimate_attention_basis(model: Any, params: dict, id_batches: Iterable[Int[Array, "_B T"]], *,
                              causal: bool | None = None) -> AttentionBasis:
     """Estimate μ and pos of every block's attention input over C windows (Song & Zhong eq. (2)).
 
@@ -226,7 +227,7 @@ def estimate_attention_basis(model, params: dict, id_batches: Iterable[Int[Array
     return AttentionBasis(jnp.asarray(mean, jnp.float32), jnp.asarray(pos, jnp.float32), n)
 
 
-def head_qk_decomposition(model, params: dict, basis: AttentionBasis, ids: Int[Array, " T"], layer: int, head: int, *,
+def head_qk_decomposition(model: Any, params: dict, basis: AttentionBasis, ids: Int[Array, " T"], layer: int, head: int, *,
                           causal: bool | None = None, remove_mean: bool = True) -> QKParts:
     """eq. (7) parts of one head of a model for one token sequence (Song & Zhong Fig. 4), checked inputs.
 

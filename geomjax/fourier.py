@@ -27,7 +27,7 @@ import numpy as np
 
 from geomjax._checks import as_float32_or_64, float64_aware, x64_context
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, Float, Int
+from geomjax.typing import Array, DType, Float, Int, IntSeq
 
 __all__ = [
     "attention_spectrum",
@@ -67,7 +67,7 @@ def _check_p(p: int, who: str) -> int:
     return int(p)
 
 
-def fourier_basis(p: int, dtype=jnp.float32) -> Float[Array, "P P"]:
+def fourier_basis(p: int, dtype: DType = jnp.float32) -> Float[Array, "P P"]:
     """Orthonormal Fourier basis mod p (Nanda et al.; the blog's ``fourier_basis``), rows = waves.
 
     Rows: ``[1/√p, cos(2π·1·x/p), sin(2π·1·x/p), …]`` each normalized to unit length, x = 0..p−1;
@@ -145,7 +145,7 @@ def frequency_energy(coeffs: Float[Array, "P ..."], p: int) -> Float[Array, "F1"
 
 
 @float64_aware(arrays=("coeffs",))
-def key_fraction(coeffs: Float[Array, "P ..."], p: int, freqs) -> Float[Array, ""]:
+def key_fraction(coeffs: Float[Array, "P ..."], p: int, freqs: IntSeq) -> Float[Array, ""]:
     """Fraction of the squared Fourier norm (constant row excluded) held by the cos/sin rows of
     ``freqs`` — the clock claim "W_E's spectrum is sparse" (a random W_E gives ≈ 2k/(p−1))."""
     e = frequency_energy(coeffs, p)
@@ -468,7 +468,7 @@ def _sum_waves(p: int, freqs, dtype=jnp.float32) -> Float[Array, "J N"]:
 
 
 @float64_aware(arrays=("logits",))
-def restricted_logits(logits: Float[Array, "N C"], p: int, freqs) -> tuple[Array, Array]:
+def restricted_logits(logits: Float[Array, "N C"], p: int, freqs: IntSeq) -> tuple[Array, Array]:
     """Nanda et al. §5.1: split the logits over all p² inputs into their cos/sin(w(a+b)) components
     for w in ``freqs`` and the rest.
 
@@ -499,7 +499,7 @@ def _ce(logits, y):
 
 
 @float64_aware(arrays=("logits", "train_idx",))
-def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs, train_idx) -> dict[str, float]:
+def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs: IntSeq, train_idx: IntSeq) -> dict[str, float]:
     """Nanda et al.'s progress measures: restricted loss (cross-entropy of the restricted logits over
     all p² inputs) and excluded loss (of the excluded logits on the training inputs), plus the plain
     train and test losses for reference.
@@ -522,7 +522,7 @@ def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs, train_i
 
 
 @float64_aware(arrays=("logits",))
-def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs) -> float:
+def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs: IntSeq) -> float:
     """Accuracy over all p² inputs of the logits restricted to ``freqs`` (:func:`restricted_logits`)."""
     a, b = np.divmod(np.arange(p * p), p)
     rest, _ = restricted_logits(logits, p, freqs)
@@ -530,7 +530,7 @@ def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs) -> float:
 
 
 @float64_aware(arrays=("logits",))
-def sufficiency(logits: Float[Array, "N C"], p: int, key_freqs) -> dict[str, Any]:
+def sufficiency(logits: Float[Array, "N C"], p: int, key_freqs: IntSeq) -> dict[str, Any]:
     """The blog §11: accuracy when the model is restricted to one key frequency, to two coprime ones,
     and to all of them (restriction of the logits as in Nanda et al. §5.1).
 
@@ -544,7 +544,7 @@ def sufficiency(logits: Float[Array, "N C"], p: int, key_freqs) -> dict[str, Any
     return {"single": single, "pairs": pairs, "all": restricted_accuracy(logits, p, ks)}
 
 
-def embed_restricted_params(params: dict, p: int, freqs) -> dict:
+def embed_restricted_params(params: dict, p: int, freqs: IntSeq) -> dict:
     """Parameters whose number embeddings W_E[:p] keep only the constant and the cos/sin components of
     ``freqs`` (rows projected on those Fourier rows); the "=" row is unchanged. A second way to
     restrict the model to some circles (the blog §11)."""

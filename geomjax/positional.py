@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, Float
+from geomjax.typing import Array, DType, Float
 
 __all__ = ["ROPE_TYPES", "alibi_slopes", "rope_inv_freq", "rotary_from_inv_freq"]
 
@@ -58,7 +58,7 @@ def rope_inv_freq(head_dim: int, theta: float, rope_type: str = "default", facto
     return inv.astype(np.float32)
 
 
-def rotary_from_inv_freq(inv_freq: Float[Array, " K2"], T: int, dtype=jnp.float32
+def rotary_from_inv_freq(inv_freq: Float[Array, " K2"], T: int, dtype: DType = jnp.float32
                          ) -> tuple[Float[Array, "T K"], Float[Array, "T K"]]:
     """cos, sin tables (T, K) of the rotary embedding at positions 0..T-1 (RoFormer eq. (34)).
 

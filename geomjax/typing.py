@@ -10,7 +10,8 @@ F MLP width, V vocab, L layers, S samples, r rank, k number of components.
 
 from __future__ import annotations
 
-from typing import Union
+from collections.abc import Sequence
+from typing import SupportsInt, Union
 
 import jax
 import numpy as np
@@ -28,6 +29,9 @@ Broadcastable = Real[Numeric, "*#B"]
 such arguments (the result is ``Float[Array, "*#B"]``)."""
 Scalar = Real[Numeric, ""]
 """A real number: a Python or NumPy scalar or a 0-d array (a scale, a temperature, a cosine)."""
+IntSeq = Union[Sequence[SupportsInt], Int[Array, " k"]]
+"""Integers given as a sequence (ints, NumPy or 0-d array integers) or a 1-d integer array: frequencies,
+indices."""
 DType = Union[str, type, np.dtype, None]
 """A dtype argument: a name (``"float64"``), a scalar type (``jnp.float32``), a ``np.dtype``, or None
 (the default float dtype)."""
@@ -42,6 +46,7 @@ __all__ = [
     "DType",
     "Float",
     "Int",
+    "IntSeq",
     "Key",
     "Numeric",
     "PRNGKeyArray",

@@ -44,12 +44,16 @@ CHECKED_MODULES = (
     "geomjax.localization",
     "geomjax.kernel_factorization",
     "geomjax.montecarlo",
+    "geomjax.positional",
+    "geomjax.attention",
+    "geomjax.fourier",
+    "geomjax.attention_probe",
     "geomjax.data.sampling",
     "geomjax.extraction",
     "geomjax.lens",
 )
-"""The modules pyproject's ``--jaxtyping-packages`` instruments (attention and fourier are annotated
-too, and checked explicitly in :data:`CASES`)."""
+"""The modules pyproject's ``--jaxtyping-packages`` instruments (every theory module, the attention probe,
+sampling, extraction and the lens)."""
 
 NO_ARRAYS = {
     "geomjax.decomposition.stream_merge": "StreamState -> StreamState (annotated dataclasses)",
@@ -71,6 +75,8 @@ NO_ARRAYS = {
     "geomjax.extraction.hidden_state_forward": "model -> forward function",
     "geomjax.extraction.mixed_precision": "forward function -> forward function",
     "geomjax.lens.load": "name -> Model",
+    "geomjax.fourier.fourier_basis_names": "p -> the basis rows' names",
+    "geomjax.attention_probe.describe_model": "model -> AttentionModel (its sizes and conventions)",
 }
 """Public functions of :data:`CHECKED_MODULES` that neither take nor return arrays, and why."""
 
