@@ -27,7 +27,7 @@ import numpy as np
 
 from geomjax._checks import as_float32_or_64, float64_aware, x64_context
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, DType, Float, Int, IntSeq
+from geomjax.typing import Array, DType, Float, Int, IntSeq, Real
 
 __all__ = [
     "attention_spectrum",
@@ -107,7 +107,7 @@ def _n_freq(p: int) -> int:
 
 
 @float64_aware(arrays=("W",))
-def fourier_coefficients(W: Float[Array, "V d"], p: int) -> Float[Array, "P d"]:
+def fourier_coefficients(W: Real[Array, "V d"], p: int) -> Float[Array, "P d"]:
     """Fourier coefficients of the first p rows of W along the token axis: ``B @ W[:p]``.
 
     The blog §5 computes ``W_E @ fourier_basis.T`` with W_E (d, V); with rows per token that is
