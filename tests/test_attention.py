@@ -20,6 +20,7 @@ from geomjax import attention_probe as AP
 from geomjax.models import Bert, BertConfig, GPT2, GPT2Config
 from geomjax.models.toy import ToyConfig, ToyTransformer
 from tests.test_shapes import unchecked_shapes
+from tests._marks import slow_beyond_first
 
 
 def _random_params(model, ids0, seed):
@@ -79,7 +80,7 @@ def _np_scores(model, params, name, ids):
     return np.stack(out)
 
 
-@pytest.mark.parametrize("name", ["toy", "gpt2", "bert"])
+@pytest.mark.parametrize("name", slow_beyond_first(["gpt2", "bert", "toy"]))
 def test_exact_sum_equals_model_scores(models, name):
     (m, p), ids = models[0][name], models[1]
     causal = True if name == "bert" else None

@@ -236,6 +236,7 @@ def test_non_overlapping_stream_is_uniform():
     assert all(abs(c - draws * p) < 5 * sem for c in counts.values()), counts
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 @settings(max_examples=8, deadline=None)
 @given(lengths=st.lists(st.integers(0, 60), min_size=1, max_size=5), T=st.integers(1, 8),
        seed=st.integers(0, 2**16), within=st.booleans(), disjoint=st.booleans())
@@ -318,6 +319,7 @@ def test_addition_problems(carry):
     assert probs != data.addition_problems(8, 400, L, carry=carry)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_encode_addition_mask():
     probs = [(12, 345), (9, 9)]
     b = data.encode_addition(probs, 12)

@@ -14,6 +14,7 @@ import geomjax as gj
 from geomjax import decomposition as dec
 from geomjax.parallel import data_mesh
 from tests.test_shapes import unchecked_shapes
+from tests._marks import slow_beyond_first
 
 
 def numpy_reference(h):
@@ -146,7 +147,7 @@ def test_stream_drop_first_and_anova_identity():
     assert rel(total, st.centered_second_moment) < 1e-10
 
 
-@pytest.mark.parametrize("n_dev", [1, 2, 4, 8])
+@pytest.mark.parametrize("n_dev", slow_beyond_first([8, 1, 2, 4]))
 def test_sharded_equals_single_device(n_dev):
     rng = np.random.default_rng(7)
     C, T, d = 32, 10, 6

@@ -67,6 +67,7 @@ def _np_decompose(h):
     return h.mean(0) - mu, h.mean(1) - mu
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_float64_and_list_inputs_are_accepted_and_kept_float64():
     rng = np.random.default_rng(1)
     h = rng.normal(size=(5, 7, 4)) + 100.0  # float64

@@ -9,6 +9,7 @@ from geomjax.extraction import decompose_model_stream
 from geomjax.parallel import data_mesh
 from tests.test_decomposition import numpy_reference, rel
 from tests.test_shapes import unchecked_shapes
+from tests._marks import slow_beyond_first
 
 
 def make_forward():
@@ -35,7 +36,7 @@ def windows(V, T, C, seed=0):
     return np.random.default_rng(seed).integers(0, V, size=(C, T)).astype(np.int32)
 
 
-@pytest.mark.parametrize("drop_first", [True, False])
+@pytest.mark.parametrize("drop_first", slow_beyond_first([False, True]))
 def test_matches_materialised(drop_first):
     forward, params, V, T = make_forward()
     ids = windows(V, T, 24)
@@ -53,6 +54,7 @@ def test_matches_materialised(drop_first):
         assert rel(st.resid_second_moment, ref["resid2"]) < 1e-5
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_sharded_equals_single():
     forward, params, V, T = make_forward()
     ids = windows(V, T, 32, seed=1)

@@ -19,6 +19,7 @@ from geomjax import attention_probe as AP
 from geomjax import cli, pipeline
 from geomjax.errors import GeomjaxError
 from geomjax.models import model_interface
+from tests._marks import slow_beyond_first
 
 V, T = 128, 16
 SMALL = ["--n-docs", "2", "--windows-per-doc", "4", "-T", str(T), "--batch-size", "4", "--screenot-k", "3",
@@ -113,7 +114,7 @@ def test_study_states_equal_transformers(tiny):
         np.testing.assert_allclose(np.asarray(a), b.numpy(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("fam", ["llama", "bloom"])
+@pytest.mark.parametrize("fam", slow_beyond_first(["llama", "bloom"]))
 def test_qk_decomposition_rotary_and_alibi(tiny, fam):
     """eq. (7) parts of a rotary (GQA) / ALiBi head add up to the model's scores; their softmax is the
     model's own attention probabilities."""
@@ -203,6 +204,7 @@ def test_sharded_params_on_a_mesh(tiny):
     assert sharded["layers_0"]["attn"]["q"]["kernel"].sharding.mesh.shape == mesh.shape
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_interface_qkv_reproduces_attention(tiny):
     """q, k, v from the interface (rotated, shared kv heads) give the model's own probabilities."""
     (ckpts, _) = tiny

@@ -149,6 +149,7 @@ def test_principal_angles_and_petals():
     assert float(fx.circle_fit_r2(ring @ np.array([[2.0, 0.3], [0.1, 0.5]]), 5)) > 0.9999
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_clock_activations_match_model_and_rank():
     p = 11
     cfg = nanda_config(p, d_model=16, n_heads=2, d_mlp=24)

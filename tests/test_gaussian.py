@@ -49,6 +49,7 @@ def test_xavier():
         G.xavier_variance(0, 3)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_sphere_samplers():
     x = G.sphere_uniform(jax.random.key(0), 7, 2.5, jnp.float64)
     assert abs(float(jnp.linalg.norm(x)) - 2.5) < 1e-12
@@ -234,6 +235,7 @@ def test_mixture_moments():
     np.testing.assert_allclose(np.asarray(cm), ref_c, atol=1e-12)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_random_attention_stack_matches_numpy_loop():
     key = jax.random.key(3)
     X = jax.random.normal(jax.random.key(4), (5, 4))

@@ -153,6 +153,7 @@ def test_planted_coherence_is_exact():
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_kernel_and_factorization_match_numpy_in_r_d():
     d, st = 48, ST
     with X64():

@@ -14,6 +14,7 @@ import geomjax as gj
 from geomjax import lens
 from geomjax.errors import GeomjaxError
 from tests.test_shapes import unchecked_shapes
+from tests._marks import slow_beyond_first
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -106,7 +107,7 @@ def _softmax(x):
     return e / e.sum(-1, keepdims=True)
 
 
-@pytest.mark.parametrize("fam", ["gpt2", "bert"])
+@pytest.mark.parametrize("fam", slow_beyond_first(["gpt2", "bert"]))
 def test_zero_ablating_one_head(tiny, fam):
     """attn.out with head h's z zeroed == sum over the other heads of softmax(q kᵀ/√K [mask]) v W_o + b_o,
     computed in NumPy from the cached q/k/v and the head weights; upstream untouched, downstream changed."""
@@ -200,6 +201,7 @@ def test_llama_to_tokens_prepends_bos(tiny, tmp_path):
     assert m.to_tokens("a b", special_tokens=False).tolist() == [[2, 3]]
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 @pytest.mark.parametrize("layer_norm", ["pre", "post"])
 def test_toy_transformer_cache_equals_its_intermediates(layer_norm):
     """The toy models of `geomjax train` carry the same hook points (the toy: runs gj.load returns)."""

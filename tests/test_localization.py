@@ -133,6 +133,7 @@ def test_exact_moments_vs_monte_carlo():
         assert np.all(np.abs(dev.mean(0) - v) <= 5 * sem_v + 1e-12)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_lemma1_mean_vs_monte_carlo_and_vanishing_remainder():
     rng = np.random.default_rng(3)
     d, n = 6, 20_000
@@ -258,6 +259,7 @@ def test_locater_grad_formulas_printed_vs_corrected():
         np.testing.assert_allclose(np.asarray(p["scale_K"]), np.asarray(jax.grad(s, 1)(W_Q, W_K)), rtol=1e-12)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_locater_loss_and_optax_transformation_agree():
     params, _ = _toy_params(n_heads=1, layers=1)
     k1, k2 = 2.0, 0.5

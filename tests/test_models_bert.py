@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 import geomjax as gj  # noqa: E402
+from tests._marks import slow_beyond_first
 
 ATOL = 1e-5
 
@@ -56,7 +57,7 @@ def _maxdiff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"L{s[0]}H{s[1]}d{s[2]}P{s[3]}")
+@pytest.mark.parametrize("shape", slow_beyond_first(SHAPES), ids=lambda s: f"L{s[0]}H{s[1]}d{s[2]}P{s[3]}")
 def test_bert_parity(shape, tmp_path):
     L, H, d, P, V, n_types = shape
     cfg = transformers.BertConfig(vocab_size=V, hidden_size=d, num_hidden_layers=L,
@@ -154,6 +155,7 @@ def test_minilm_batched_padding_and_causal(minilm):
     assert d <= ATOL and dc <= ATOL
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_bert_prefixed_checkpoint_with_heads(tmp_path):
     """BertForMaskedLM writes "bert." names and "cls." heads: heads must be dropped explicitly."""
     cfg = transformers.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,

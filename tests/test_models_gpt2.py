@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 import geomjax as gj  # noqa: E402
+from tests._marks import slow_beyond_first
 
 ATOL = 1e-5
 
@@ -67,7 +68,7 @@ def _maxdiff(a, b) -> float:
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"L{s[0]}H{s[1]}d{s[2]}P{s[3]}")
+@pytest.mark.parametrize("shape", slow_beyond_first(SHAPES), ids=lambda s: f"L{s[0]}H{s[1]}d{s[2]}P{s[3]}")
 def test_gpt2_parity(shape, tmp_path):
     hf = _hf_model(shape, seed=sum(shape[:4]))
     hf.save_pretrained(tmp_path)

@@ -19,6 +19,7 @@ import pytest
 import geomjax as gj
 from geomjax.errors import GeomjaxError
 from geomjax.positional import alibi_slopes, rope_inv_freq, rotary_from_inv_freq
+from tests._marks import slow_beyond_first
 
 GOLD = Path(__file__).parent / "goldens"
 T = 11  # longer than the Mistral window (4) below
@@ -75,7 +76,7 @@ def checkpoints(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("name", slow_beyond_first(CONFIGS))
 def test_parity_with_transformers(checkpoints, name):
     path, ids, ref = checkpoints[name]
     model, params = gj.convert.load_pretrained(path)
@@ -129,7 +130,7 @@ def test_rope_inv_freq_closed_form_and_errors():
         rope_inv_freq(K, theta, "yarn")
 
 
-@pytest.mark.parametrize("family", ["llama", "mistral", "bloom"])
+@pytest.mark.parametrize("family", slow_beyond_first(["llama", "mistral", "bloom"]))
 def test_goldens(family):
     """Committed transformers outputs (scripts/make_goldens.py) reproduced without PyTorch."""
     ref = np.load(GOLD / f"{family}_tiny_outputs.npz")

@@ -18,6 +18,7 @@ from hypothesis import given, settings, strategies as st
 from geomjax import montecarlo as mc
 from geomjax.parallel import data_mesh
 from tests.test_shapes import unchecked_shapes
+from tests._marks import slow_beyond_first
 
 RTOL64 = 1e-10
 RTOL32 = 1e-5
@@ -257,6 +258,7 @@ def test_estimate_float32_equals_numpy_on_the_same_samples():
     assert_matches(e, x, 1e-5)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_chunk_size_independence():
     """Sample i always uses fold_in(key, i): every chunking sees the same samples."""
     key = jax.random.key(11)
@@ -267,7 +269,7 @@ def test_chunk_size_independence():
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("n_dev", [4, 8])
+@pytest.mark.parametrize("n_dev", slow_beyond_first([8, 4]))
 def test_sharded_equals_single_device(n_dev, n_devices):
     if n_devices < n_dev:
         pytest.skip(f"needs {n_dev} devices")

@@ -54,6 +54,7 @@ def test_interface_qk_matrices_match_the_torch_weights(llama_gqa):
         np.testing.assert_allclose(np.asarray(qk), _manual_qk(wq[layer], wk[layer]), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_qk_matrices_give_the_models_own_scores_on_the_diagonal(llama_gqa):
     model, _, _ = llama_gqa
     ids = np.random.default_rng(0).integers(0, 50, (2, 7))

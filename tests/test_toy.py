@@ -17,6 +17,7 @@ from geomjax.models.toy import (
     nanogpt_config,
     param_count,
 )
+from tests._marks import slow_beyond_first
 
 
 def init(cfg, B=2, T=None, seed=0):
@@ -158,8 +159,8 @@ def test_numpy_parity(name):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("ln", ["pre", "post", "none"])
-@pytest.mark.parametrize("pos", ["learned", "none"])
+@pytest.mark.parametrize("ln", slow_beyond_first(["pre", "post", "none"]))
+@pytest.mark.parametrize("pos", slow_beyond_first(["none", "learned"]))
 def test_shapes(ln, pos):
     cfg = ToyConfig(vocab_size=31, n_layers=3, n_heads=2, d_model=12, d_mlp=20, max_len=8, layer_norm=ln,
                     pos_embedding=pos, vocab_out=17)
@@ -177,7 +178,7 @@ def test_shapes(ln, pos):
     assert inter2.attentions is None and inter2.mlp_post is None
 
 
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("causal", slow_beyond_first([False, True]))
 def test_causality(causal):
     cfg = ToyConfig(vocab_size=20, n_layers=2, n_heads=2, d_model=16, d_mlp=32, max_len=10, causal=causal)
     model, params, ids = init(cfg, B=1, T=10)
@@ -220,6 +221,7 @@ def test_nanda_init_and_preset():
     assert param_count(pg) > 0
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_dropout():
     cfg = ToyConfig(vocab_size=20, n_layers=1, n_heads=2, d_model=16, d_mlp=32, max_len=8, dropout=0.5)
     model, params, ids = init(cfg)

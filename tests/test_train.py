@@ -127,6 +127,7 @@ def test_schedules():
         train.OptimConfig(warmup_steps=10, decay_steps=5)
 
 
+@pytest.mark.slow  # quick subset (-m "not slow") under 3 min
 def test_decay_mask_and_adamw():
     params = {"embed": {"embedding": jnp.ones((3, 2))}, "ln": {"scale": jnp.ones(2), "bias": jnp.ones(2)},
               "attn": {"q": {"kernel": jnp.ones((2, 1, 2)), "bias": jnp.ones((1, 2))}}}
