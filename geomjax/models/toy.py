@@ -302,17 +302,19 @@ class _Attention(nn.Module):
         H, K = cfg.n_heads, cfg.head_dim
         dense = lambda name, init: nn.DenseGeneral((H, K), use_bias=cfg.attn_bias, kernel_init=init, name=name)
         hp = _hook_points(ATTENTION_HOOKS)
-        q = hp["attn_q"](dense("q", ini["qkv"])(x))  # (B, T, H, K)
-        k = hp["attn_k"](dense("k", ini["qkv"])(x))
-        v = hp["attn_v"](dense("v", ini["qkv"])(x))
-        T = x.shape[1]
+        # projections on (B·T, d) rows, as in _MLP: XLA:CPU's weight gradients are faster on 2-D inputs
+        B, T = x.shape[0], x.shape[1]
+        rows = x.reshape(B * T, x.shape[-1])
+        q = hp["attn_q"](dense("q", ini["qkv"])(rows).reshape(B, T, H, K))  # (B, T, H, K)
+        k = hp["attn_k"](dense("k", ini["qkv"])(rows).reshape(B, T, H, K))
+        v = hp["attn_v"](dense("v", ini["qkv"])(rows).reshape(B, T, H, K))
         mask = jnp.tril(jnp.ones((T, T), dtype=bool))[None, None] if cfg.causal else None
         drop = nn.Dropout(cfg.dropout)
         z, probs = scaled_dot_product_attention(
             q, k, v, mask, 1.0 / math.sqrt(K), lambda p: drop(p, deterministic=deterministic), hooks=hp)
         out = nn.DenseGeneral(cfg.d_model, axis=(-2, -1), use_bias=cfg.attn_bias, kernel_init=ini["o"],
-                              name="o")(hp["attn_z"](z))
-        return out, probs
+                              name="o")(hp["attn_z"](z).reshape(B * T, H, K))
+        return out.reshape(B, T, cfg.d_model), probs
 
 
 class _MLP(nn.Module):
