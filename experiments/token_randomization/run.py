@@ -24,10 +24,15 @@ import numpy as np
 
 from experiments.token_randomization.config import PRESETS, RandomizationConfig, get_config
 from experiments.token_randomization.source import SOURCE
+from geomjax import plots
 from geomjax.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.models import model_interface
+from geomjax.models.toy import ToyTransformer
 from geomjax.report import RunDir, Section
+from geomjax.train import build_programs, init_state, load_task_data
+from geomjax.train.loop import make_train_chunk, make_train_step, train_loop
+from geomjax.train.losses import token_cross_entropy
 from geomjax.train.anomalies import describe, detect_loss_spikes
 
 LEVEL_NAMES = {0: "clean", 1: "second half random", 2: "fully random"}
@@ -42,9 +47,6 @@ def train_config(cfg: RandomizationConfig, vocab_size: int = 65):
 
 def train_level(tc, level: int, train_data, *, progress: bool = True):
     """Train the toy at noise ``level``: the task's batches pass through ``randomize_tokens``. Returns (params, History)."""
-    from geomjax.train import build_programs, init_state
-    from geomjax.train.loop import make_train_chunk, make_train_step, train_loop
-
     pr = build_programs(tc)
     V = tc.model.vocab_size
 
@@ -63,8 +65,6 @@ def train_level(tc, level: int, train_data, *, progress: bool = True):
 
 def per_position_loss(model, params, ids: jax.Array) -> jax.Array:
     """Mean next-token cross-entropy at each input position t over (B, T+1) windows: (T,)."""
-    from geomjax.train.losses import token_cross_entropy
-
     logits, _ = model.apply({"params": params}, ids[:, :-1])
     return jnp.mean(token_cross_entropy(logits, ids[:, 1:]), axis=0)
 
@@ -147,9 +147,6 @@ def change_point(prof: dict[str, np.ndarray], boundary: int) -> dict[str, float]
 
 def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) -> dict:
     """Train, evaluate 3 × 3, decompose, write the report into ``out``; returns the metrics."""
-    from geomjax.models.toy import ToyTransformer
-    from geomjax.train import load_task_data
-
     t0 = time.perf_counter()
     rd = RunDir(out, "token_randomization")
     tc = train_config(cfg)
@@ -326,8 +323,6 @@ def _departures(cfg: RandomizationConfig) -> list[str]:
 
 def _grid_figure(all_profs: dict, levels, layer: int, start: int, path):
     """Fig. 6a–c as one grid: rows = training level, columns = inference level; one layer's positional basis."""
-    from geomjax import plots
-
     n = len(levels)
     fig, axes = plots.plt.subplots(n, n, figsize=(3.0 * n, 2.9 * n), squeeze=False)
     sc = None

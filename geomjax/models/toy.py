@@ -35,7 +35,7 @@ import numpy as np
 from flax import struct
 
 from geomjax.errors import GeomjaxError
-from geomjax.models.common import ATTENTION_HOOKS, BLOCK_HOOKS, HookPoint, scaled_dot_product_attention
+from geomjax.models.common import ATTENTION_HOOKS, BLOCK_HOOKS, HookPoint, embed_lookup, scaled_dot_product_attention
 from geomjax.typing import Array, ArrayLike, Float, Int
 
 __all__ = [
@@ -220,14 +220,6 @@ def _inits(cfg: ToyConfig) -> dict[str, nn.initializers.Initializer]:
                 proj=_normal(s_res), unembed=_normal(s))
 
 
-def _lookup(table: Float[Array, "V d"], ids: Int[Array, "*b"]) -> Float[Array, "*b d"]:
-    """Embedding rows; out-of-range ids give NaN rows (never wrapped or clipped silently)."""
-    n = table.shape[0]
-    valid = (ids >= 0) & (ids < n)
-    rows = jnp.take(table, jnp.clip(ids, 0, n - 1), axis=0)
-    return jnp.where(valid[..., None], rows, jnp.asarray(jnp.nan, table.dtype))
-
-
 def sinusoidal_positions(n: int, d: int) -> Float[Array, "n d"]:
     """Fixed sinusoidal positions (Vaswani et al. §3.5): sin on even, cos on odd features."""
     pos = np.arange(n)[:, None]
@@ -394,7 +386,7 @@ class ToyTransformer(nn.Module):
         T = ids.shape[1]
         ini = _inits(cfg)
         table = self.param("embed", lambda k: {"embedding": ini["embed"](k, (cfg.vocab_size, cfg.d_model), jnp.float32)})
-        x = _lookup(table["embedding"], ids)
+        x = embed_lookup(table["embedding"], ids)
         if cfg.scale_embeddings:
             x = x * math.sqrt(cfg.d_model)
         if cfg.pos_embedding == "learned":
