@@ -26,21 +26,50 @@ def test_neutral_sizes(config, expected):
     assert config.display_name == {"gpt2": "GPT2", "bert": "BERT", "bloom": "BLOOM", "llama": "Llama"}[config.model_type]
 
 
+_GPT2 = dict(vocab_size=11, n_positions=16, n_embd=12, n_layer=3, n_head=4)
+_BERT = dict(vocab_size=11, hidden_size=12, num_hidden_layers=2, num_attention_heads=3, intermediate_size=7,
+             max_position_embeddings=9)
+_BLOOM = dict(vocab_size=11, hidden_size=12, n_layer=2, n_head=6)
+_LLAMA = dict(vocab_size=11, hidden_size=16, intermediate_size=5, num_hidden_layers=2, num_attention_heads=4,
+              max_position_embeddings=32)
+
+
 @pytest.mark.parametrize("make, match", [
-    (lambda: GPT2Config(n_embd=10, n_head=4), "GPT2Config: n_embd=10 is not divisible by n_head=4"),
-    (lambda: GPT2Config(n_layer=0), "GPT2Config: n_layer must be >= 1, got 0"),
-    (lambda: BertConfig(type_vocab_size=0), "BertConfig: type_vocab_size must be >= 1"),
-    (lambda: BloomConfig(hidden_size=10, n_head=4), "BloomConfig: hidden_size=10 is not divisible by n_head=4"),
-    (lambda: LlamaConfig(num_key_value_heads=0), "LlamaConfig: num_key_value_heads must be >= 1"),
+    (lambda: GPT2Config(**_GPT2 | dict(n_embd=10)), "GPT2Config: n_embd=10 is not divisible by n_head=4"),
+    (lambda: GPT2Config(**_GPT2 | dict(n_layer=0)), "GPT2Config: n_layer must be >= 1, got 0"),
+    (lambda: BertConfig(**_BERT, type_vocab_size=0), "BertConfig: type_vocab_size must be >= 1"),
+    (lambda: BloomConfig(**_BLOOM | dict(hidden_size=10, n_head=4)),
+     "BloomConfig: hidden_size=10 is not divisible by n_head=4"),
+    (lambda: LlamaConfig(**_LLAMA, num_key_value_heads=0), "LlamaConfig: num_key_value_heads must be >= 1"),
 ])
 def test_size_checks(make, match):
     with pytest.raises(ValueError, match=match):
         make()
 
 
+@pytest.mark.parametrize("cls, sizes", [(GPT2Config, _GPT2), (BertConfig, _BERT), (BloomConfig, _BLOOM),
+                                        (LlamaConfig, _LLAMA)])
+def test_sizes_are_required_keywords(cls, sizes):
+    # no reference-checkpoint default stands in for a forgotten size, and sizes are never positional
+    for name in sizes:
+        with pytest.raises(TypeError, match=name):
+            cls(**{k: v for k, v in sizes.items() if k != name})
+    with pytest.raises(TypeError, match="positional"):
+        cls(*sizes.values())
+
+
 def test_llama_head_dim_need_not_divide():
     # Llama's K is a field: d = 12 with H = 5 heads of K = 4 is a valid config
-    assert LlamaConfig(hidden_size=12, num_attention_heads=5, num_key_value_heads=5, head_dim=4).head_dim == 4
+    assert LlamaConfig(**_LLAMA | dict(hidden_size=12, num_attention_heads=5), num_key_value_heads=5,
+                       head_dim=4).head_dim == 4
+
+
+def test_llama_derived_sizes_as_transformers():
+    # unset H_kv and K are derived as transformers' LlamaConfig derives them: H_kv = H, K = d / H
+    c = LlamaConfig(**_LLAMA)
+    explicit = LlamaConfig(**_LLAMA, num_key_value_heads=4, head_dim=4)
+    assert (c.num_key_value_heads, c.head_dim, c.num_kv_heads) == (4, 4, 4)
+    assert c == explicit and hash(c) == hash(explicit)
 
 
 def test_nanogpt_adamw_recipe():

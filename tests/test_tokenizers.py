@@ -114,12 +114,12 @@ def test_check_tokenizer(gpt2_tok, bert_tok):
     T.check_tokenizer(bert_tok, minilm, exact=True)
     with pytest.raises(ValueError, match=r"50257 ids but the model's vocab_size is 30522"):
         T.check_tokenizer(gpt2_tok, minilm)
-    padded = gj.models.GPT2Config(vocab_size=50304)
+    padded = gj.models.GPT2Config(vocab_size=50304, n_positions=16, n_embd=8, n_layer=1, n_head=2)
     T.check_tokenizer(gpt2_tok, padded)  # a padded vocabulary covers every id
     with pytest.raises(ValueError, match="50257 ids"):
         T.check_tokenizer(gpt2_tok, padded, exact=True)
     with pytest.raises(ValueError, match="vocab_size is 24"):
-        T.check_tokenizer(gpt2_tok, gj.models.GPT2Config(vocab_size=24, n_embd=8, n_head=2))
+        T.check_tokenizer(gpt2_tok, gj.models.GPT2Config(vocab_size=24, n_positions=16, n_embd=8, n_layer=1, n_head=2))
 
 
 def test_tokenizer_file_errors(tmp_path):

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from geomjax.models.common import (
     MLP,
     Embed,
-    HFConfig,
+    HFStandardConfig,
     Intermediates,
     LayerNorm,
     MultiHeadAttention,
@@ -46,17 +46,13 @@ from geomjax.typing import Array, ArrayLike, Bool, Float, Int
 __all__ = ["Bert", "BertConfig", "BertLayer"]
 
 
-@dataclasses.dataclass(frozen=True)
-class BertConfig(HFConfig):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BertConfig(HFStandardConfig):
     """Hyperparameters of a BERT encoder (hashable; Hugging Face ``BertConfig`` names).
 
     Attributes:
-      vocab_size: V.
-      hidden_size: d.
-      num_hidden_layers: L.
-      num_attention_heads: H (K = d / H).
-      intermediate_size: MLP width F.
-      max_position_embeddings: P (longest allowed sequence).
+      vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
+        max_position_embeddings: V, d, L, H (K = d / H), F, P (:class:`HFStandardConfig`; required).
       type_vocab_size: number of token types (segments).
       layer_norm_eps: LayerNorm eps.
       hidden_act: ``gelu`` (erf form) only.
@@ -64,12 +60,6 @@ class BertConfig(HFConfig):
       add_pooling_layer: build the pooler (tanh(W h[:, 0] + b)).
     """
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
     type_vocab_size: int = 2
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
@@ -77,9 +67,6 @@ class BertConfig(HFConfig):
     add_pooling_layer: bool = True
 
     model_type: ClassVar[str] = "bert"
-    HF_FIELDS: ClassVar[dict[str, str]] = {
-        "d_model": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-        "d_mlp": "intermediate_size", "max_positions": "max_position_embeddings"}
 
     def __post_init__(self):
         self.check_sizes("type_vocab_size")

@@ -36,21 +36,22 @@ from geomjax.typing import Array, Bool, DType, Float, Int
 __all__ = ["Bloom", "BloomConfig", "alibi_bias"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class BloomConfig(HFConfig):
     """Hyperparameters of a BLOOM model (hashable; Hugging Face ``BloomConfig`` names).
 
     Attributes:
-      vocab_size, hidden_size, n_layer, n_head: V, d, L, H (K = d / H; MLP width 4d).
+      vocab_size, hidden_size, n_layer, n_head: V, d, L, H (K = d / H; MLP width 4d); required, as
+        every port's sizes (:class:`geomjax.models.common.HFStandardConfig`).
       layer_norm_epsilon: LayerNorm eps.
       tie_word_embeddings: logits use the word embedding (BLOOM checkpoints do).
       bos_token_id: BOS id (BLOOM's tokenizer does not prepend it).
     """
 
-    vocab_size: int = 250880
-    hidden_size: int = 1024
-    n_layer: int = 24
-    n_head: int = 16
+    vocab_size: int
+    hidden_size: int
+    n_layer: int
+    n_head: int
     layer_norm_epsilon: float = 1e-5
     tie_word_embeddings: bool = True
     bos_token_id: int | None = 1

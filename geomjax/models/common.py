@@ -37,6 +37,7 @@ __all__ = [
     "CausalLM",
     "Embed",
     "HFConfig",
+    "HFStandardConfig",
     "HookPoint",
     "Intermediates",
     "LayerNorm",
@@ -125,6 +126,33 @@ class HFConfig:
         if "head_dim" not in {f.name for f in dataclasses.fields(self)} and self.d_model % self.num_heads:
             raise ValueError(f"{what}: {self.HF_FIELDS['d_model']}={self.d_model} is not divisible by "
                              f"{self.HF_FIELDS['num_heads']}={self.num_heads}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HFStandardConfig(HFConfig):
+    """An :class:`HFConfig` whose sizes carry transformers' standard names (BERT, Llama, Mistral): the
+    six sizes, declared once here, and their ``HF_FIELDS``.
+
+    Like every port's sizes they have no defaults: a config names them (keywords only) or is read
+    from a checkpoint's ``config.json`` (``geomjax.convert.config_from_hf``); a default would
+    silently build a reference-size model (BERT-base, a 7B Llama) where a size was forgotten.
+
+    Attributes:
+      vocab_size, hidden_size, num_hidden_layers, num_attention_heads: V, d, L, H.
+      intermediate_size: the MLP width F.
+      max_position_embeddings: P, the longest sequence the model was trained for.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+
+    HF_FIELDS: ClassVar[dict[str, str]] = {
+        "d_model": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "d_mlp": "intermediate_size", "max_positions": "max_position_embeddings"}
 
 
 # a pytree: JAX rebuilds it with non-array leaves (ArgInfo when lowering, None or sentinels in tree maps),

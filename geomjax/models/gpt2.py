@@ -28,26 +28,24 @@ from geomjax.typing import Array, Bool, Float, Int
 __all__ = ["GPT2", "GPT2Config"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class GPT2Config(HFConfig):
     """Hyperparameters of a GPT-2 model (hashable; Hugging Face ``GPT2Config`` names).
 
     Attributes:
-      vocab_size: V.
-      n_positions: P, the number of learned positions (longest allowed sequence).
-      n_embd: d.
-      n_layer: L.
-      n_head: H (K = d / H).
+      vocab_size, n_positions, n_embd, n_layer, n_head: V, P (the number of learned positions, the
+        longest allowed sequence), d, L, H (K = d / H); required, as every port's sizes
+        (:class:`geomjax.models.common.HFStandardConfig`).
       n_inner: MLP width F; None means 4 d.
       activation_function: one of ``gelu_new`` / ``gelu_pytorch_tanh`` (same formula).
       layer_norm_epsilon: LayerNorm eps.
     """
 
-    vocab_size: int = 50257
-    n_positions: int = 1024
-    n_embd: int = 768
-    n_layer: int = 12
-    n_head: int = 12
+    vocab_size: int
+    n_positions: int
+    n_embd: int
+    n_layer: int
+    n_head: int
     n_inner: int | None = None
     activation_function: str = "gelu_new"
     layer_norm_epsilon: float = 1e-5

@@ -35,7 +35,7 @@ from geomjax.models.common import (
     BLOCK_HOOKS,
     CausalLM,
     Embed,
-    HFConfig,
+    HFStandardConfig,
     HookPoint,
     hook_points,
     pre_norm_block,
@@ -47,18 +47,19 @@ from geomjax.typing import Array, Bool, DType, Float, Int
 __all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rotary_tables", "window_mask"]
 
 
-@dataclasses.dataclass(frozen=True)
-class LlamaConfig(HFConfig):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LlamaConfig(HFStandardConfig):
     """Hyperparameters of a Llama-family model (hashable; Hugging Face ``LlamaConfig`` names).
 
     Attributes:
+      vocab_size, hidden_size, num_hidden_layers, num_attention_heads, intermediate_size: V, d, L, H,
+        F (:class:`HFStandardConfig`; required).
+      max_position_embeddings: the context length the model was trained for (required; rotary
+        positions are not bounded by it: recorded as a fact, not enforced).
       model_type: ``"llama"`` or ``"mistral"`` (the only difference: Mistral's sliding window).
-      vocab_size, hidden_size, intermediate_size, num_hidden_layers: V, d, F, L.
-      num_attention_heads, num_key_value_heads: H and H_kv (grouped-query attention: query head h
-        reads key/value head h // (H / H_kv)).
-      head_dim: K (may differ from d / H).
-      max_position_embeddings: the context length the model was trained for (rotary positions
-        are not bounded by it; recorded as a fact, not enforced).
+      num_key_value_heads: H_kv (grouped-query attention: query head h reads key/value head
+        h // (H / H_kv)); None: H, as in transformers.
+      head_dim: K (may differ from d / H); None: d / H, as in transformers.
       rms_norm_eps: RMSNorm eps.
       rope_theta: rotary base.
       rope_type, rope_factor: ``"default"`` or ``"linear"`` (positions divided by the factor).
@@ -69,14 +70,8 @@ class LlamaConfig(HFConfig):
     """
 
     model_type: str = "llama"
-    vocab_size: int = 32000
-    hidden_size: int = 4096
-    intermediate_size: int = 11008
-    num_hidden_layers: int = 32
-    num_attention_heads: int = 32
-    num_key_value_heads: int = 32
-    head_dim: int = 128
-    max_position_embeddings: int = 4096
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     rope_type: str = "default"
@@ -87,11 +82,16 @@ class LlamaConfig(HFConfig):
     sliding_window: int | None = None
     bos_token_id: int | None = 1
 
+    # rotary positions are unbounded: no max_positions (HFConfig answers None)
     HF_FIELDS: ClassVar[dict[str, str]] = {
-        "d_model": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-        "num_kv_heads": "num_key_value_heads", "d_mlp": "intermediate_size"}
+        **{k: v for k, v in HFStandardConfig.HF_FIELDS.items() if k != "max_positions"},
+        "num_kv_heads": "num_key_value_heads"}
 
     def __post_init__(self):
+        if self.num_key_value_heads is None:
+            object.__setattr__(self, "num_key_value_heads", self.num_attention_heads)
+        if self.head_dim is None and self.num_attention_heads >= 1:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if self.model_type not in ("llama", "mistral"):
             raise ValueError(f"LlamaConfig: model_type must be 'llama' or 'mistral', got {self.model_type!r}")
         self.check_sizes("head_dim")
