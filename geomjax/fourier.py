@@ -312,7 +312,6 @@ def attention_key_fraction(att: Float[Array, "P P"], freqs) -> Float[Array, ""]:
     2D Fourier components whose a- and b-frequencies are both in ``freqs`` ∪ {0} (the blog §6:
     "attention is periodic in a and b at the key frequencies"); ≈ ((2k+1)² − 1)/(p² − 1) for noise."""
     C = attention_spectrum(att)["coeffs"]
-    p = C.shape[0]
     idx = [0] + [j for k in sorted(set(int(f) for f in freqs)) for j in (2 * k - 1, 2 * k)]
     sq = jnp.square(C)
     sub = sq[jnp.ix_(jnp.asarray(idx), jnp.asarray(idx))]

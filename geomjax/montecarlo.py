@@ -40,7 +40,7 @@ from geomjax._checks import check_int, check_prng_key, compiled_cache, x64_conte
 from geomjax._repr import with_compact_repr
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.parallel import AXIS
-from geomjax.typing import Array, Float, Key, PyTree, Shaped
+from geomjax.typing import Array, Key, PyTree, Shaped
 
 __all__ = ["Estimate", "merge", "merge_all", "from_samples", "estimate"]
 

@@ -18,7 +18,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from geomjax.errors import GeomjaxError
 from geomjax.io import to_jsonable
@@ -423,7 +422,7 @@ def _departure_sentence(summary: dict, arch: str) -> str:
     parts.sort(reverse=True)
     return (f"Against the paper's {row[0]} row on {row[1]} (Table 1 means across layers), this run "
             f"departs most in " + "; then ".join(p for _, p in parts[:2])
-            + (f"; the other compared metrics: " + "; ".join(p for _, p in parts[2:]) if parts[2:] else "")
+            + ("; the other compared metrics: " + "; ".join(p for _, p in parts[2:]) if parts[2:] else "")
             + ".")
 
 

@@ -17,7 +17,6 @@ import geomjax as gj
 from geomjax import attention as A
 from geomjax import attention_probe as AP
 from geomjax import cli, pipeline
-from geomjax.errors import GeomjaxError
 from geomjax.models import model_interface
 from tests._marks import slow_beyond_first
 

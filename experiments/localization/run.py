@@ -13,7 +13,6 @@ conclusions the run reproduces::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
@@ -249,7 +248,7 @@ def main(argv=None) -> int:
     run = RunDir(args.out or f"runs/localization-{args.preset}", command="localization")
     run.write_config({"preset": args.preset, "locater": cfg})
     res = run_sweep(cfg, run_dir=run.path / "train", data_dir=args.data_dir, progress=not args.no_progress, stop_at=args.stop_at)
-    m = write_report(res, run, args.preset)
+    write_report(res, run, args.preset)
     print(f"report: {run.path / 'report.md'}")
     for c in conclusions(res, statistics=args.preset != "smoke")[0]:
         print(" | ".join(c))
