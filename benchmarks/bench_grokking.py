@@ -50,7 +50,7 @@ def torch_side(params, data, cfg, last_only: bool):
     import torch.nn.functional as F
     from torch import nn
 
-    m, o, p = cfg.train.model, cfg.train.optim, cfg.train.p
+    m, o, p = cfg.train.model, cfg.train.optim, cfg.train.options.p
     t = lambda a: torch.tensor(np.asarray(a), dtype=torch.float32)
     P = nn.ParameterDict({
         "E": nn.Parameter(t(params["embed"]["embedding"])), "pos": nn.Parameter(t(params["pos_embed"]["embedding"])),
@@ -150,7 +150,7 @@ def main(argv=None):
     # geomjax scan with the Flax full forward (all positions)
     model = ToyTransformer(cfg.train.model)
     tx, schedule = make_optimizer(cfg.train.optim)
-    p = cfg.train.p
+    p = cfg.train.options.p
 
     def loss_fn(prm, batch, key):
         logits, _ = model.apply({"params": prm}, batch["x"])

@@ -299,7 +299,7 @@ def main():
         title, "", C.machine_block(info), "",
         f"Task: `get_config(\"{args.task}\", \"cpu\")` — "
         + ("char-level tiny Shakespeare" if args.task == "shakespeare" else
-           f"{cfg.max_digits}-digit addition, loss on the answer's tokens")
+           f"{cfg.options.max_digits}-digit addition, loss on the answer's tokens")
         + f", {m.n_layers} layers, {m.n_heads} heads, d {m.d_model}, MLP {m.d_mlp}, T {cfg.seq_len}, "
         f"batch {cfg.batch_size}, pre-LN {'with' if m.ln_bias or m.attn_bias else 'without'} biases, erf GELU, "
         f"{'tied' if m.tie_embeddings else 'untied'} unembedding, AdamW + warm-up/cosine"

@@ -102,9 +102,9 @@ def grokking_program(preset: str) -> Program:
     state = g.grokking_init(cfg)
     run = g.make_run_chunk(cfg, cfg.log_every)
     compiled = run.lower(state, data).compile()
-    t = cfg.train
+    t, o = cfg.train, cfg.train.options
     return Program(f"grokking epoch ({preset})",
-                   f"p {t.p}, {int(round(t.train_frac * 100))}% train, d {t.model.d_model}, {cfg.epochs} epochs",
+                   f"p {o.p}, {int(round(o.train_frac * 100))}% train, d {t.model.d_model}, {cfg.epochs} epochs",
                    cfg.epochs // cfg.log_every, f"{cfg.log_every} epochs", compiled, (state, data))
 
 

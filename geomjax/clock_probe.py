@@ -28,7 +28,7 @@ __all__ = ["analyze"]
 
 def _train_idx(cfg) -> np.ndarray:
     x = np.asarray(grokking_data(cfg).x_train)
-    return x[:, 0] * cfg.train.p + x[:, 1]
+    return x[:, 0] * cfg.train.options.p + x[:, 1]
 
 
 def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any
     """
 
     cfg = res.config
-    p, mcfg = cfg.train.p, cfg.train.model
+    p, mcfg = cfg.train.options.p, cfg.train.model
     params = jax.device_get(res.state.params)
     A = clock_activations(params, mcfg, p)
     seconds = res.seconds

@@ -139,7 +139,7 @@ def test_positional_profile_and_half_metrics():
 
 
 def test_presets():
-    from geomjax.train import addition_config
+    from geomjax.train import AdditionOptions, addition_config
 
     for get in (addition_preset, dissection_preset, randomization_preset):
         for name in ("smoke", "cpu", "paper"):
@@ -147,9 +147,9 @@ def test_presets():
         with pytest.raises(ValueError, match="preset"):
             get("gpu")
     cpu = addition_preset("cpu")
-    assert cpu.train.max_digits == 10 and cpu.seq_len == 33 and cpu.settings == ("carry", "no_carry")
+    assert cpu.train.options.max_digits == 10 and cpu.seq_len == 33 and cpu.settings == ("carry", "no_carry")
     tc = train_config(cpu, carry=False)
-    assert tc.max_digits == 10 and tc.seq_len == 33 and not tc.carry and tc.model.max_len == 33
+    assert tc.options == AdditionOptions(10, False, 100_000) and tc.seq_len == 33 and tc.model.max_len == 33
     assert train_config(addition_preset("paper"), carry=True) == addition_config("paper", carry=True)
     paper = randomization_preset("paper")
     m = paper.train.model

@@ -11,7 +11,7 @@ import pytest
 
 from geomjax.models.toy import ToyTransformer
 from geomjax.train import grokking as gk
-from geomjax.train.tasks import modular_config
+from geomjax.train.tasks import ModularOptions, modular_config
 
 
 def test_presets_match_reference():
@@ -19,18 +19,18 @@ def test_presets_match_reference():
         c = gk.grokking_config(preset)
         t = c.train
         m, o = t.model, t.optim
-        assert c.epochs == epochs and t.p == 113 and t.train_frac == 0.3 and t.batch_size == 0
+        assert c.epochs == epochs and t.options == ModularOptions(113, 0.3) and t.batch_size == 0
         assert (m.vocab_size, m.n_out, m.d_model, m.n_heads, m.head_dim, m.d_mlp, m.n_layers) == (114, 114, 128, 4, 32, 512, 1)
         assert m.activation == "relu" and m.layer_norm == "none" and m.pos_embedding == "learned" and not m.tie_embeddings
         assert not m.attn_bias and m.mlp_bias and m.init == "nanda"
         assert (o.lr, o.weight_decay, o.b1, o.b2, o.warmup_steps, o.schedule, o.decay) == (1e-3, 1.0, 0.9, 0.98, 10, "constant", "all")
     assert gk.grokking_config("cpu", relu=False).train.model.activation == "none"
     cpu = gk.grokking_config("cpu")  # the blog's 30% split, lr 2e-3; the clock claims keep their 50% recipe
-    assert (cpu.train.train_frac, cpu.epochs, cpu.train.optim.lr, cpu.log_every) == (0.3, gk.CPU_EPOCHS, 2e-3, 10)
+    assert (cpu.train.options.train_frac, cpu.epochs, cpu.train.optim.lr, cpu.log_every) == (0.3, gk.CPU_EPOCHS, 2e-3, 10)
     from geomjax.claims.clock import claim_config
 
     full = claim_config("full")
-    assert (full.train.train_frac, full.epochs, full.log_every, full.train.p) == (0.5, 3000, 25, 113)
+    assert (full.train.options, full.epochs, full.log_every) == (ModularOptions(113, 0.5), 3000, 25)
     assert modular_config("blog").total_steps == 20_000
     with pytest.raises(ValueError, match="preset"):
         gk.grokking_config("huge")
@@ -40,7 +40,7 @@ def test_presets_match_reference():
 
 def test_data_split():
     cfg = gk.grokking_config("smoke")
-    p = cfg.train.p
+    p = cfg.train.options.p
     d = gk.grokking_data(cfg)
     x = np.concatenate([np.asarray(d.x_train), np.asarray(d.x_test)])
     y = np.concatenate([np.asarray(d.y_train), np.asarray(d.y_test)])
@@ -80,7 +80,7 @@ def test_smoke_training_and_exact_resume(tmp_path):
     # metrics computed in the scan equal an independent evaluation of the final parameters
     d = gk.grokking_data(cfg)
     model = ToyTransformer(cfg.train.model)
-    logits = np.asarray(jax.jit(lambda prm: model.apply({"params": prm}, d.x_test)[0][:, -1, : cfg.train.p])(full.state.params), np.float64)
+    logits = np.asarray(jax.jit(lambda prm: model.apply({"params": prm}, d.x_test)[0][:, -1, : cfg.train.options.p])(full.state.params), np.float64)
     y = np.asarray(d.y_test)
     ce = np.mean(np.log(np.sum(np.exp(logits - logits.max(1, keepdims=True)), 1)) + logits.max(1) - logits[np.arange(len(y)), y])
     np.testing.assert_allclose(h["test_loss"][-1], ce, rtol=1e-4)

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from geomjax.errors import GeomjaxError
 from geomjax.models import BertConfig, BloomConfig, GPT2Config, LlamaConfig
-from geomjax.train import addition_config, addition_train_config, nanogpt_adamw, shakespeare_config
+from geomjax.train import (
+    AdditionOptions,
+    ModularOptions,
+    addition_config,
+    addition_train_config,
+    get_config,
+    nanogpt_adamw,
+    shakespeare_config,
+)
+from geomjax.train.checkpoint import config_jsonable
 
 NEUTRAL = ("d_model", "num_layers", "num_heads", "num_kv_heads", "head_dim", "d_mlp", "max_positions")
 
@@ -85,10 +95,33 @@ def test_addition_train_config():
                               optim={"grad_clip": None}, seed=5)
     # "a+b=c\n" with 7-digit operands and an 8-digit sum: 7 + 1 + 7 + 1 + 8 + 1 = 25 characters, the model reads 24
     assert c.seq_len == c.model.max_len == 24 and c.model.vocab_size == 13
-    assert (c.task, c.max_digits, c.carry, c.n_train, c.seed, c.batch_size) == ("addition", 7, True, 64, 5, 8)
+    assert (c.task, c.options, c.seed, c.batch_size) == ("addition", AdditionOptions(7, True, 64), 5, 8)
     assert (c.optim.decay_steps, c.optim.grad_clip, c.optim.weight_decay) == (50, None, 0.1)
     paper = addition_config("paper")
-    assert (paper.seq_len, paper.model.n_layers, paper.model.d_model, paper.n_train) == (33, 8, 512, 1_000_000)
+    assert (paper.seq_len, paper.model.n_layers, paper.model.d_model, paper.options.n_train) == (33, 8, 512, 1_000_000)
+
+
+def test_train_config_options_belong_to_their_task():
+    add, mod, sha = (get_config(t, "smoke") for t in ("addition", "modular", "shakespeare"))
+    assert mod.options == ModularOptions(23, 0.3) and sha.options is None
+    # None on addition / modular means that task's defaults
+    assert add.replace(options=None).options == AdditionOptions()
+    assert mod.replace(options=None).options == ModularOptions(113, 0.3)
+    with pytest.raises(GeomjaxError, match="'shakespeare' takes no options"):
+        sha.replace(options=ModularOptions(59))
+    with pytest.raises(GeomjaxError, match="'modular' takes options=ModularOptions"):
+        mod.replace(options=AdditionOptions())
+    with pytest.raises(GeomjaxError, match="'addition' takes options=AdditionOptions"):
+        add.replace(options=ModularOptions())
+    for bad, match in ((lambda: AdditionOptions(max_digits=0), "max_digits"),
+                       (lambda: AdditionOptions(n_train=-1), "n_train"),
+                       (lambda: ModularOptions(p=1), "p must"),
+                       (lambda: ModularOptions(train_frac=1.0), "train_frac")):
+        with pytest.raises(GeomjaxError, match=match):
+            bad()
+    # hashable (build_programs caches on the config) and stored nested under "options"
+    assert len({add, add.replace(options=AdditionOptions(4, False, 512))}) == 2
+    assert config_jsonable(mod)["options"] == {"p": 23, "train_frac": 0.3}
 
 
 def test_shakespeare_presets_read_the_model_context():

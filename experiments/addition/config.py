@@ -24,12 +24,13 @@ PRESETS = ("smoke", "cpu", "paper")
 @dataclasses.dataclass(frozen=True)
 class AdditionExperimentConfig:
     """One addition experiment (frozen): the library's :class:`geomjax.train.TrainConfig` of the
-    model, optimizer and data (task ``"addition"``; ``train.carry`` is set per setting) plus the
+    model, optimizer and data (task ``"addition"``; ``train.options.carry`` is set per setting) plus the
     experiment's own evaluation settings.
 
     Attributes:
       preset: name.
-      train: the training run (``max_digits`` = L, operands of ⌊L/2⌋..L digits; ``n_train`` problems).
+      train: the training run (its ``AdditionOptions``: ``max_digits`` = L, operands of ⌊L/2⌋..L digits;
+        ``n_train`` problems).
       n_eval: in-distribution test problems (fresh draw).
       short_lengths: operand lengths of the length-generalization test (outside the trained range).
       n_short: test problems per short length.

@@ -35,8 +35,8 @@ from geomjax.train.anomalies import describe, detect_loss_spikes
 
 
 def train_config(cfg: AdditionExperimentConfig, carry: bool):
-    """The geomjax TrainConfig of one setting: the preset's ``train`` with ``carry`` set."""
-    return cfg.train.replace(carry=carry)
+    """The geomjax TrainConfig of one setting: the preset's ``train`` with ``options.carry`` set."""
+    return cfg.train.replace(options=dataclasses.replace(cfg.train.options, carry=carry))
 
 
 def evaluate_lengths(logits_fn: Callable, lengths: Sequence[int], *, max_digits: int, T: int, n: int, carry: bool,
@@ -117,7 +117,7 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         params = res.state.params
         logits_fn = jax.jit(lambda ids: model.apply({"params": params}, ids)[0])
         T = tc.seq_len + 1
-        L = tc.max_digits
+        L = tc.options.max_digits
         k = jax.random.fold_in(key, 1000 + si)
         in_dist = addition_problems(jax.random.fold_in(k, 0), cfg.n_eval, L, carry=carry)
         _, ok = decode_addition(logits_fn, in_dist, T)
@@ -171,8 +171,9 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         acc_rows.append([setting, f"{100 * ok.mean():.2f}%"] + [f"{100 * short[ell]:.2f}%" for ell in cfg.short_lengths]
                         + [f"{100 * short_all:.2f}%", round(last.get("loss", float("nan")), 4)])
     metrics["seconds"] = time.perf_counter() - t0
+    opt = cfg.train.options
     s0 = Section("Accuracy (exact match, greedy decoding)", [
-        f"L = {cfg.train.max_digits}: operands of {max(1, cfg.train.max_digits // 2)}-{cfg.train.max_digits} digits, answer reversed, "
+        f"L = {opt.max_digits}: operands of {max(1, opt.max_digits // 2)}-{opt.max_digits} digits, answer reversed, "
         f"loss after '='. {cfg.n_eval} fresh in-distribution problems; {cfg.n_short} problems per short length "
         "(both operands of that length). The paper's numbers are in the source-vs-run table above. "
         f"Wall time {metrics['seconds']:.0f} s."])
@@ -187,8 +188,8 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
         "dissection report."])
     s1.table(["setting", "layer", "head", "pos-pos TV", "TV shuffled", "pos-pos HF-DCT", "HF shuffled", "QK TV",
               "QK HF-DCT"], smooth_rows)
-    cmp = source_section(SOURCE, cfg.preset, f"L = {cfg.train.max_digits}, {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
-                         f"{cfg.train.model.d_model}, {cfg.train.total_steps} steps of batch {cfg.train.batch_size}, {cfg.train.n_train} training "
+    cmp = source_section(SOURCE, cfg.preset, f"L = {opt.max_digits}, {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
+                         f"{cfg.train.model.d_model}, {cfg.train.total_steps} steps of batch {cfg.train.batch_size}, {opt.n_train} training "
                          f"problems; {cfg.n_eval} test problems, {cfg.n_short} per short length.",
                          _departures(cfg), comparison_rows(metrics["settings"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
@@ -231,8 +232,8 @@ def _departures(cfg: AdditionExperimentConfig) -> list[str]:
     if cfg.preset != "paper":
         d.append(f"{cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d {cfg.train.model.d_model} (source 8, 8, 512)")
         d.append(f"{cfg.train.total_steps} steps of batch {cfg.train.batch_size} (source: not stated; its code trains to convergence)")
-    if cfg.train.max_digits != 10:
-        d.append(f"L = {cfg.train.max_digits} (source 10)")
+    if cfg.train.options.max_digits != 10:
+        d.append(f"L = {cfg.train.options.max_digits} (source 10)")
     if cfg.n_short != 1000:
         d.append(f"{cfg.n_short} problems per short length (source 1K over lengths 1–4)")
     return d

@@ -174,8 +174,9 @@ def main(argv=None) -> int:
         an_free = analyze(free_an, seed=args.seed, with_snapshots=False)
     sections, metrics = analysis_sections(run, an, an_free, title=args.preset)
     plumbing = args.preset == "smoke"
-    cmp = source_section(SOURCE, args.preset, f"{cfg.epochs} epochs, {cfg.train.train_frac:.0%} of the p² pairs (p = "
-                         f"{cfg.train.p}) for training, lr {cfg.train.optim.lr:g}; ReLU-free variant "
+    opt = cfg.train.options
+    cmp = source_section(SOURCE, args.preset, f"{cfg.epochs} epochs, {opt.train_frac:.0%} of the p² pairs (p = "
+                         f"{opt.p}) for training, lr {cfg.train.optim.lr:g}; ReLU-free variant "
                          f"{'too' if free else 'skipped'}; analysed checkpoint epoch {ck}.",
                          _departures(cfg), comparison_rows(an, an_free))
     anom = anomaly_section(anomalies + anomalies_free, ck, why, final)
@@ -198,12 +199,12 @@ def main(argv=None) -> int:
 
 def _departures(cfg) -> list[str]:
     t, d = cfg.train, []
-    if t.p != 113:
-        d.append(f"p = {t.p} (source 113)")
+    if t.options.p != 113:
+        d.append(f"p = {t.options.p} (source 113)")
     if t.model.d_model != 128:
         d.append(f"d_model {t.model.d_model}, {t.model.n_heads} heads, d_mlp {t.model.d_mlp} (source 128, 4, 512)")
-    if abs(t.train_frac - 0.3) > 1e-9:
-        d.append(f"{t.train_frac:.0%} of the pairs for training (source 30%)")
+    if abs(t.options.train_frac - 0.3) > 1e-9:
+        d.append(f"{t.options.train_frac:.0%} of the pairs for training (source 30%)")
     if t.optim.lr != 1e-3:
         d.append(f"lr {t.optim.lr:g} (source 1e-3: AdamW's decay per step is lr × weight decay, so the plateau is "
                  f"about {t.optim.lr / 1e-3:g}× shorter)")

@@ -30,6 +30,7 @@ from geomjax.clock_probe import analyze
 from geomjax.io import cache_root
 from geomjax.models.toy import nanda_config
 from geomjax.train.grokking import GrokkingConfig, config_hash, grokking_config, load_grokking_run, train_grokking
+from geomjax.train.tasks import ModularOptions
 from geomjax.claims.registry import Claim, Evaluation, Inequality, per_run, register
 
 __all__ = ["claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
@@ -48,10 +49,11 @@ def claim_config(budget: str, relu: bool = True, seed: int = 0):
     cpu = grokking_config("cpu", relu=relu, seed=seed)
     # the claims' own recipe (50% of the pairs, 3,000 epochs, metrics every 25): the experiment's cpu
     # preset moved to the blog's 30% split; this keeps the claims' trained runs (and cache keys) as they were
-    t = cpu.train.replace(train_frac=0.5, total_steps=3000, steps_per_call=100)
+    t = cpu.train.replace(options=ModularOptions(113, 0.5), total_steps=3000, steps_per_call=100)
     if budget == "full":
         return GrokkingConfig(t, log_every=25, chunk_epochs=100, preset="cpu")
-    t = t.replace(model=nanda_config(59, activation="relu" if relu else "none"), p=59, total_steps=1500)
+    t = t.replace(model=nanda_config(59, activation="relu" if relu else "none"), options=ModularOptions(59, 0.5),
+                  total_steps=1500)
     return GrokkingConfig(t, log_every=25, chunk_epochs=100, preset="quick")
 
 
@@ -80,7 +82,8 @@ def trained_description(budget: str) -> str:
     """One sentence naming the trained model of ``budget`` (p, epochs, split, optimiser): the clock claims'
     ``what`` and the first line of the clock report."""
     c = claim_config(budget)
-    return (f"trained model: p = {c.train.p}, {c.epochs} full-batch epochs, train fraction {c.train.train_frac}, "
+    o = c.train.options
+    return (f"trained model: p = {o.p}, {c.epochs} full-batch epochs, train fraction {o.train_frac}, "
             f"lr {c.train.optim.lr}, weight decay {c.train.optim.weight_decay} (budget {budget!r}; "
             "geomjax.claims.clock.claim_config)")
 
@@ -142,7 +145,7 @@ def _params_np(budget: str, seed: int = 0) -> tuple[dict, int]:
     """The ReLU run's parameters as float64 NumPy arrays (nested dict) and p, for the witnesses."""
     res = trained_run(claim_config(budget, True, seed))
     tree = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), jax.device_get(res.state.params))
-    return tree, res.config.train.p
+    return tree, res.config.train.options.p
 
 
 def numpy_clock_forward(P: dict, p: int, relu: bool = True) -> dict[str, np.ndarray]:

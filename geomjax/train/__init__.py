@@ -38,7 +38,9 @@ from geomjax.train.loop import (
 from geomjax.train.optim import OptimConfig, decay_mask, make_optimizer, make_schedule, nanogpt_adamw
 from geomjax.train.state import TrainState, create_train_state, step_keys
 from geomjax.train.tasks import (
+    AdditionOptions,
     FitResult,
+    ModularOptions,
     Programs,
     TrainConfig,
     addition_config,
@@ -55,8 +57,10 @@ from geomjax.train.tasks import (
 from geomjax.train.toy_run import load_toy_run
 
 __all__ = [
+    "AdditionOptions",
     "FitResult",
     "History",
+    "ModularOptions",
     "OptimConfig",
     "Programs",
     "TrainConfig",

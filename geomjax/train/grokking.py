@@ -79,8 +79,8 @@ class GrokkingConfig:
     """A grokking run: the modular-addition :class:`TrainConfig` plus the scan layout.
 
     Attributes:
-      train: task ``"modular"`` config (model, optimizer, p, train_frac, seed); ``total_steps`` is the
-        number of epochs (full batch: one optimizer step per epoch).
+      train: task ``"modular"`` config (model, optimizer, its ``ModularOptions`` p and train_frac, seed);
+        ``total_steps`` is the number of epochs (full batch: one optimizer step per epoch).
       log_every: metrics every this many epochs (inside the scan).
       chunk_epochs: epochs per jitted call; a checkpoint and a parameter snapshot follow each call.
         0 runs the whole training as ONE jitted ``lax.scan``.
@@ -117,8 +117,12 @@ class GrokkingConfig:
         return self.chunk_epochs or self.epochs
 
     def replace(self, **kw) -> "GrokkingConfig":
-        """Copy with some fields changed; ``epochs=``, ``seed=``, ``p=``, ``train_frac=`` edit ``train``."""
-        tkw = {k: kw.pop(k) for k in ("seed", "p", "train_frac") if k in kw}
+        """Copy with some fields changed; ``epochs=`` and ``seed=`` edit ``train``, ``p=`` and
+        ``train_frac=`` its :class:`~geomjax.train.tasks.ModularOptions`."""
+        tkw = {"seed": kw.pop("seed")} if "seed" in kw else {}
+        okw = {k: kw.pop(k) for k in ("p", "train_frac") if k in kw}
+        if okw:
+            tkw["options"] = dataclasses.replace(self.train.options, **okw)
         if "epochs" in kw:
             tkw["total_steps"] = e = kw.pop("epochs")
             # keep the generic-loop fields (TrainConfig.steps_per_call) consistent with the new length
@@ -157,7 +161,8 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     if preset == "blog":
         return GrokkingConfig(t, log_every=100, chunk_epochs=2000, preset=preset)
     if preset == "cpu":
-        t = t.replace(train_frac=0.3, total_steps=CPU_EPOCHS, steps_per_call=100)
+        t = t.replace(options=dataclasses.replace(t.options, train_frac=0.3), total_steps=CPU_EPOCHS,
+                      steps_per_call=100)
         return GrokkingConfig(t, log_every=10, chunk_epochs=100, preset=preset)
     return GrokkingConfig(t, log_every=10, chunk_epochs=100, preset=preset)
 
@@ -181,7 +186,7 @@ def grokking_data(cfg: GrokkingConfig) -> GrokkingData:
     """The seeded train/test split of all p² pairs (the split key is ``fold_in(key(seed), 1)``, as in
     :func:`geomjax.train.tasks.load_task_data`)."""
     t = cfg.train
-    md = modular_addition_data(t.p, t.train_frac, jax.random.fold_in(jax.random.key(t.seed), 1))
+    md = modular_addition_data(t.options.p, t.options.train_frac, jax.random.fold_in(jax.random.key(t.seed), 1))
     return GrokkingData(*(jnp.asarray(v) for v in (md.x_train, md.y_train, md.x_test, md.y_test)))
 
 
@@ -252,7 +257,7 @@ def _programs(cfg: GrokkingConfig):
     model = ToyTransformer(t.model)
     check_one_layer(t.model)
     tx, schedule = make_optimizer(t.optim)
-    p = t.p
+    p = t.options.p
 
     def loss_fn(params, batch, key):
         del key  # no dropout

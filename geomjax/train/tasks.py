@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from geomjax._checks import compiled_cache
+from geomjax._checks import check_int, compiled_cache
 from geomjax.data import (
     ADDITION_VOCAB,
     CharTokenizer,
@@ -35,6 +35,7 @@ from geomjax.data import (
     sample_windows,
     tiny_shakespeare,
 )
+from geomjax.errors import GeomjaxError
 from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config, nanogpt_config
 from geomjax.parallel import replicated
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -44,7 +45,9 @@ from geomjax.train.optim import OptimConfig, make_optimizer, nanogpt_adamw
 from geomjax.train.state import TrainState, create_train_state
 
 __all__ = [
+    "AdditionOptions",
     "FitResult",
+    "ModularOptions",
     "Programs",
     "TrainConfig",
     "addition_config",
@@ -64,6 +67,48 @@ VARIANTS = ("smoke", "cpu", "paper")
 
 
 @dataclasses.dataclass(frozen=True)
+class AdditionOptions:
+    """Options of the ``"addition"`` task (Song & Zhong §5).
+
+    Attributes:
+      max_digits: L >= 1; operands have ⌊L/2⌋..L digits (:func:`geomjax.data.addition_problems`).
+      carry: uniform random operands (True) or no-carry problems (False).
+      n_train: size of the fixed training set the batches are drawn from (0, the default, is a
+        config that cannot train yet: :func:`fit` needs >= 1).
+    """
+
+    max_digits: int = 10
+    carry: bool = True
+    n_train: int = 0
+
+    def __post_init__(self):
+        check_int(self.max_digits, "max_digits", "AdditionOptions")
+        check_int(self.n_train, "n_train", "AdditionOptions", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModularOptions:
+    """Options of the ``"modular"`` task (Nanda et al.): (a + b) mod p over all p² pairs.
+
+    Attributes:
+      p: the modulus (>= 2); the model's vocabulary holds 0..p−1 and "=" (id p).
+      train_frac: fraction of the p² pairs used for training, in (0, 1).
+    """
+
+    p: int = 113
+    train_frac: float = 0.3
+
+    def __post_init__(self):
+        check_int(self.p, "p", "ModularOptions", minimum=2)
+        if not 0.0 < self.train_frac < 1.0:
+            raise GeomjaxError(f"ModularOptions: train_frac must lie in (0, 1), got {self.train_frac}")
+
+
+# the options class each task reads (None: the task has no options)
+TASK_OPTIONS = {"shakespeare": None, "addition": AdditionOptions, "modular": ModularOptions}
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """A complete, hashable description of a training run.
 
@@ -80,8 +125,9 @@ class TrainConfig:
       eval_batches: number of validation batches of ``batch_size`` (shakespeare, addition).
       ckpt_every: checkpoint every this many steps (0: only at the end).
       seed: the run's seed; everything (init, batches, dropout, validation windows) derives from it.
-      max_digits, carry, n_train: addition options (operands of ⌊L/2⌋..L digits; training-set size).
-      p, train_frac: modular addition options.
+      options: the task's own options — :class:`AdditionOptions` for ``"addition"``,
+        :class:`ModularOptions` for ``"modular"`` (None: that class's defaults), None for
+        ``"shakespeare"`` (which has none).
     """
 
     task: str
@@ -95,15 +141,20 @@ class TrainConfig:
     eval_batches: int = 4
     ckpt_every: int = 0
     seed: int = 0
-    max_digits: int = 10
-    carry: bool = True
-    n_train: int = 0
-    p: int = 113
-    train_frac: float = 0.3
+    options: AdditionOptions | ModularOptions | None = None
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"TrainConfig: task must be one of {TASKS}, got {self.task!r}")
+        expected = TASK_OPTIONS[self.task]
+        if expected is None and self.options is not None:
+            raise GeomjaxError(f"TrainConfig: task {self.task!r} takes no options, got {self.options!r}; "
+                               "leave options=None")
+        if expected is not None and self.options is None:
+            object.__setattr__(self, "options", expected())
+        elif expected is not None and not isinstance(self.options, expected):
+            raise GeomjaxError(f"TrainConfig: task {self.task!r} takes options={expected.__name__}(...), got "
+                               f"{type(self.options).__name__}")
         N = self.steps_per_call
         for name in ("total_steps", "eval_every", "ckpt_every"):
             if getattr(self, name) % N:
@@ -159,22 +210,24 @@ def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainCon
 
 
 def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_model: int, d_mlp: int, lr: float,
-                          final_lr: float, warmup_steps: int, carry: bool = True, optim: dict | None = None,
-                          **run) -> TrainConfig:
+                          final_lr: float, warmup_steps: int, carry: bool = True, n_train: int = 0,
+                          optim: dict | None = None, **run) -> TrainConfig:
     """A TrainConfig for L-digit addition (Song & Zhong §5): "a+b=c" with the answer reversed, operands
-    of ⌊L/2⌋..L digits, padded to 3L + 4 characters, so the model reads T = 3L + 3 positions.
+    of ⌊L/2⌋..L digits, padded to 3L + 4 characters, so the model reads T = 3L + 3 positions; the
+    task options are ``AdditionOptions(max_digits, carry, n_train)``.
 
     The toy model has the 13-character vocabulary (``geomjax.data.ADDITION_VOCAB``) and T positions;
     the optimizer is :func:`geomjax.train.optim.nanogpt_adamw` over the whole run (``optim``: fields
     that differ from it).
     ``run``: the rest of the TrainConfig (``batch_size``, ``total_steps``, ``steps_per_call``,
-    ``n_train``, evaluation / checkpoint cadence, ``seed``).
+    evaluation / checkpoint cadence, ``seed``).
     """
     T = 3 * max_digits + 3
     model = ToyConfig(vocab_size=len(ADDITION_VOCAB), n_layers=n_layers, n_heads=n_heads, d_model=d_model,
                       d_mlp=d_mlp, max_len=T)
     optim_config = nanogpt_adamw(lr, final_lr, warmup_steps, run["total_steps"], **(optim or {}))
-    return TrainConfig("addition", model, optim_config, seq_len=T, max_digits=max_digits, carry=carry, **run)
+    options = AdditionOptions(max_digits, carry, n_train)
+    return TrainConfig("addition", model, optim_config, seq_len=T, options=options, **run)
 
 
 def addition_config(variant: str = "smoke", carry: bool = True) -> TrainConfig:
@@ -226,15 +279,15 @@ def modular_config(variant: str = "smoke", *, relu: bool = True) -> TrainConfig:
         steps = 50_000 if variant == "paper" else 20_000
         return TrainConfig("modular", nanda_config(113, activation=act), optim, batch_size=0, seq_len=3,
                            total_steps=steps, steps_per_call=500, eval_every=1000, ckpt_every=5000,
-                           p=113, train_frac=0.3)
+                           options=ModularOptions(113, 0.3))
     if variant == "cpu":
         return TrainConfig("modular", nanda_config(113, activation=act), dataclasses.replace(optim, lr=2e-3), batch_size=0,
                            seq_len=3, total_steps=3_000, steps_per_call=100, eval_every=500, ckpt_every=500,
-                           p=113, train_frac=0.5)
+                           options=ModularOptions(113, 0.5))
     if variant == "smoke":
         model = nanda_config(23, d_model=32, n_heads=2, d_mlp=64, activation=act)
         return TrainConfig("modular", model, dataclasses.replace(optim, lr=3e-3), batch_size=0, seq_len=3, total_steps=300,
-                           steps_per_call=10, eval_every=100, p=23, train_frac=0.3)
+                           steps_per_call=10, eval_every=100, options=ModularOptions(23, 0.3))
     raise ValueError(f"modular_config: variant must be one of ('smoke', 'cpu', 'blog', 'paper'), got {variant!r}")
 
 
@@ -268,16 +321,17 @@ def load_task_data(cfg: TrainConfig, data_dir: str | os.PathLike | None = None) 
         eval_data = {"ids": w.ids.reshape(E, B, T + 1)}
         return {"stream": jnp.asarray(train)}, eval_data, {"tokenizer": tok, "n_train_tokens": len(train),
                                                             "n_val_tokens": len(val)}
+    opt = cfg.options
     if cfg.task == "addition":
         k_tr, k_va = jax.random.split(key)
         T1 = cfg.seq_len + 1
-        tr = addition_batch(k_tr, cfg.n_train, cfg.max_digits, T1, carry=cfg.carry)
+        tr = addition_batch(k_tr, opt.n_train, opt.max_digits, T1, carry=opt.carry)
         E, B = cfg.eval_batches, cfg.batch_size
-        va = addition_batch(k_va, E * B, cfg.max_digits, T1, carry=cfg.carry)
+        va = addition_batch(k_va, E * B, opt.max_digits, T1, carry=opt.carry)
         train = {"ids": jnp.asarray(tr.ids), "loss_mask": jnp.asarray(tr.loss_mask)}
         eval_data = {"ids": va.ids.reshape(E, B, T1), "loss_mask": va.loss_mask.reshape(E, B, T1)}
-        return train, eval_data, {"n_train": cfg.n_train}
-    md = modular_addition_data(cfg.p, cfg.train_frac, key)
+        return train, eval_data, {"n_train": opt.n_train}
+    md = modular_addition_data(opt.p, opt.train_frac, key)
     train = {"x": jnp.asarray(md.x_train), "y": jnp.asarray(md.y_train)}
     eval_data = {"x": md.x_test[None], "y": md.y_test[None]}
     return train, eval_data, {"n_train": len(md.y_train), "n_test": len(md.y_test)}
@@ -346,7 +400,7 @@ def build_programs(cfg: TrainConfig, mesh: Mesh | None = None) -> Programs:
     the same config and mesh reuse one compilation)."""
     model = ToyTransformer(cfg.model)
     tx, schedule = make_optimizer(cfg.optim)
-    loss_fn = _last_loss(model, cfg.p) if cfg.task == "modular" else _lm_loss(model)
+    loss_fn = _last_loss(model, cfg.options.p) if cfg.task == "modular" else _lm_loss(model)
     batch_fn = _batch_fn(cfg)
     step_fn = make_train_step(loss_fn, tx, batch_fn, schedule=schedule, mesh=mesh)
     chunk_fn = make_train_chunk(step_fn, cfg.steps_per_call, mesh=mesh)

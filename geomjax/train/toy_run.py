@@ -25,7 +25,7 @@ from geomjax.models.toy import ToyConfig
 from geomjax.models.toy_run import TEXT_TASKS, ToyRun
 from geomjax.train.checkpoint import config_jsonable, list_checkpoints, load_checkpoint
 from geomjax.train.optim import OptimConfig
-from geomjax.train.tasks import TrainConfig, build_programs, init_state, load_task_data
+from geomjax.train.tasks import TASK_OPTIONS, TrainConfig, build_programs, init_state, load_task_data
 
 __all__ = ["load_toy_run"]
 
@@ -69,6 +69,9 @@ def _config_from_json(d: Any, source: str):
             raise ValueError(f"{source}: the TrainConfig has no {key!r} section")
     top["model"] = build(ToyConfig, top["model"], "model")
     top["optim"] = build(OptimConfig, top["optim"], "optim")
+    options_cls = TASK_OPTIONS.get(top.get("task"))
+    if options_cls is not None and isinstance(top.get("options"), dict):
+        top["options"] = build(options_cls, top["options"], "options")
     cfg = build(TrainConfig, top, "the TrainConfig")
     if config_jsonable(cfg) != d:
         raise ValueError(f"{source}: the config does not round-trip through TrainConfig exactly; the run was "
