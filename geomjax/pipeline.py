@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib
-import json
 import shutil
-from pathlib import Path
 
 import jax
 import matplotlib.pyplot as plt
@@ -49,7 +47,6 @@ __all__ = [
     "status_line",
     "check_topic_capacity",
     "claims_summary",
-    "merged_history",
     "validate_training",
 ]
 
@@ -194,47 +191,12 @@ def _short(x):
     return str(x)[:40]
 
 
-def merged_history(run_dir: str | Path) -> dict:
-    """The whole training history of a run directory across its sessions.
-
-    ``geomjax.train.fit`` writes ``history.json`` for the first session and
-    ``history_from_<step>.json`` for every resumed one; they are merged by step (a later session
-    wins where they overlap, which a bit-exact resume makes identical).
-
-    Returns:
-      dict with ``steps`` (n,) int array, ``train`` {name: (n,) array}, ``evals`` (list of dicts
-      sorted by step), ``seconds`` (total), ``sessions`` (count) and ``gaps`` (list of
-      (first, last) step ranges no session recorded, e.g. after an interrupted session).
-    """
-    files = sorted(Path(run_dir).glob("history_from_*.json"))
-    first = Path(run_dir) / "history.json"
-    files = ([first] if first.is_file() else []) + files
-    steps: dict[int, dict] = {}
-    evals: dict[int, dict] = {}
-    seconds = 0.0
-    for f in files:
-        h = json.loads(f.read_text())
-        for i, st in enumerate(h.get("steps", [])):
-            steps[int(st)] = {k: v[i] for k, v in h.get("train", {}).items()}
-        for e in h.get("evals", []):
-            evals[int(e["step"])] = e
-        seconds += float(h.get("seconds", 0.0))
-    order = sorted(steps)
-    names = sorted({k for v in steps.values() for k in v})
-    gaps = ([(0, order[0] - 1)] if order and order[0] > 0 else []) + [
-        (a + 1, b - 1) for a, b in zip(order, order[1:]) if b > a + 1]
-    return {"steps": np.asarray(order, np.int64),
-            "train": {k: np.asarray([steps[i].get(k, np.nan) for i in order], np.float64) for k in names},
-            "evals": [evals[k] for k in sorted(evals)], "seconds": seconds, "sessions": len(files),
-            "gaps": gaps}
-
-
 def run_training(task: str, preset: str, run: report.RunDir, *, resume: bool = True,
                  data_dir: str | None = None, devices: int | None = None, progress: bool = True):
     """Train a toy transformer preset (``geomjax.train.get_config(task, preset)``) in ``run``.
 
     Checkpoints go to ``run/checkpoints`` and a re-run resumes from the latest one; the report
-    covers the whole history of every session (:func:`merged_history`). ``resume=False`` starts
+    covers the whole history of every session (:func:`geomjax.train.merged_history`). ``resume=False`` starts
     over: the directory's checkpoints and histories are deleted first.
     """
     cfg = train.get_config(task, preset)
@@ -244,7 +206,7 @@ def run_training(task: str, preset: str, run: report.RunDir, *, resume: bool = T
             f.unlink()
     res = train.fit(cfg, run_dir=run.path, data_dir=data_dir, resume=resume,
                     mesh=parallel.data_mesh(devices) if devices else None, progress=progress)
-    h = merged_history(run.path)
+    h = train.merged_history(run.path)
     n_session = len(res.history.steps)
     s = Section(f"Training: {task} ({preset})")
     last = int(h["steps"][-1]) + 1 if len(h["steps"]) else 0

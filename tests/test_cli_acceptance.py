@@ -226,7 +226,7 @@ def test_resume_keeps_the_whole_history(tmp_path, monkeypatch, shakespeare_smoke
     by_step = {e["step"]: e for e in m["evals"]}  # evals of both sessions (+ one at the interruption)
     assert 20 in by_step and all(by_step[e["step"]]["loss"] == e["loss"] for e in whole.evals)
     assert m["final_train_loss"] == float(whole.train["loss"][-1])  # bit-exact resume
-    from geomjax.pipeline import merged_history
+    from geomjax.train import merged_history
 
     h = merged_history(out)
     np.testing.assert_array_equal(h["train"]["loss"], np.asarray(whole.train["loss"], np.float64))

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from geomjax._checks import check_int, compiled_cache
@@ -57,6 +58,7 @@ __all__ = [
     "get_config",
     "init_state",
     "load_task_data",
+    "merged_history",
     "modular_config",
     "shakespeare_config",
     "shakespeare_train_config",
@@ -501,6 +503,41 @@ def fit(
         name = "history.json" if resumed is None else f"history_from_{resumed:08d}.json"
         (run_dir / name).write_text(json.dumps(hist.to_json()))
     return FitResult(state, hist, resumed, run_dir, info)
+
+
+def merged_history(run_dir: str | Path) -> dict:
+    """The whole training history of a run directory across its sessions.
+
+    :func:`fit` writes ``history.json`` for the first session and
+    ``history_from_<step>.json`` for every resumed one; they are merged by step (a later session
+    wins where they overlap, which a bit-exact resume makes identical).
+
+    Returns:
+      dict with ``steps`` (n,) int array, ``train`` {name: (n,) array}, ``evals`` (list of dicts
+      sorted by step), ``seconds`` (total), ``sessions`` (count) and ``gaps`` (list of
+      (first, last) step ranges no session recorded, e.g. after an interrupted session).
+    """
+    files = sorted(Path(run_dir).glob("history_from_*.json"))
+    first = Path(run_dir) / "history.json"
+    files = ([first] if first.is_file() else []) + files
+    steps: dict[int, dict] = {}
+    evals: dict[int, dict] = {}
+    seconds = 0.0
+    for f in files:
+        h = json.loads(f.read_text())
+        for i, st in enumerate(h.get("steps", [])):
+            steps[int(st)] = {k: v[i] for k, v in h.get("train", {}).items()}
+        for e in h.get("evals", []):
+            evals[int(e["step"])] = e
+        seconds += float(h.get("seconds", 0.0))
+    order = sorted(steps)
+    names = sorted({k for v in steps.values() for k in v})
+    gaps = ([(0, order[0] - 1)] if order and order[0] > 0 else []) + [
+        (a + 1, b - 1) for a, b in zip(order, order[1:]) if b > a + 1]
+    return {"steps": np.asarray(order, np.int64),
+            "train": {k: np.asarray([steps[i].get(k, np.nan) for i in order], np.float64) for k in names},
+            "evals": [evals[k] for k in sorted(evals)], "seconds": seconds, "sessions": len(files),
+            "gaps": gaps}
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> str:
