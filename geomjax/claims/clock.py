@@ -48,7 +48,8 @@ def claim_config(budget: str, relu: bool = True, seed: int = 0):
         raise ValueError(f"claim_config: budget must be 'quick' or 'full', got {budget!r}")
     cpu = grokking_config("cpu", relu=relu, seed=seed)
     # the claims' own recipe (50% of the pairs, 3,000 epochs, metrics every 25): the experiment's cpu
-    # preset moved to the blog's 30% split; this keeps the claims' trained runs (and cache keys) as they were
+    # preset moved to the blog's 30% split; this keeps the claims' trained runs as they were (their cache
+    # keys, a hash of the config's JSON, changed once when TrainConfig's task options became a group)
     t = cpu.train.replace(options=ModularOptions(113, 0.5), total_steps=3000, steps_per_call=100)
     if budget == "full":
         return GrokkingConfig(t, log_every=25, chunk_epochs=100, preset="cpu")
