@@ -105,7 +105,7 @@ def test_train_config_options_belong_to_their_task():
     add, mod, sha = (get_config(t, "smoke") for t in ("addition", "modular", "shakespeare"))
     assert mod.options == ModularOptions(23, 0.3) and sha.options is None
     # None on addition / modular means that task's defaults
-    assert add.replace(options=None).options == AdditionOptions()
+    assert add.replace(options=None).options == AdditionOptions() == AdditionOptions(10, True, 100_000)  # App. E
     assert mod.replace(options=None).options == ModularOptions(113, 0.3)
     with pytest.raises(GeomjaxError, match="'shakespeare' takes no options"):
         sha.replace(options=ModularOptions(59))
@@ -114,7 +114,7 @@ def test_train_config_options_belong_to_their_task():
     with pytest.raises(GeomjaxError, match="'addition' takes options=AdditionOptions"):
         add.replace(options=ModularOptions())
     for bad, match in ((lambda: AdditionOptions(max_digits=0), "max_digits"),
-                       (lambda: AdditionOptions(n_train=-1), "n_train"),
+                       (lambda: AdditionOptions(n_train=0), "n_train"),
                        (lambda: ModularOptions(p=1), "p must"),
                        (lambda: ModularOptions(train_frac=1.0), "train_frac")):
         with pytest.raises(GeomjaxError, match=match):

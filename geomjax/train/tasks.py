@@ -70,22 +70,21 @@ VARIANTS = ("smoke", "cpu", "paper")
 
 @dataclasses.dataclass(frozen=True)
 class AdditionOptions:
-    """Options of the ``"addition"`` task (Song & Zhong §5).
+    """Options of the ``"addition"`` task (Song & Zhong §5); the defaults are the paper's App. E setting.
 
     Attributes:
       max_digits: L >= 1; operands have ⌊L/2⌋..L digits (:func:`geomjax.data.addition_problems`).
       carry: uniform random operands (True) or no-carry problems (False).
-      n_train: size of the fixed training set the batches are drawn from (0, the default, is a
-        config that cannot train yet: :func:`fit` needs >= 1).
+      n_train: size (>= 1) of the fixed training set the batches are drawn from (App. E: 100K).
     """
 
     max_digits: int = 10
     carry: bool = True
-    n_train: int = 0
+    n_train: int = 100_000
 
     def __post_init__(self):
         check_int(self.max_digits, "max_digits", "AdditionOptions")
-        check_int(self.n_train, "n_train", "AdditionOptions", minimum=0)
+        check_int(self.n_train, "n_train", "AdditionOptions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +211,7 @@ def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainCon
 
 
 def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_model: int, d_mlp: int, lr: float,
-                          final_lr: float, warmup_steps: int, carry: bool = True, n_train: int = 0,
+                          final_lr: float, warmup_steps: int, n_train: int, carry: bool = True,
                           optim: dict | None = None, **run) -> TrainConfig:
     """A TrainConfig for L-digit addition (Song & Zhong §5): "a+b=c" with the answer reversed, operands
     of ⌊L/2⌋..L digits, padded to 3L + 4 characters, so the model reads T = 3L + 3 positions; the
