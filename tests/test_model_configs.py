@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from geomjax.errors import GeomjaxError
+from geomjax.convert import config_from_hf
 from geomjax.models import BertConfig, BloomConfig, GPT2Config, LlamaConfig
 from geomjax.train import (
     AdditionOptions,
@@ -80,6 +81,16 @@ def test_llama_derived_sizes_as_transformers():
     explicit = LlamaConfig(**_LLAMA, num_key_value_heads=4, head_dim=4)
     assert (c.num_key_value_heads, c.head_dim, c.num_kv_heads) == (4, 4, 4)
     assert c == explicit and hash(c) == hash(explicit)
+
+
+def test_llama_config_json_without_derived_sizes():
+    # transformers writes null (or nothing) for an unset num_key_value_heads / head_dim: derived, not defaulted
+    base = dict(model_type="llama", vocab_size=11, hidden_size=16, intermediate_size=5, num_hidden_layers=2,
+                num_attention_heads=4)
+    for extra in ({}, {"num_key_value_heads": None, "head_dim": None}):
+        c = config_from_hf(base | extra)
+        assert (c.num_key_value_heads, c.head_dim, c.max_position_embeddings) == (4, 4, 2048)
+    assert config_from_hf(base | {"num_key_value_heads": 2, "head_dim": 8}).head_dim == 8
 
 
 def test_nanogpt_adamw_recipe():

@@ -232,12 +232,13 @@ def llama_config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -
                            "num_attention_heads") if k not in cfg]
     if missing:
         raise GeomjaxError(f"{what} config: missing required attribute(s) {missing}")
-    H = int(cfg["num_attention_heads"])
+    # an absent (or null) num_key_value_heads / head_dim is derived by LlamaConfig as transformers does
+    kv, K = cfg.get("num_key_value_heads"), cfg.get("head_dim")
     kw = dict(
         model_type=mt, vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
         intermediate_size=int(cfg["intermediate_size"]), num_hidden_layers=int(cfg["num_hidden_layers"]),
-        num_attention_heads=H, num_key_value_heads=int(cfg.get("num_key_value_heads") or H),
-        head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // H),
+        num_attention_heads=int(cfg["num_attention_heads"]), num_key_value_heads=None if kv is None else int(kv),
+        head_dim=None if K is None else int(K),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         attention_bias=bool(cfg.get("attention_bias", False)), mlp_bias=bool(cfg.get("mlp_bias", False)),
