@@ -124,6 +124,7 @@ NO_ARRAYS = {
     "geomjax.train.tasks.get_config": "(task, variant) -> TrainConfig",
     "geomjax.train.tasks.init_state": "TrainConfig -> TrainState (a struct of arrays)",
     "geomjax.train.tasks.load_task_data": "TrainConfig -> the task's data (per task: token arrays or NamedTuples)",
+    "geomjax.train.tasks.merged_history": "folder -> dict of the history files' steps and metrics (read from JSON)",
     "geomjax.train.tasks.modular_config": "variant -> TrainConfig",
     "geomjax.train.tasks.shakespeare_config": "variant -> TrainConfig",
     "geomjax.train.tasks.shakespeare_train_config": "ToyConfig, numbers -> TrainConfig",
