@@ -19,7 +19,9 @@ Conventions (made explicit because the thesis leaves them implicit):
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -37,12 +39,13 @@ __all__ = [
     "lognormal_var", "xavier_exp_mean_taylor", "xavier_exp_var_taylor", "softmax_ratio_mean",
     "softmax_ratio_mean_printed", "softmax_ratio_var", "softmax_entropy", "softmax_cross_entropy",
     "softmax_kl", "bilinear_mean", "bilinear_mean_printed", "bilinear_variance", "self_bilinear_mean",
-    "mp_edges", "mp_density", "mp_density_printed", "mp_cdf", "wishart_moments", "sigma1_sq_tw",
-    "random_orientation_trace_var", "random_orientation_trace_var_printed", "slerp", "slerp_printed",
-    "slerp_ce_curve", "slerp_kl_curve", "fit_cosine", "CosineFit", "taylor_cross_noise",
-    "taylor_noise_var", "taylor_noise_var_printed", "sphere_bilinear_var", "sphere_bilinear_var_printed",
+    "mp_edges", "mp_density", "mp_density_printed", "mp_cdf", "mp_sample", "ks_distance", "wishart_moments",
+    "sigma1_sq_tw", "random_orientation_trace_var", "random_orientation_trace_var_printed", "slerp", "slerp_printed",
+    "slerp_ce_curve", "slerp_kl_curve", "slerp_kl_curves", "fit_cosine", "CosineFit", "fit_cosine_average",
+    "AveragedCosineFit", "taylor_cross_noise", "taylor_noise_var", "taylor_noise_var_printed", "sphere_bilinear_var",
+    "sphere_bilinear_var_printed",
     "bilinear_fourth_moment", "mixture_moments", "mixture_moments_mixture_reading",
-    "random_attention_stack", "StackStats", "attention_entropy", "token_diversity",
+    "random_attention_stack", "random_attention_stacks", "StackStats", "attention_entropy", "token_diversity",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -375,6 +378,30 @@ def mp_cdf(
     return np.interp(np.asarray(x, float), xs, cdf, left=0.0, right=1.0)
 
 
+_batched_singular_values = jax.jit(jax.vmap(lambda a: jnp.linalg.svd(a, compute_uv=False)))
+
+
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
+def mp_sample(
+    key: Key, n: int, m: int, sigma2: float, matrices: int, dtype: DType = None
+) -> Float[Array, " N"]:
+    """Pooled squared singular values of ``matrices`` i.i.d. n×m matrices with N(0, σ²) entries, sorted:
+    (N,) with N = matrices·min(n, m). Their law tends to Marchenko–Pastur (:func:`mp_density`, :func:`mp_cdf`;
+    thesis §2.5 and eq. 6.12)."""
+    A = jax.random.normal(key, (matrices, n, m), _float(dtype)) * math.sqrt(sigma2)
+    return jnp.sort((_batched_singular_values(A) ** 2).ravel())
+
+
+def ks_distance(sample: Real[Numeric, " N"], cdf: Callable[[np.ndarray], np.ndarray]) -> float:
+    """Kolmogorov–Smirnov statistic D_N = sup_x |F_N(x) − F(x)| of a SORTED (N,) sample to the CDF ``cdf``
+    (vectorised, e.g. :func:`mp_cdf`): max over i of i/N − F(x_(i)) and F(x_(i)) − (i−1)/N (NumPy)."""
+    sample = np.asarray(sample)
+    n = sample.size
+    F = cdf(sample)
+    i = np.arange(1, n + 1)
+    return float(max(np.max(i / n - F), np.max(F - (i - 1) / n)))
+
+
 def wishart_moments(n: int, m: int, sigma2: float = 1.0) -> tuple[float, float]:
     """Exact E[Σσ_i²] = nmσ² and E[Σσ_i⁴] = nm(n+m+1)σ⁴ for an n×m N(0, σ²) matrix
     (moments of the Wishart matrix AᵀA; thesis eq. 6.13 and §2.5)."""
@@ -449,6 +476,23 @@ def slerp_kl_curve(v: Float[Array, " n"], w: Float[Array, " n"], ts: Real[Array,
     return softmax_kl(w[None, :], slerp(v, w, ts))
 
 
+@float64_aware(arrays=("ts",))
+def slerp_kl_curves(
+    key: Key, n: int, pairs: int, ts: Real[Numeric, " S"], radius: Scalar = 1.0
+) -> Float[Array, "P S"]:
+    """Thesis Fig. 5.1: :func:`slerp_kl_curve` on ``ts`` (S,) for ``pairs`` independent orthogonal pairs v ⟂ w
+    on S_l^{n−1}, l = ``radius`` (:func:`sphere_pair` with k = 0, keys ``split(key, pairs)``): (pairs, S).
+    The dtype is that of ``ts`` (a NumPy float64 grid computes in float64)."""
+    ts = jnp.asarray(ts)
+    return _slerp_kl_curves(key, n, pairs, ts, jnp.asarray(radius, ts.dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _slerp_kl_curves(key, n, pairs, ts, radius):
+    v, w = jax.vmap(lambda k: sphere_pair(k, n, 0.0, radius, radius))(jax.random.split(key, pairs))
+    return jax.vmap(lambda a, b: slerp_kl_curve(a, b, ts))(v, w)
+
+
 class CosineFit(NamedTuple):
     """Least-squares fit y ≈ a·cos(πt/2 + b) + c (thesis §5.2.4): parameters and residuals."""
 
@@ -481,6 +525,33 @@ def fit_cosine(
     res = y - X @ coef
     return CosineFit(float(np.hypot(A, B)), float(np.arctan2(-B, A)), float(c), res,
                      float(np.sqrt(np.mean(res**2))), float(np.max(np.abs(res))))
+
+
+class AveragedCosineFit(NamedTuple):
+    """:func:`fit_cosine_average`'s result: the mean curve and its standard error (S,), the weighted
+    :class:`CosineFit` of the mean, and max |residual| / sem (over the points whose sem is not floored)."""
+
+    mean: np.ndarray
+    sem: np.ndarray
+    fit: CosineFit
+    max_residual_over_sem: float
+
+
+@float64_aware(arrays=("ts", "curves"))
+def fit_cosine_average(ts: Real[Numeric, " S"], curves: Real[Numeric, "P S"]) -> AveragedCosineFit:
+    """Thesis §5.2.4 / Fig. 5.1: the average of ``curves`` (P, S) (e.g. :func:`slerp_kl_curves`) fitted by
+    a·cos(πt/2 + b) + c (:func:`fit_cosine`), weighted by 1/sem (sem = std/√P over the P curves, NumPy float64).
+
+    Where every curve takes the same value (KL = 0 at t = 1) the sem is 0 up to rounding: it is floored at
+    10⁻³·max(sem) so the weights stay finite, and those points are left out of max |residual| / sem.
+    """
+    c = np.asarray(curves)
+    mean, sem = c.mean(0), c.std(0, ddof=1) / math.sqrt(c.shape[0])
+    floor = 1e-3 * sem.max()
+    ok = sem > floor
+    fit = fit_cosine(ts, mean, weights=1.0 / np.maximum(sem, floor))
+    z = np.abs(fit.residuals[ok]) / sem[ok]
+    return AveragedCosineFit(mean, sem, fit, float(z.max()))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -614,3 +685,19 @@ def random_attention_stack(key: Key, X: Float[Array, "T d"], n_layers: int, *, m
 
     _, (div, ent) = jax.lax.scan(layer, X, jax.random.split(key, n_layers))
     return StackStats(jnp.concatenate([token_diversity(X)[None], div]), ent)
+
+
+@float64_aware  # dtype="float64" computes in float64 (x64 switched on for the call)
+def random_attention_stacks(key: Key, stacks: int, T: int, d: int, n_layers: int, *, beta: Scalar = 1.0,
+                            layernorm: bool = False, max_norm: Scalar = 2.0, dtype: DType = None) -> StackStats:
+    """Thesis §7.2.3 over ``stacks`` independent draws: each of :func:`random_attention_stack` (``n_layers``
+    layers, skip share ``beta``, optional LayerNorm, operator norms ≤ ``max_norm``) on its own input
+    X ~ N(0, 1) of shape (T, d) (rows of norm ≈ √d, LayerNorm's scale). Returns :class:`StackStats` with
+    ``diversity`` (stacks, n_layers + 1) and ``entropy`` (stacks, n_layers)."""
+
+    def one(k):
+        k1, k2 = jax.random.split(k)
+        X = jax.random.normal(k1, (T, d), _float(dtype))
+        return random_attention_stack(k2, X, n_layers, max_norm=max_norm, beta=beta, layernorm=layernorm)
+
+    return jax.jit(jax.vmap(one))(jax.random.split(key, stacks))

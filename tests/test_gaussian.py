@@ -178,6 +178,21 @@ def test_marchenko_pastur():
     assert 3.0 < G.sigma1_sq_tw(64, 1 / 64) < 4.0
 
 
+def test_mp_sample_and_ks_distance_against_numpy_and_scipy():
+    key = jax.random.key(7)
+    x = np.asarray(G.mp_sample(key, 6, 4, 0.5, 3, "float64"))
+    # the same draws, NumPy's SVD: 3 matrices × min(6, 4) squared singular values, pooled and sorted
+    A = np.asarray(jax.random.normal(key, (3, 6, 4), jnp.float64)) * math.sqrt(0.5)
+    ref = np.sort((np.linalg.svd(A, compute_uv=False) ** 2).ravel())
+    assert x.shape == (12,)
+    np.testing.assert_allclose(x, ref, rtol=1e-10)
+    big = np.asarray(G.mp_sample(jax.random.key(8), 20, 20, 0.05, 8, "float64"))
+    assert abs(big.mean() - 20 * 0.05) < 0.1  # E σ_i² = nmσ²/min(n, m) = 1 (wishart_moments / n)
+    for sample, cdf in [(big, lambda u: G.mp_cdf(u, 20, 20, 0.05)),
+                        (np.sort(np.random.default_rng(2).normal(size=50)), stats.norm.cdf)]:
+        assert abs(G.ks_distance(sample, cdf) - stats.kstest(sample, cdf).statistic) < 1e-12
+
+
 def test_random_orientation_forms_agree_on_flat_spectra():
     flat = jnp.full(5, 0.7)
     assert abs(float(G.random_orientation_trace_var(flat, flat)) - float(G.random_orientation_trace_var_printed(flat, flat))) < 1e-15
@@ -200,6 +215,32 @@ def test_slerp_and_cosine_fit():
     t = np.linspace(0, 1, 31)
     fit = G.fit_cosine(t, 0.7 * np.cos(np.pi * t / 2 - 0.4) + 2.0)
     assert abs(fit.a - 0.7) < 1e-12 and abs(fit.b + 0.4) < 1e-12 and abs(fit.c - 2.0) < 1e-12 and fit.max_abs < 1e-12
+
+
+def test_slerp_kl_curves_ends_and_midpoint_against_scipy():
+    key = jax.random.key(5)
+    ts = np.linspace(0.0, 1.0, 11)
+    curves = np.asarray(G.slerp_kl_curves(key, 6, 4, ts, 2.0))
+    assert curves.shape == (4, 11)
+    sm = lambda z: np.exp(z - z.max()) / np.exp(z - z.max()).sum()  # noqa: E731
+    for c, k in zip(curves, jax.random.split(key, 4)):
+        v, w = (np.asarray(a) for a in G.sphere_pair(k, 6, 0.0, 2.0, 2.0))
+        assert abs(v @ w) < 1e-12 and abs(np.linalg.norm(v) - 2) < 1e-12 and abs(np.linalg.norm(w) - 2) < 1e-12
+        # θ = π/2: SLERP(0) = v, SLERP(1/2) = (v + w)/√2, SLERP(1) = w
+        assert abs(c[0] - stats.entropy(sm(w), sm(v))) < 1e-12
+        assert abs(c[5] - stats.entropy(sm(w), sm((v + w) / math.sqrt(2)))) < 1e-12
+        assert abs(c[-1]) < 1e-14
+
+
+def test_fit_cosine_average_recovers_the_mean_cosine():
+    t = np.linspace(0.0, 1.0, 21)
+    s = np.array([-0.1, 0.1, -0.2, 0.2])  # Σs = 0: the mean is the cosine; sem ∝ 1 − t is 0 at t = 1
+    curves = 0.7 * np.cos(np.pi * t / 2 - 0.4) + 2.0 + s[:, None] * (1 - t)[None, :]
+    mean, sem, fit, z = G.fit_cosine_average(t, curves)
+    np.testing.assert_allclose(mean, 0.7 * np.cos(np.pi * t / 2 - 0.4) + 2.0, atol=1e-14)
+    np.testing.assert_allclose(sem, np.std(s, ddof=1) * (1 - t) / 2, atol=1e-14)
+    assert abs(fit.a - 0.7) < 1e-10 and abs(fit.b + 0.4) < 1e-10 and abs(fit.c - 2.0) < 1e-10
+    assert math.isfinite(z) and z < 1e-8  # the floored t = 1 point is left out
 
 
 def test_taylor_noise():
@@ -233,6 +274,19 @@ def test_mixture_moments():
     mb, cm = G.mixture_moments_mixture_reading(jnp.asarray(lam[0]), jnp.asarray(mean), jnp.asarray(blocks))
     ref_c = sum(lam[0, i] * (blocks[i, i] + np.outer(mean[i], mean[i])) for i in range(T)) - np.outer(lam[0] @ mean, lam[0] @ mean)
     np.testing.assert_allclose(np.asarray(cm), ref_c, atol=1e-12)
+
+
+def test_random_attention_stacks_rows_and_no_skip_convergence():
+    key = jax.random.key(11)
+    st = G.random_attention_stacks(key, 3, 5, 4, 16, dtype="float64")
+    assert st.diversity.shape == (3, 17) and st.entropy.shape == (3, 16)
+    k1, k2 = jax.random.split(jax.random.split(key, 3)[1])  # row 1: its own input X ~ N(0, 1), (T, d)
+    one = G.random_attention_stack(k2, jax.random.normal(k1, (5, 4), jnp.float64), 16)
+    np.testing.assert_allclose(np.asarray(st.diversity[1]), np.asarray(one.diversity), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(st.entropy[1]), np.asarray(one.entropy), rtol=1e-12)
+    # no skip: every token converges to one (diversity → 0, attention entropy → log T), thesis §7.2.3
+    assert np.all(np.asarray(st.diversity[:, -1] / st.diversity[:, 0]) < 1e-3)
+    assert np.all(math.log(5) - np.asarray(st.entropy[:, -1]) < 1e-3)
 
 
 @pytest.mark.slow  # quick subset (-m "not slow") under 3 min

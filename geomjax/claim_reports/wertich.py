@@ -15,9 +15,9 @@ import numpy as np
 
 from geomjax import gaussian as G
 from geomjax import plots
-from geomjax.claims.wertich.ch5 import FIG5_1_N, FIG5_1_PAIRS, SLERP_T, fig51_fit
-from geomjax.claims.wertich.ch6 import MP_HIST_N, ks_distance, mp_sample
-from geomjax.claims.wertich.ch7 import STACK_D, STACK_LAYERS, STACK_T, STACK_VARIANTS, stack_curves
+from geomjax.claims.wertich.ch5 import FIG5_1_N, FIG5_1_PAIRS, SLERP_T, fig51_curves
+from geomjax.claims.wertich.ch6 import MP_HIST_N, mp_hist_sample
+from geomjax.claims.wertich.ch7 import STACK_D, STACK_LAYERS, STACK_T, STACK_VARIANTS
 from geomjax.report import Section
 
 __all__ = ["ReportSizes", "report_sections"]
@@ -62,7 +62,7 @@ def _fig5_1_section(run, plots, sizes: ReportSizes, full: bool, seed: int):
     """Fig. 5.1: the averaged KL curve, its cosine fit and residuals; the residual versus n and l."""
     plt = plots.plt
     pairs = 20000 if full else sizes.fig5_1_pairs
-    mean, sem, fit, zmax = fig51_fit(sizes.fig5_1_n, 1.0, pairs, seed)
+    mean, sem, fit, zmax = G.fit_cosine_average(SLERP_T, fig51_curves(sizes.fig5_1_n, 1.0, pairs, seed))
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].plot(SLERP_T, mean, "k.", ms=3, label=f"mean KL over {pairs} orthogonal pairs (n={sizes.fig5_1_n}, l=1)")
     ax[0].fill_between(SLERP_T, mean - 2 * sem, mean + 2 * sem, color="0.8")
@@ -77,7 +77,7 @@ def _fig5_1_section(run, plots, sizes: ReportSizes, full: bool, seed: int):
     grid_pairs = 400 if not full else 4000
     for n in sizes.grid_n:
         for l in sizes.grid_l:
-            m_, s_, f_, z_ = fig51_fit(n, l, grid_pairs, seed)
+            m_, s_, f_, z_ = G.fit_cosine_average(SLERP_T, fig51_curves(n, l, grid_pairs, seed))
             rows.append([n, l, f"{f_.max_abs / (m_.max() - m_.min()):.3g}", f"{z_:.3g}", f"{f_.a:.4g}", f"{f_.b:.4g}", f"{f_.c:.4g}"])
     s = Section("Wertich Fig. 5.1: SLERP KL curve and the cosine conjecture")
     s.paragraphs.append(
@@ -98,7 +98,7 @@ def _marchenko_pastur_section(run, plots, sizes: ReportSizes, full: bool, seed: 
     plt = plots.plt
     n = sizes.mp_hist_n
     mats = 100 if full else 10
-    x = mp_sample(n, n, 1.0 / n, mats, seed)
+    x = mp_hist_sample(n, n, 1.0 / n, mats, seed)
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
     ax[0].hist(x, bins=80, density=True, color="0.7", label=f"σ_i², {mats} matrices {n}×{n}, N(0, 1/n)")
     xs = np.linspace(1e-4, 4.2, 600)
@@ -112,7 +112,7 @@ def _marchenko_pastur_section(run, plots, sizes: ReportSizes, full: bool, seed: 
     ax[1].hist(x[x < 4 / n], bins=20, density=False, color="0.7", label=f"{int((x < 4 / n).sum())} of {x.size} samples < 4/n")
     ax[1].legend(fontsize=7); ax[1].set_xlabel("x")
     rel = plots.save_to_run(fig, run, "wertich_marchenko_pastur.png")
-    ks = ks_distance(x, lambda u: G.mp_cdf(u, n, n, 1.0 / n))
+    ks = G.ks_distance(x, lambda u: G.mp_cdf(u, n, n, 1.0 / n))
     s = Section("Wertich §2.5: Marchenko–Pastur law of squared singular values")
     s.paragraphs.append(
         f"{x.size} squared singular values of {n}×{n} Gaussian matrices with N(0, 1/n) entries: the histogram follows "
@@ -153,7 +153,9 @@ def _attention_stack_section(run, plots, sizes: ReportSizes, full: bool, seed: i
     layers = sizes.stack_layers
     depths = sorted({k for k in (1, 4, 16, layers) if k <= layers})
     for i, var in enumerate(sizes.stack_variants):
-        div, ent = stack_curves(jax.random.fold_in(jax.random.key(seed), i), var, 32 if full else 8, L=layers)
+        st = G.random_attention_stacks(jax.random.fold_in(jax.random.key(seed), i), 32 if full else 8, STACK_T, STACK_D,
+                                       layers, dtype="float64", **STACK_VARIANTS[var])
+        div, ent = np.asarray(st.diversity), np.asarray(st.entropy)
         r = (div / div[:, :1]).mean(0)
         ax[0].semilogy(np.arange(layers + 1), np.maximum(r, 1e-17), label=var)
         ax[1].plot(np.arange(1, layers + 1), ent.mean(0), label=var)

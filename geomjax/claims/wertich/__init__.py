@@ -27,8 +27,7 @@ depth in random attention stacks.
 from __future__ import annotations
 
 from geomjax.claims.wertich import ch4, ch5, ch6, ch7  # noqa: F401  (importing registers the claims)
-from geomjax.claims.wertich.ch5 import fig51_curves, fig51_fit
-from geomjax.claims.wertich.ch6 import mp_sample
-from geomjax.claims.wertich.ch7 import stack_curves
+from geomjax.claims.wertich.ch5 import fig51_curves
+from geomjax.claims.wertich.ch6 import mp_hist_sample
 
-__all__ = ["fig51_curves", "fig51_fit", "mp_sample", "stack_curves"]
+__all__ = ["fig51_curves", "mp_hist_sample"]

@@ -298,34 +298,16 @@ FIG5_1_N, FIG5_1_PAIRS = 16, 1000
 
 @per_run
 def fig51_curves(n: int, l: float, pairs: int, seed: int = 0):
-    """KL(Sm(w) ‖ Sm(SLERP(v,w,t))) for ``pairs`` orthogonal pairs on S_l^{n−1} (Fig. 5.1): (pairs, 101)."""
+    """Fig. 5.1's KL curves (:func:`geomjax.gaussian.slerp_kl_curves` on SLERP_T, float64) for ``pairs`` orthogonal
+    pairs on S_l^{n−1} drawn from ``seed``: (pairs, 101), shared by the claim and the report within a run."""
     with jax.enable_x64(True):
-        return np.asarray(_kl_curves(jax.random.key(seed), n, pairs, jnp.float64(l)))
-
-
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _kl_curves(key, n, pairs, l):
-    v, w = jax.vmap(lambda k: _orth_pair(k, n, l))(jax.random.split(key, pairs))
-    return jax.vmap(lambda a, b: G.slerp_kl_curve(a, b, jnp.asarray(SLERP_T)))(v, w)
-
-
-def fig51_fit(n: int, l: float, pairs: int, seed: int = 0):
-    """(mean curve, sem, CosineFit weighted by 1/sem, max |residual|/sem) of the averaged KL curve."""
-    c = fig51_curves(n, l, pairs, seed)
-    mean, sem = c.mean(0), c.std(0, ddof=1) / math.sqrt(pairs)
-    # t = 1 has KL = 0 for every pair (sem = 0 up to rounding): floor the sem so the weights stay finite
-    floor = 1e-3 * sem.max()
-    ok = sem > floor
-    w = 1.0 / np.maximum(sem, floor)
-    fit = G.fit_cosine(SLERP_T, mean, weights=w)
-    z = np.abs(fit.residuals[ok]) / sem[ok]
-    return mean, sem, fit, float(z.max())
+        return np.asarray(G.slerp_kl_curves(jax.random.key(seed), n, pairs, SLERP_T, l))
 
 
 def _ev_fig51(budget, key):
     pairs = FIG5_1_PAIRS if budget == "quick" else 20000
     seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-    mean, sem, fit, zmax = fig51_fit(FIG5_1_N, 1.0, pairs, seed)
+    mean, sem, fit, zmax = G.fit_cosine_average(SLERP_T, fig51_curves(FIG5_1_N, 1.0, pairs, seed))
     w = int(np.argmax(np.abs(fit.residuals)))
     rng_ = float(mean.max() - mean.min())
     return Evaluation(value=np.array([fit.max_abs / rng_]), sem=np.array([sem[w] / rng_]), n=pairs,

@@ -176,19 +176,11 @@ mc_claim("s2_5.mp_moments_corrected", f"{SOURCE} §2.5",
 
 
 @per_run
-def mp_sample(n: int, m: int, sigma2: float, matrices: int, seed: int) -> np.ndarray:
-    """Pooled squared singular values of ``matrices`` n×m N(0, σ²) matrices (NumPy float64)."""
+def mp_hist_sample(n: int, m: int, sigma2: float, matrices: int, seed: int) -> np.ndarray:
+    """:func:`geomjax.gaussian.mp_sample` (float64, NumPy) drawn from ``seed``: (matrices·min(n, m),) sorted,
+    shared by the §2.5 histogram claims and the report within a run."""
     with jax.enable_x64(True):
-        A = jax.random.normal(jax.random.key(seed), (matrices, n, m), jnp.float64) * math.sqrt(sigma2)
-        return np.sort(np.asarray(jax.jit(jax.vmap(lambda a: jnp.linalg.svd(a, compute_uv=False)))(A) ** 2).ravel())
-
-
-def ks_distance(sample, cdf):
-    """Kolmogorov–Smirnov distance sup |F_n − F| of a sorted (N,) sample to the CDF ``cdf`` (vectorised)."""
-    n = sample.size
-    F = cdf(sample)
-    i = np.arange(1, n + 1)
-    return float(max(np.max(i / n - F), np.max(F - (i - 1) / n)))
+        return np.asarray(G.mp_sample(jax.random.key(seed), n, m, sigma2, matrices, "float64"))
 
 
 MP_HIST_N = 200
@@ -198,12 +190,12 @@ def _ev_mp_hist(printed):
     def ev(budget, key):
         mats = 10 if budget == "quick" else 100
         s2 = 1.0 / MP_HIST_N
-        x = mp_sample(MP_HIST_N, MP_HIST_N, s2, mats, int(jax.random.randint(key, (), 0, 2**31 - 1)))
+        x = mp_hist_sample(MP_HIST_N, MP_HIST_N, s2, mats, int(jax.random.randint(key, (), 0, 2**31 - 1)))
         if printed:  # the printed density is the MP law of a "1×1" matrix: mp_density(x, 1, 1, σ²)
             cdf = lambda u: G.mp_cdf(u, 1, 1, s2)
         else:
             cdf = lambda u: G.mp_cdf(u, MP_HIST_N, MP_HIST_N, s2)
-        return Evaluation(value=np.array([ks_distance(x, cdf)]), details={"n": MP_HIST_N, "sigma2": s2, "matrices": mats,
+        return Evaluation(value=np.array([G.ks_distance(x, cdf)]), details={"n": MP_HIST_N, "sigma2": s2, "matrices": mats,
                                                                   "max_sq_singular_value": float(x.max())})
     return ev
 

@@ -76,24 +76,11 @@ STACK_VARIANTS = {"no_skip": dict(beta=1.0, layernorm=False), "beta0.5": dict(be
              "beta0.5_ln": dict(beta=0.5, layernorm=True), "beta0.9_ln": dict(beta=0.9, layernorm=True)}
 
 
-def stack_curves(key, variant: str, seeds: int, T: int = STACK_T, d: int = STACK_D, L: int = STACK_LAYERS):
-    """Token diversity (seeds, L+1) and attention entropy (seeds, L) of random attention stacks."""
-    kw = STACK_VARIANTS[variant]
-
-    def one(k):
-        k1, k2 = jax.random.split(k)
-        X = jax.random.normal(k1, (T, d), jnp.float64)  # rows ≈ radius √d; LayerNorm scale
-        return G.random_attention_stack(k2, X, L, **kw)
-
-    with jax.enable_x64(True):
-        st = jax.jit(jax.vmap(one))(jax.random.split(key, seeds))
-        return np.asarray(st.diversity), np.asarray(st.entropy)
-
-
 def _ev_stack(variant):
     def ev(budget, key):
         seeds = 8 if budget == "quick" else 64
-        div, ent = stack_curves(key, variant, seeds)
+        st = G.random_attention_stacks(key, seeds, STACK_T, STACK_D, STACK_LAYERS, dtype="float64", **STACK_VARIANTS[variant])
+        div, ent = np.asarray(st.diversity), np.asarray(st.entropy)
         value = np.array([np.max(div[:, -1] / div[:, 0]), np.max(np.log(STACK_T) - ent[:, -1])])
         return Evaluation(value=value, details={
             "T": STACK_T, "d": STACK_D, "layers": STACK_LAYERS, "seeds": seeds,
