@@ -115,8 +115,7 @@ def _grok_precondition(an: dict, budget: str, what: str) -> str | None:
 
 _STAND_IN = ("the statement is about the mechanism of the blog's p = 113 model trained to convergence; the quick "
              "budget's p = 59, 1,500-epoch model is a reduced stand-in that tests the plumbing (its numbers are in the "
-             "details; e.g. its summed petal at key frequency 22 has single-frequency fraction 0.71 in both witnesses, "
-             "where every key frequency of the p = 113 model gives ≥ 0.975); budget 'full' suffices")
+             "details, for comparison only: a smaller model's mechanism is not the blog's); budget 'full' suffices")
 
 
 def _needs_grokked(evaluate, relu: bool = True, mechanism: bool = True):
