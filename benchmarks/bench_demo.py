@@ -136,8 +136,8 @@ def torch_floor(n_windows: int, T: int, batch: int):
 
 
 def demo_windows() -> tuple[int, int, int]:
-    """(windows forwarded by the demo, T, batch) from the demo's configuration (geomjax.study_config)."""
-    from geomjax.study_config import GeometryConfig
+    """(windows forwarded by the demo, T, batch) from the demo's configuration (geomjax.analysis.study_config)."""
+    from geomjax.analysis.study_config import GeometryConfig
 
     cfg = GeometryConfig()
     n = cfg.n_contexts * (2 if cfg.ood_corpus else 1) + cfg.n_cvec + cfg.n_docs * cfg.n_cluster_windows

@@ -1,7 +1,7 @@
-"""Benchmarks of geomjax.localization (Bao et al.): empirical ρ_i and LocATER training steps/s.
+"""Benchmarks of geomjax.theory.localization (Bao et al.): empirical ρ_i and LocATER training steps/s.
 
 1. Empirical signal propagation probability (Def. 1, Fig. 5): D draws of W_QK × S random walks
-   (Assumption 1) × T tokens. ``geomjax``: :func:`geomjax.localization.empirical_rho`, one jitted
+   (Assumption 1) × T tokens. ``geomjax``: :func:`geomjax.theory.localization.empirical_rho`, one jitted
    vmap over draws × sequences (tokens vectorised), compile excluded. ``numpy loop``: the same math
    with NumPy, looping in Python over draws, sequences and tokens (walk by cumulative sum, ω_j per
    token, the score ⟨γ^i, ω⟩ + γ_0^i and the [0, 1] test per token). Throughput in (draw, sequence,
@@ -91,7 +91,7 @@ def bench_rho_given(args):
     import jax
     import jax.numpy as jnp
 
-    from geomjax import localization as loc
+    from geomjax.theory import localization as loc
 
     d, T = 128, 40
     D, S = (4, 300) if not args.quick else (2, 100)
@@ -121,7 +121,7 @@ def bench_rho(args, info):
     import jax
     import jax.numpy as jnp
 
-    from geomjax import localization as loc
+    from geomjax.theory import localization as loc
 
     d, T = 128, 40
     D, S = (4, 300) if not args.quick else (2, 100)

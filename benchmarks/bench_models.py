@@ -263,7 +263,7 @@ def extraction_section(args, n_ctx, T, B, repeats):
     import torch
 
     import geomjax as gj
-    from geomjax.extraction import decompose_model_stream, hidden_state_forward
+    from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
     from bench_decomposition import numpy_materialised
 
     hf, model, params = bert_models("minilm")
@@ -275,7 +275,7 @@ def extraction_section(args, n_ctx, T, B, repeats):
     forward = hidden_state_forward(model)
 
     # The first call traces and compiles the step (cached per forward function in
-    # geomjax.extraction._make_step); the timed calls exclude compilation, as every other number here.
+    # geomjax.tools.extraction._make_step); the timed calls exclude compilation, as every other number here.
     t0 = time.perf_counter()
     st = decompose_model_stream(forward, params, batches, drop_first=True)
     jax.block_until_ready([s.resid_second_moment for s in st])

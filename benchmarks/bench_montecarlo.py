@@ -1,5 +1,5 @@
 """Monte Carlo throughput for the Wertich bilinear-form claims: geomjax (jit + vmap + lax.scan via
-``geomjax.montecarlo.estimate``) against a NumPy Python loop of the same math and vectorised NumPy.
+``geomjax.theory.montecarlo.estimate``) against a NumPy Python loop of the same math and vectorised NumPy.
 
 One sample is s = ⟨Ax, By⟩ with x, y ~ N(0, I_n) drawn fresh and A, B fixed n×n matrices (thesis
 eqs. 6.2-6.3); every implementation returns the mean and the standard error of s (float64). Compile
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 import _common as C  # noqa: E402
 
-from geomjax import montecarlo  # noqa: E402
+from geomjax.theory import montecarlo  # noqa: E402
 
 
 def make_sampler(A: np.ndarray, B: np.ndarray, dtype):

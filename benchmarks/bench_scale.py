@@ -42,7 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _minilm_windows(C: int, T: int, seed: int = 0):
     import jax
 
-    from geomjax import data, pipeline
+    from geomjax import data
+
+    from geomjax.drivers import pipeline
 
     model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
     docs = data.wikitext2()
@@ -56,9 +58,11 @@ def child_devices(n: int, C: int, T: int, B: int, repeats: int, out: str) -> Non
     import jax
     import jax.numpy as jnp
 
-    from geomjax import montecarlo, train
-    from geomjax.extraction import decompose_model_stream, hidden_state_forward
-    from geomjax.parallel import data_mesh
+    from geomjax import train
+
+    from geomjax.theory import montecarlo
+    from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
+    from geomjax.base.parallel import data_mesh
 
     mesh = data_mesh(n)
     res: dict = {"n_devices": n}
@@ -133,8 +137,8 @@ def child_mixed(C: int, T: int, B: int, repeats: int) -> None:
     """MiniLM statistics with a float32 / bfloat16 / float16 forward; errors against float32."""
     import jax
 
-    from geomjax import study
-    from geomjax.extraction import decompose_model_stream, hidden_state_forward
+    from geomjax.analysis import study
+    from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
 
     model, params, ids = _minilm_windows(C, T, seed=2)
     out = {}
@@ -177,9 +181,9 @@ def child_multihost_single(C: int, T: int, B: int, out: str) -> None:
     """The reference for the multi-process run: one process, all its devices, same problem."""
     import jax
 
-    from geomjax import multihost
-    from geomjax.extraction import decompose_model_stream
-    from geomjax.parallel import data_mesh
+    from geomjax.drivers import multihost
+    from geomjax.tools.extraction import decompose_model_stream
+    from geomjax.base.parallel import data_mesh
 
     forward, params, ids = multihost.toy_problem(C, T, seed=0)
     mesh = data_mesh()
@@ -238,7 +242,7 @@ def section_devices(quick: bool, tmp: Path) -> str:
 
 
 def section_multihost(quick: bool, tmp: Path) -> str:
-    from geomjax import multihost
+    from geomjax.drivers import multihost
 
     C, T, B = (64, 32, 16) if quick else (256, 64, 32)
     ref = tmp / "mh_single.npz"

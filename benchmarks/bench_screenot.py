@@ -34,7 +34,7 @@ def bench_shape(n: int, m: int, count: int, repeats: int, k: int = 20) -> list:
     import jax
     import screenot as official
 
-    from geomjax import spectral
+    from geomjax.theory import spectral
 
     Ys = planted(n, m, 8, count)
     one = jax.jit(lambda y: spectral.screenot(y, k).rank)

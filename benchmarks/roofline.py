@@ -38,7 +38,7 @@ import _common  # noqa: E402  (re-executes with full-speed BLAS settings; see _c
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from geomjax import decomposition as dec  # noqa: E402
+from geomjax.theory import decomposition as dec  # noqa: E402
 from geomjax.train import grokking as g  # noqa: E402
 from geomjax.train import locater as L  # noqa: E402
 

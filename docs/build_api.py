@@ -80,7 +80,9 @@ def build(out: Path) -> list[Path]:
         setattr(gj, name, getattr(gj, name))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pdoc.pdoc("geomjax", output_directory=out)
+        # the package, and each public submodule at its path in the layer folders (gj.lens is
+        # geomjax.analysis.lens): pdoc follows __all__ only to submodules of the same name
+        pdoc.pdoc("geomjax", *sorted(set(gj._SUBMODULES.values())), output_directory=out)
     broken = sorted({str(w.message) for w in caught if BROKEN.search(str(w.message))}) + broken_references()
     if broken:
         raise RuntimeError("API reference: " + "; ".join(broken))

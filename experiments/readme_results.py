@@ -3,7 +3,7 @@
 Each experiment's ``cpu`` report is committed as ``experiments/<name>/results/cpu/report.md`` (the
 run directory's ``report.md``, with its ``metrics.json`` and, for the later reports, the figures it
 shows, re-saved with a 256-colour palette to keep the repository small). :func:`readme_block` renders the
-"Source vs this run" tables of those reports (:func:`geomjax.comparison.parse_source_table`) as one
+"Source vs this run" tables of those reports (:func:`geomjax.analysis.comparison.parse_source_table`) as one
 Markdown block; ``python -m experiments.readme_results`` writes it into README.md between the
 :data:`BEGIN` and :data:`END` markers, and ``tests/test_experiment_reports.py`` checks that the README
 holds exactly that block.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from geomjax.comparison import parse_source_table
+from geomjax.analysis.comparison import parse_source_table
 from geomjax.errors import GeomjaxError
 
 ROOT = Path(__file__).resolve().parents[1]

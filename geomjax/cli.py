@@ -96,7 +96,7 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from geomjax.study_config import GeometryConfig
+    from geomjax.analysis.study_config import GeometryConfig
 
     d = GeometryConfig()
     parser = argparse.ArgumentParser(
@@ -180,7 +180,7 @@ def _erratum(args, run, metrics) -> None:
 
 
 def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
-    from geomjax.study_config import PRESETS, GeometryConfig
+    from geomjax.analysis.study_config import PRESETS, GeometryConfig
 
     sizes = dict(PRESETS[args.preset])
     for name in ("n_docs", "windows_per_doc", "seq_len", "batch_size"):
@@ -227,7 +227,7 @@ def _run(args) -> int:
             getattr(args, a, None) is not None for a in ("coordinator", "num_processes", "process_id")):
         import jax
 
-        from geomjax import parallel
+        from geomjax.base import parallel
 
         pid, n_proc = parallel.initialize(args.coordinator, args.num_processes, args.process_id)
         if args.devices not in (None, jax.device_count()):
@@ -240,7 +240,8 @@ def _run(args) -> int:
 
         if jax.default_backend() == "cpu":
             jax.config.update("jax_num_cpu_devices", int(args.devices))
-    from geomjax import parallel, report
+    from geomjax.base import parallel
+    from geomjax.analysis import report
 
     parallel.enable_compilation_cache()
     if args.command == "report":
@@ -252,7 +253,7 @@ def _run(args) -> int:
 
         print(registry.format_table(registry.table(args.source)), end="")
         return 0
-    from geomjax import pipeline
+    from geomjax.drivers import pipeline
 
     # Validate everything that can be validated before loading a model or creating --out.
     if args.command in ("demo", "geometry"):
@@ -288,7 +289,7 @@ def _run(args) -> int:
 
 def _execute(args, run, progress: bool) -> str | None:
     """Write the run's files into ``run``; returns the claims summary line, if any."""
-    from geomjax import pipeline
+    from geomjax.drivers import pipeline
 
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)

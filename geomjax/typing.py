@@ -19,7 +19,7 @@ from jaxtyping import Bool, Complex, Float, Int, PRNGKeyArray, PyTree, Real, Sha
 
 Array = Union[jax.Array, np.ndarray]
 """What an array annotation accepts: a JAX array (or tracer) or a NumPy array, the public dtype rule
-(:mod:`geomjax._checks`; lists are converted by ``float64_aware(arrays=...)`` before the checked body)."""
+(:mod:`geomjax.base._checks`; lists are converted by ``float64_aware(arrays=...)`` before the checked body)."""
 ArrayLike = Array
 Numeric = Union[jax.Array, np.ndarray, np.generic, float, int]
 """An array or a number (Python or NumPy scalar): what the elementwise formulas (``gaussian.lognormal_mean`` ...)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
-from geomjax._repr import summarize
+from geomjax.base._repr import summarize
 
 
 def test_namespace_lists_public_api_once():

@@ -1,4 +1,4 @@
-"""Tests of geomjax.attention and geomjax.attention_probe (Song & Zhong §4: eq. (7), Fig. 4 head types,
+"""Tests of geomjax.theory.attention and geomjax.tools.attention_probe (Song & Zhong §4: eq. (7), Fig. 4 head types,
 eq. (8)/Fig. 5, entropy).
 
 Expected values come from independent computations: the models' own attention probabilities (their

@@ -20,7 +20,7 @@ import scipy.stats
 import geomjax.claims as claims
 from geomjax.claims import Claim, Evaluation, Inequality, Margin, MonteCarloRule, Tolerance
 from geomjax.claims import registry as R
-from geomjax.parallel import data_mesh
+from geomjax.base.parallel import data_mesh
 from tests.test_kernel_factorization import EXPECTED as THEOREM2_EXPECTED
 
 N_PLANT = 4096

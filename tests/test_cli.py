@@ -141,7 +141,7 @@ def test_help_lists_commands(capsys):
 def test_compilation_cache_switch(tmp_path, monkeypatch):
     import jax
 
-    from geomjax.parallel import enable_compilation_cache
+    from geomjax.base.parallel import enable_compilation_cache
 
     old = jax.config.jax_compilation_cache_dir
     old_min = (jax.config.jax_persistent_cache_min_compile_time_secs,

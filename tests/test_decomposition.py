@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import geomjax as gj
 from geomjax import decomposition as dec
-from geomjax.parallel import data_mesh
+from geomjax.base.parallel import data_mesh
 from tests.test_shapes import unchecked_shapes
 from tests._marks import slow_beyond_first
 
@@ -234,7 +234,7 @@ def test_nan_rejected():
 
 
 def test_float64_without_x64_is_computed_in_float64_not_cast():
-    """The dtype rule (geomjax._checks): float64 / list input switches float64 on locally."""
+    """The dtype rule (geomjax.base._checks): float64 / list input switches float64 on locally."""
     h = np.random.default_rng(0).normal(size=(3, 4, 2)) * 1e-9 + 1.0  # float32 would lose it
     dec = gj.decompose(h)
     assert dec.pos.dtype == np.float64

@@ -37,9 +37,9 @@ def test_api_reference_builds(tmp_path):
     spec.loader.exec_module(build_api)
     pages = build_api.build(tmp_path)  # raises on an unresolved name or docstring reference
     names = {p.relative_to(tmp_path).as_posix() for p in pages}
-    assert {"geomjax.html", "geomjax/lens.html", "geomjax/decomposition.html"} <= names
-    assert "run_with_cache" in (tmp_path / "geomjax" / "lens.html").read_text()
-    assert build_api._resolves("geomjax.lens.load", None) and not build_api._resolves("geomjax.lens.nope", None)
+    assert {"geomjax.html", "geomjax/analysis/lens.html", "geomjax/theory/decomposition.html"} <= names
+    assert "run_with_cache" in (tmp_path / "geomjax" / "analysis" / "lens.html").read_text()
+    assert build_api._resolves("geomjax.analysis.lens.load", None) and not build_api._resolves("geomjax.analysis.lens.nope", None)
 
 
 def test_top_level_docstring_examples():

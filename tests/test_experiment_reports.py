@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from experiments.token_randomization.run import noise_start, split_positions
-from geomjax.comparison import HEADING, PLUMBING_NOTICE, Row, Source, SourceNumber, parse_source_table, source_section
+from geomjax.analysis.comparison import HEADING, PLUMBING_NOTICE, Row, Source, SourceNumber, parse_source_table, source_section
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.errors import GeomjaxError
-from geomjax.plots import phase_order
-from geomjax.report import render_markdown
+from geomjax.analysis.plots import phase_order
+from geomjax.analysis.report import render_markdown
 
 
 @pytest.mark.parametrize("T", [8, 15, 16, 64])
@@ -225,10 +225,10 @@ def test_localization_trend_counts_only_beyond_the_checkpoint_noise():
 
 def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():
     """The corpora sweep's source numbers are Table 1's BERT/WikiText row (typed once, in
-    geomjax.report.PAPER_TABLE1); a run's mean within 2 source std is 'reproduced'."""
+    geomjax.analysis.report.PAPER_TABLE1); a run's mean within 2 source std is 'reproduced'."""
     from experiments.corpora_sweep.run import comparison_rows
     from experiments.corpora_sweep.source import SOURCE
-    from geomjax.report import PAPER_TABLE1
+    from geomjax.analysis.report import PAPER_TABLE1
 
     bert = next(r for r in PAPER_TABLE1 if r[:2] == ("BERT", "WikiText"))
     assert [n.value for n in SOURCE.numbers] == list(bert[2:7])

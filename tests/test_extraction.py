@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax.extraction import decompose_model_stream
-from geomjax.parallel import data_mesh
+from geomjax.tools.extraction import decompose_model_stream
+from geomjax.base.parallel import data_mesh
 from tests.test_decomposition import numpy_reference, rel
 from tests.test_shapes import unchecked_shapes
 from tests._marks import slow_beyond_first

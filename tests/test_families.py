@@ -189,7 +189,7 @@ def test_hf_names_offline(tiny, tmp_path, monkeypatch, capsys):
 @pytest.mark.slow
 def test_sharded_params_on_a_mesh(tiny):
     """load_pretrained(mesh=...) splits matrices over the devices; the forward is unchanged."""
-    from geomjax.parallel import data_mesh
+    from geomjax.base.parallel import data_mesh
 
     path = tiny[0]["llama"][0]
     model, params = gj.convert.load_pretrained(path)

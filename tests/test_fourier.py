@@ -1,4 +1,4 @@
-"""geomjax.fourier: the Fourier basis mod p, key frequencies on planted models, restriction/sufficiency,
+"""geomjax.theory.fourier: the Fourier basis mod p, key frequencies on planted models, restriction/sufficiency,
 principal angles, petals and the activations of the 1-layer model (independent NumPy references)."""
 
 from __future__ import annotations

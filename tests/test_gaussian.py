@@ -1,4 +1,4 @@
-"""geomjax.gaussian: samplers and closed forms against NumPy/SciPy and exact formulas (float64)."""
+"""geomjax.theory.gaussian: samplers and closed forms against NumPy/SciPy and exact formulas (float64)."""
 
 from __future__ import annotations
 

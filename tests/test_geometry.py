@@ -1,4 +1,4 @@
-"""geomjax.geometry against brute-force NumPy references and planted cases.
+"""geomjax.theory.geometry against brute-force NumPy references and planted cases.
 
 Tolerances: float64 rtol 1e-10, float32 rtol 1e-5 (absolute 1e-6 where the true value is ~0).
 """

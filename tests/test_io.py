@@ -1,4 +1,4 @@
-"""The one JSON/NaN rule (geomjax.io) used by report, claims.registry and train.checkpoint."""
+"""The one JSON/NaN rule (geomjax.base.io) used by report, claims.registry and train.checkpoint."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from geomjax.claims.registry import _jsonable as claims_jsonable
-from geomjax.io import dumps, from_json_number, to_jsonable
-from geomjax.report import to_jsonable as report_jsonable
+from geomjax.base.io import dumps, from_json_number, to_jsonable
+from geomjax.analysis.report import to_jsonable as report_jsonable
 from geomjax.train.checkpoint import config_jsonable, load_checkpoint, save_checkpoint
 from geomjax.train.tasks import get_config
 
@@ -52,7 +52,7 @@ class _State(NamedTuple):
 
 
 def _legacy_config_form(cfg):
-    """The checkpoint metadata form before geomjax.io: tag + dataclasses.asdict, tuples as lists."""
+    """The checkpoint metadata form before geomjax.base.io: tag + dataclasses.asdict, tuples as lists."""
     return json.loads(json.dumps({"__class__": type(cfg).__name__} | dataclasses.asdict(cfg)))
 
 

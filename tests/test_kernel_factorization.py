@@ -1,4 +1,4 @@
-"""geomjax.kernel_factorization (Song & Zhong Theorem 2, eq. (12)) and its claims.
+"""geomjax.theory.kernel_factorization (Song & Zhong Theorem 2, eq. (12)) and its claims.
 
 Expected values come from closed forms (χ² law, E cos² = 1/d, E|cos|, Gaussian tails,
 Cov(pᵀZq, p'ᵀZq') = (pᵀp')(qᵀq')/d) or from NumPy recomputations in R^d of the same quantities

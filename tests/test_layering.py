@@ -1,25 +1,23 @@
 """The import layering of geomjax, checked on the source (ast), function-level imports included.
 
-Layers, lowest first; a module may import its own layer or lower ones, never a higher one:
+A module's layer is its folder (a file at the top of the package is named in LAYERS); lowest first, a
+module may import its own layer or lower ones, never a higher one:
 
-  0 base     errors, typing, io, _checks (the numerics policy), _repr, parallel
-  1 theory   positional, geometry, spectral, smoothness, decomposition, gaussian, localization, fourier,
-             kernel_factorization, montecarlo, attention (array math only: no model, no data, no training)
-  2 data     data.* (corpora, character tokenizers, sampling)
-  3 models   models.* (the Flax networks and their one interface)
-  4 tools    convert.*, train.*, extraction, attention_probe, clock_probe
-  5 analysis lens, study, report, plots, comparison
-  6 drivers  pipeline, claims.*, claim_reports.*, multihost
-  7 entry    cli, the package geomjax itself
+  0 base      geomjax/base/ (io, _checks: the numerics policy, _repr, parallel), errors, typing
+  1 theory    geomjax/theory/ (array math only: no model, no data, no training)
+  2 data      geomjax/data/ (corpora, character tokenizers, sampling)
+  3 models    geomjax/models/ (the Flax networks and their one interface)
+  4 tools     geomjax/tools/ (extraction, attention_probe, clock_probe), geomjax/convert/, geomjax/train/
+  5 analysis  geomjax/analysis/ (lens, study, study_config, report, plots, comparison)
+  6 drivers   geomjax/drivers/ (pipeline, multihost), geomjax/claims/, geomjax/claim_reports/
+  7 entry     cli, the package geomjax itself
 
-In one sentence: base < theory < data < models < convert/train/extraction/attention_probe/clock_probe <
-lens/study/report/plots < pipeline/claims/claim_reports < cli — theory modules import only the base layer, and
-models, data, convert and train import theory but never pipeline, claims or experiments. Inside the
-theory layer the order is THEORY_ORDER (a module imports only earlier ones). No geomjax import sits
-inside a function, except the lazy exports of ``geomjax/__init__.py`` (``__getattr__``: ``import
-geomjax`` stays cheap) and the command dispatch of ``geomjax/cli.py`` (``geomjax --help`` stays fast).
+Theory modules import only the base layer, and models, data, convert and train import theory but never
+drivers, claims or experiments. Inside the theory layer the order is THEORY_ORDER (a module imports only
+earlier ones). No geomjax import sits inside a function, except the lazy exports of
+``geomjax/__init__.py`` (``__getattr__``: ``import geomjax`` stays cheap) and the command dispatch of
+``geomjax/cli.py`` (``geomjax --help`` stays fast).
 """
-
 from __future__ import annotations
 
 import ast
@@ -30,25 +28,21 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "geomjax"
 
 LAYERS: dict[str, int] = {
-    "geomjax.errors": 0, "geomjax._version": 0, "geomjax.typing": 0, "geomjax.io": 0, "geomjax._checks": 0,
-    "geomjax._repr": 0, "geomjax.parallel": 0,
-    "geomjax.positional": 1, "geomjax.decomposition": 1, "geomjax.geometry": 1, "geomjax.spectral": 1,
-    "geomjax.smoothness": 1, "geomjax.gaussian": 1, "geomjax.localization": 1, "geomjax.fourier": 1,
-    "geomjax.kernel_factorization": 1, "geomjax.montecarlo": 1, "geomjax.attention": 1,
+    # a module's layer is its folder (a top-level file is named here): docs/DESIGN.md, Layers
+    "geomjax.errors": 0, "geomjax._version": 0, "geomjax.typing": 0, "geomjax.base": 0,
+    "geomjax.theory": 1,
     "geomjax.data": 2,
     "geomjax.models": 3,
-    "geomjax.convert": 4, "geomjax.train": 4, "geomjax.extraction": 4, "geomjax.attention_probe": 4,
-    "geomjax.clock_probe": 4,
-    "geomjax.lens": 5, "geomjax.study": 5, "geomjax.study_config": 5, "geomjax.report": 5, "geomjax.plots": 5,
-    "geomjax.comparison": 5,
-    "geomjax.pipeline": 6, "geomjax.claims": 6, "geomjax.claim_reports": 6, "geomjax.multihost": 6,
+    "geomjax.convert": 4, "geomjax.train": 4, "geomjax.tools": 4,
+    "geomjax.analysis": 5,
+    "geomjax.drivers": 6, "geomjax.claims": 6, "geomjax.claim_reports": 6,
     "geomjax.cli": 7, "geomjax": 7,
 }
 
 THEORY_ORDER = [
-    "geomjax.positional", "geomjax.geometry", "geomjax.spectral", "geomjax.smoothness", "geomjax.decomposition",
-    "geomjax.gaussian", "geomjax.localization", "geomjax.fourier", "geomjax.kernel_factorization",
-    "geomjax.montecarlo", "geomjax.attention",
+    "geomjax.theory.positional", "geomjax.theory.geometry", "geomjax.theory.spectral", "geomjax.theory.smoothness", "geomjax.theory.decomposition",
+    "geomjax.theory.gaussian", "geomjax.theory.localization", "geomjax.theory.fourier", "geomjax.theory.kernel_factorization",
+    "geomjax.theory.montecarlo", "geomjax.theory.attention",
 ]
 
 # Function-level imports that are allowed (see the module docstring).
@@ -150,21 +144,27 @@ def test_known_violations_are_still_real():
 
 def test_checker_sees_function_level_and_upward_imports(tmp_path):
     """The walker itself: a function-level import and an upward edge are both reported."""
-    src = "import os\n\ndef f():\n    from geomjax import pipeline\n    return pipeline\n"
+    src = "import os\n\ndef f():\n    from geomjax.drivers import pipeline\n    return pipeline\n"
     tree = ast.parse(src)
     fn = tree.body[1]
     node = fn.body[0]
-    assert _targets(node, "geomjax.geometry", False) == ["geomjax.pipeline"]
-    assert _layer("geomjax.pipeline") > _layer("geomjax.geometry")
-    assert _targets(ast.parse("from geomjax._checks import x64_context").body[0], "geomjax.spectral", False) \
-        == ["geomjax._checks"]
+    assert _targets(node, "geomjax.theory.geometry", False) == ["geomjax.drivers.pipeline"]
+    assert _layer("geomjax.drivers.pipeline") > _layer("geomjax.theory.geometry")
+    assert _targets(ast.parse("from geomjax.base._checks import x64_context").body[0], "geomjax.theory.spectral", False) \
+        == ["geomjax.base._checks"]
 
 
 # Package-level cycles (the claims <-> pipeline cycle is gone: claims import theory modules, not pipeline).
 KNOWN_CYCLES: set[frozenset[str]] = set()  # none left; a new cycle fails the test
 
 
+LAYER_FOLDERS = ("geomjax.base", "geomjax.theory", "geomjax.tools", "geomjax.analysis", "geomjax.drivers")
+"""Folders that group modules by layer: each module in them is a unit of its own for the cycle test."""
+
+
 def _unit(module: str) -> str:
+    if module.rsplit(".", 1)[0] in LAYER_FOLDERS:
+        return module
     while module not in LAYERS:
         module = module.rsplit(".", 1)[0]
     return module
@@ -191,3 +191,24 @@ def test_no_cycles_between_packages():
     cycles = {frozenset({a, b}) for a in graph for b in reach(a) if a != b and a in reach(b)}
     assert cycles <= KNOWN_CYCLES, f"import cycles: {sorted(map(sorted, cycles - KNOWN_CYCLES))}"
     assert KNOWN_CYCLES <= cycles, f"fixed, remove from KNOWN_CYCLES: {sorted(map(sorted, KNOWN_CYCLES - cycles))}"
+
+
+def test_old_module_paths_resolve_to_the_moved_modules():
+    """Code written before the tree was split by layer (``geomjax.spectral``, ``from geomjax.study import
+    run``) gets the moved module itself, not a copy; internal code uses the new paths (the order test
+    above sees an old path as an import of the package ``geomjax``, layer 7)."""
+    import importlib
+
+    import geomjax
+
+    for old, new in geomjax._MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    from geomjax.study import run  # noqa: F401  (an old path in a from-import)
+
+    assert run.__module__ == "geomjax.analysis.study"
+
+
+def test_top_level_holds_only_the_entry_and_base_files():
+    """Every other module sits in the folder of its layer."""
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert top == ["__init__.py", "_version.py", "cli.py", "errors.py", "typing.py"], top

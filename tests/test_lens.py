@@ -1,4 +1,4 @@
-"""gj.load and geomjax.lens: run_with_cache vs transformers' output_hidden_states / output_attentions
+"""gj.load and geomjax.analysis.lens: run_with_cache vs transformers' output_hidden_states / output_attentions
 (tiny random GPT-2 and BERT saved with save_pretrained, the committed Llama golden) and vs the models'
 Intermediates; hooks checked by zero-ablating one head against a NumPy computation from the cached
 q/k/v and W_o; tokens with the family's special tokens."""

@@ -1,4 +1,4 @@
-"""Tests of geomjax.localization (Bao, Hataya & Karakida 2024) against independent computations."""
+"""Tests of geomjax.theory.localization (Bao, Hataya & Karakida 2024) against independent computations."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """LocATER training (geomjax.train.locater, experiments/localization): smoke sweep, one step per κ2.
 
 The vmapped sweep's first update is compared, for every κ2, with an independent single-run update:
-jax.grad of cross-entropy + geomjax.localization.locater_penalty(params, κ1, κ2) and one optax.adamw
+jax.grad of cross-entropy + geomjax.theory.localization.locater_penalty(params, κ1, κ2) and one optax.adamw
 step from the same initialisation, batch and dropout key.
 """
 

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from geomjax.extraction import decompose_model_stream, mixed_precision
+from geomjax.tools.extraction import decompose_model_stream, mixed_precision
 from tests.test_extraction import make_forward, windows
 
 

@@ -18,7 +18,7 @@ import pytest
 
 import geomjax as gj
 from geomjax.errors import GeomjaxError
-from geomjax.positional import alibi_slopes, rope_inv_freq, rotary_from_inv_freq
+from geomjax.theory.positional import alibi_slopes, rope_inv_freq, rotary_from_inv_freq
 from tests._marks import slow_beyond_first
 
 GOLD = Path(__file__).parent / "goldens"

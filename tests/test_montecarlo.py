@@ -1,4 +1,4 @@
-"""geomjax.montecarlo: exact Chan/Welford merges and the chunked, sharded Monte Carlo driver.
+"""geomjax.theory.montecarlo: exact Chan/Welford merges and the chunked, sharded Monte Carlo driver.
 
 References are independent: NumPy one-pass statistics (mean, var ddof=1, sem) of the same
 samples, and closed forms (E[x²] = 1 for x ~ N(0, 1), E[U] = 1/2, Var U = 1/12, E[zzᵀ] = I).
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from geomjax import montecarlo as mc
-from geomjax.parallel import data_mesh
+from geomjax.base.parallel import data_mesh
 from tests.test_shapes import unchecked_shapes
 from tests._marks import slow_beyond_first
 

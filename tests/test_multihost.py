@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from geomjax import multihost
-from geomjax.extraction import decompose_model_stream
+from geomjax.tools.extraction import decompose_model_stream
 
 C, T, B = 16, 12, 8
 
@@ -48,7 +48,7 @@ def test_launch_local_reports_a_failing_process():
 
 
 def test_initialize_needs_all_three_arguments():
-    from geomjax.parallel import initialize
+    from geomjax.base.parallel import initialize
 
     with pytest.raises(ValueError, match="together"):
         initialize("127.0.0.1:1234", 2)

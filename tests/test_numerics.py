@@ -1,4 +1,4 @@
-"""The public dtype rule (geomjax._checks): NumPy float64 and Python lists are accepted by the theory
+"""The public dtype rule (geomjax.base._checks): NumPy float64 and Python lists are accepted by the theory
 modules' array functions and computed in float64 (x64 switched on locally); float32 stays float32.
 Expected values from NumPy."""
 
@@ -14,7 +14,7 @@ import pytest
 from geomjax import attention as att
 from geomjax import kernel_factorization as kf
 from geomjax import smoothness as sm
-from geomjax._checks import x64_context
+from geomjax.base._checks import x64_context
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from tests.test_shapes import unchecked_shapes
 
@@ -113,11 +113,11 @@ def test_x64_context_is_the_one_switch():
 @unchecked_shapes()
 def test_validation_errors_are_geomjax_errors():
     with pytest.raises(GeomjaxError, match=r"rank-2 array of shape \(N, d\), got shape \(3,\)"):
-        from geomjax.geometry import normalized_gram
+        from geomjax.theory.geometry import normalized_gram
 
         normalized_gram(np.zeros(3, np.float32))
     with pytest.raises(GeomjaxTypeError, match="floating-point"):
-        from geomjax.geometry import normalized_gram
+        from geomjax.theory.geometry import normalized_gram
 
         normalized_gram(np.zeros((3, 2), np.int32))
     assert issubclass(GeomjaxTypeError, TypeError) and issubclass(GeomjaxTypeError, ValueError)
@@ -128,14 +128,14 @@ def test_compiled_caches_are_registered_bounded_and_clearable():
     import ast
     from pathlib import Path
 
-    import geomjax.extraction  # noqa: F401  (importing registers the caches)
-    import geomjax.lens  # noqa: F401
-    import geomjax.montecarlo  # noqa: F401
+    import geomjax.tools.extraction  # noqa: F401  (importing registers the caches)
+    import geomjax.analysis.lens  # noqa: F401
+    import geomjax.theory.montecarlo  # noqa: F401
     import geomjax.train.grokking  # noqa: F401
-    from geomjax._checks import COMPILED_CACHES, BoundedCache, clear_compiled_caches
+    from geomjax.base._checks import COMPILED_CACHES, BoundedCache, clear_compiled_caches
 
-    assert {"geomjax.extraction._make_step", "geomjax.decomposition._sharded_update",
-            "geomjax.train.grokking._COMPILED", "geomjax.lens._compiled"} <= set(COMPILED_CACHES)
+    assert {"geomjax.tools.extraction._make_step", "geomjax.theory.decomposition._sharded_update",
+            "geomjax.train.grokking._COMPILED", "geomjax.analysis.lens._compiled"} <= set(COMPILED_CACHES)
     for name, cache in COMPILED_CACHES.items():
         size = cache.maxsize if isinstance(cache, BoundedCache) else cache.cache_info().maxsize
         assert size is not None and size <= 64, name

@@ -1,4 +1,4 @@
-"""The public dtype rule (geomjax._checks.float64_aware) in fourier, localization and gaussian: a
+"""The public dtype rule (geomjax.base._checks.float64_aware) in fourier, localization and gaussian: a
 NumPy float64 input is computed in float64 and equals an independent NumPy/SciPy float64
 computation; a Python list gives the same result as the float64 array; float32 stays float32 (also
 where the function used to cast its input to float32: fourier's ``*_was_cast32`` cases)."""
@@ -44,7 +44,7 @@ M0, M1 = RNG.normal(size=4), RNG.normal(size=4)
 
 
 def _np_fourier_basis(p):
-    """Unit-norm rows const, cos 1, sin 1, …, written independently of geomjax.fourier."""
+    """Unit-norm rows const, cos 1, sin 1, …, written independently of geomjax.theory.fourier."""
     x = np.arange(p)
     rows = [np.full(p, 1 / math.sqrt(p))]
     for k in range(1, (p - 1) // 2 + 1):

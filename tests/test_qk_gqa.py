@@ -1,7 +1,7 @@
 """W_QK per head through the one model interface, for grouped-query attention (Llama with 2 key heads for
 4 query heads): against the checkpoint's PyTorch q_proj / k_proj weights (repeat_kv by hand), against the
 model's own attention scores (run_with_cache: on the diagonal the rotary rotation cancels), and the
-parameter-tree functions of geomjax.localization (LocATER) on the same tree."""
+parameter-tree functions of geomjax.theory.localization (LocATER) on the same tree."""
 
 from __future__ import annotations
 

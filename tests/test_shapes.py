@@ -36,52 +36,37 @@ from geomjax.typing import typechecker
 
 R = np.random.default_rng(0)
 
-CHECKED_MODULES = (
-    "geomjax.decomposition",
-    "geomjax.geometry",
-    "geomjax.spectral",
-    "geomjax.smoothness",
-    "geomjax.gaussian",
-    "geomjax.localization",
-    "geomjax.kernel_factorization",
-    "geomjax.montecarlo",
-    "geomjax.positional",
-    "geomjax.attention",
-    "geomjax.fourier",
-    "geomjax.attention_probe",
-    "geomjax.data.sampling",
-    "geomjax.extraction",
-    "geomjax.lens",
-)
-"""The modules pyproject's ``--jaxtyping-packages`` instruments (every theory module, the attention probe,
-sampling, extraction and the lens)."""
+CHECKED_PACKAGES = ("geomjax.theory", "geomjax.tools", "geomjax.models", "geomjax.train", "geomjax.convert")
+"""The packages pyproject's ``--jaxtyping-packages`` instruments whole, by folder: every theory module, the
+tools that read models (extraction, the attention and clock probes), the model ports and their Flax
+modules, training, conversion. A new module in one of these folders is checked without being listed."""
 
-CHECKED_PACKAGES = ("geomjax.models", "geomjax.train", "geomjax.convert")
-"""The packages pyproject's ``--jaxtyping-packages`` instruments whole (every submodule: the model ports and
-their Flax modules, training, conversion)."""
+CHECKED_MODULES = ("geomjax.data.sampling", "geomjax.analysis.lens")
+"""Single modules of other layers that the hook also instruments (window sampling, the lens)."""
 
 NO_ARRAYS = {
-    "geomjax.decomposition.stream_merge": "StreamState -> StreamState (annotated dataclasses)",
-    "geomjax.geometry.mean_abs_cos_isotropic": "d -> float",
-    "geomjax.smoothness.corrected_constant": "(T, k, m) -> float",
-    "geomjax.gaussian.xavier_variance": "(n_in, n_out) -> float",
-    "geomjax.gaussian.mp_edges": "(n, m, sigma2) -> (float, float)",
-    "geomjax.gaussian.wishart_moments": "(n, m, sigma2) -> (float, float)",
-    "geomjax.gaussian.sigma1_sq_tw": "(n, sigma2) -> float",
-    "geomjax.gaussian.taylor_noise_var_printed": "(n, l) -> float",
-    "geomjax.gaussian.bilinear_fourth_moment": "n -> (float, float)",
-    "geomjax.localization.find_qk_heads": "parameter tree -> names of its W_q/W_k entries",
-    "geomjax.localization.locater_loss": "loss function -> loss function",
-    "geomjax.localization.add_locater_gradient": "(kappa1, kappa2) -> optax transformation",
-    "geomjax.kernel_factorization.n_noise_cross_terms": "(n1, n2) -> int",
-    "geomjax.montecarlo.merge": "(Estimate, Estimate) -> Estimate",
-    "geomjax.montecarlo.merge_all": "Estimates -> Estimate",
+    "geomjax.tools.clock_probe.analyze": "GrokkingResult -> dict of arrays and numbers",
+    "geomjax.theory.decomposition.stream_merge": "StreamState -> StreamState (annotated dataclasses)",
+    "geomjax.theory.geometry.mean_abs_cos_isotropic": "d -> float",
+    "geomjax.theory.smoothness.corrected_constant": "(T, k, m) -> float",
+    "geomjax.theory.gaussian.xavier_variance": "(n_in, n_out) -> float",
+    "geomjax.theory.gaussian.mp_edges": "(n, m, sigma2) -> (float, float)",
+    "geomjax.theory.gaussian.wishart_moments": "(n, m, sigma2) -> (float, float)",
+    "geomjax.theory.gaussian.sigma1_sq_tw": "(n, sigma2) -> float",
+    "geomjax.theory.gaussian.taylor_noise_var_printed": "(n, l) -> float",
+    "geomjax.theory.gaussian.bilinear_fourth_moment": "n -> (float, float)",
+    "geomjax.theory.localization.find_qk_heads": "parameter tree -> names of its W_q/W_k entries",
+    "geomjax.theory.localization.locater_loss": "loss function -> loss function",
+    "geomjax.theory.localization.add_locater_gradient": "(kappa1, kappa2) -> optax transformation",
+    "geomjax.theory.kernel_factorization.n_noise_cross_terms": "(n1, n2) -> int",
+    "geomjax.theory.montecarlo.merge": "(Estimate, Estimate) -> Estimate",
+    "geomjax.theory.montecarlo.merge_all": "Estimates -> Estimate",
     "geomjax.data.sampling.window_capacity": "token documents -> dict of counts",
-    "geomjax.extraction.hidden_state_forward": "model -> forward function",
-    "geomjax.extraction.mixed_precision": "forward function -> forward function",
-    "geomjax.lens.load": "name -> Model",
-    "geomjax.fourier.fourier_basis_names": "p -> the basis rows' names",
-    "geomjax.attention_probe.describe_model": "model -> AttentionModel (its sizes and conventions)",
+    "geomjax.tools.extraction.hidden_state_forward": "model -> forward function",
+    "geomjax.tools.extraction.mixed_precision": "forward function -> forward function",
+    "geomjax.analysis.lens.load": "name -> Model",
+    "geomjax.theory.fourier.fourier_basis_names": "p -> the basis rows' names",
+    "geomjax.tools.attention_probe.describe_model": "model -> AttentionModel (its sizes and conventions)",
     # models: configs, module factories, closures
     "geomjax.models.common.hook_points": "names -> HookPoint modules",
     "geomjax.models.interface.model_from_config": "config -> Flax module",

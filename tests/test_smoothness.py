@@ -1,4 +1,4 @@
-"""geomjax.smoothness (Song & Zhong §2.3, Theorem 1, App. F.1) against independent computations.
+"""geomjax.theory.smoothness (Song & Zhong §2.3, Theorem 1, App. F.1) against independent computations.
 
 References: explicit Python loops over the printed index formulas (eqs. (4), (5)), NumPy FFTs
 (np.fft.fft2 = F A Fᵀ of App. F.1 eq. (13)), SciPy's orthonormal DCT-II matrix, NumPy
@@ -339,7 +339,7 @@ def test_bad_input():
 
 
 def test_float64_without_x64_is_computed_in_float64():
-    """The dtype rule of geomjax._checks: float64 input is computed in float64 even with x64 off."""
+    """The dtype rule of geomjax.base._checks: float64 input is computed in float64 even with x64 off."""
     G = centred_gram(8, 4)
     with jax.enable_x64(False):
         out = sm.reflected_gram(G)

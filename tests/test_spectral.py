@@ -1,4 +1,4 @@
-"""geomjax.spectral against independent references: the official `screenot` package, NumPy, SciPy.
+"""geomjax.theory.spectral against independent references: the official `screenot` package, NumPy, SciPy.
 
 Tolerances: float64 rtol 1e-10, float32 rtol 1e-5 unless a comment says why not. ScreeNOT's
 threshold is compared at rtol 1e-4 (the official package bisects to an absolute width of 1e-5).

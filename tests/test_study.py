@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from geomjax import cli, study
-from geomjax.decomposition import decompose_stream
+from geomjax.theory.decomposition import decompose_stream
 from tests.test_geometry import _compactness_numpy
 
 
@@ -104,7 +104,7 @@ def test_token_cluster_metrics_bad_input():
 
 
 def test_presets_resolve_and_flags_override():
-    from geomjax.pipeline import PRESETS
+    from geomjax.drivers.pipeline import PRESETS
 
     args = cli.build_parser().parse_args(["geometry", "--preset", "paper"])
     cfg = cli._config_from_args(args)

@@ -8,8 +8,8 @@ import pytest
 
 from geomjax import train
 from geomjax.data import CharTokenizer, addition_tokenizer, tiny_shakespeare
-from geomjax.decomposition import decompose
-from geomjax.extraction import decompose_model_stream
+from geomjax.theory.decomposition import decompose
+from geomjax.tools.extraction import decompose_model_stream
 from geomjax.models import ToyRun, toy_forward
 from geomjax.train import load_toy_run
 

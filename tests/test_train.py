@@ -10,7 +10,7 @@ import optax
 import pytest
 
 from geomjax import train
-from geomjax.parallel import data_mesh
+from geomjax.base.parallel import data_mesh
 
 
 @pytest.fixture(scope="module")

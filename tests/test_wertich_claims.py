@@ -128,7 +128,7 @@ def test_random_orientation_nonflat_printed_fails(wertich):
 @pytest.mark.slow
 def test_report_sections_writes_figures(wertich, tmp_path):
     from geomjax.claim_reports.wertich import ReportSizes, report_sections
-    from geomjax.report import RunDir
+    from geomjax.analysis.report import RunDir
 
     sizes = ReportSizes(fig5_1_n=4, fig5_1_pairs=200, grid_n=(4,), grid_l=(0.5, 2.0), alpha_ns=(8,),
                                 mp_hist_n=60, stack_layers=4, stack_variants=("no_skip",))

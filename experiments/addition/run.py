@@ -6,7 +6,7 @@ L/2..L digits) and on operands of 1-4 digits (length generalization; lengths out
 need ``allow_out_of_range=True``); QK and pos-pos heatmaps of every head (μ/pos of the attention inputs
 estimated over validation problems, probe = a problem with two L-digit operands); and smoothness scores
 of every head's pos-pos component — normalised total variation and high-frequency 2-D DCT energy
-(:func:`geomjax.attention.matrix_smoothness`) — against the same map with positions shuffled (fully
+(:func:`geomjax.theory.attention.matrix_smoothness`) — against the same map with positions shuffled (fully
 fractured reference).
 
     .venv/bin/python -m experiments.addition.run --preset cpu --out runs/issue5/addition
@@ -26,11 +26,11 @@ import numpy as np
 from experiments.addition.config import PRESETS, AdditionExperimentConfig, get_config
 from experiments.addition.source import SOURCE
 from experiments.attention_dissection import common
-from geomjax import attention as A
-from geomjax import attention_probe as AP
-from geomjax.comparison import Row, source_section, verdict
+from geomjax.theory import attention as A
+from geomjax.tools import attention_probe as AP
+from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import addition_batch, addition_problems, decode_addition, encode_addition
-from geomjax.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section
 from geomjax.train.anomalies import describe, detect_loss_spikes
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
+from geomjax.analysis.comparison import Source, SourceNumber
 
 SOURCE = Source(
     citation="Song & Zhong, Uncovering hidden geometry in transformers via disentangling position and context, "

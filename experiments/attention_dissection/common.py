@@ -1,7 +1,7 @@
 """Shared pieces of the attention experiments: dissect every head of a model, and the figures.
 
 Used by ``experiments/attention_dissection/run.py`` and ``experiments/addition/run.py``. All numbers
-come from :mod:`geomjax.attention` and :mod:`geomjax.attention_probe`; this module only loops, averages and draws.
+come from :mod:`geomjax.theory.attention` and :mod:`geomjax.tools.attention_probe`; this module only loops, averages and draws.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import attention as A
-from geomjax import attention_probe as AP
-from geomjax.plots import save
+from geomjax.theory import attention as A
+from geomjax.tools import attention_probe as AP
+from geomjax.analysis.plots import save
 
 COMPONENT_TITLES = {"pos_pos": "pos-pos", "pos_cvec": "pos-cvec", "cvec_pos": "cvec-pos",
                     "cvec_cvec": "cvec-cvec", "total": "QK (total)", "attention": "attention"}
@@ -25,7 +25,7 @@ def dissect(model, params, basis: A.AttentionBasis, probes: np.ndarray, *, causa
     """Run the §4.1 study on every head: eq. (7) parts, pattern scores, component strengths, types.
 
     Args:
-      model, params: the model (see :func:`geomjax.attention_probe.describe_model`).
+      model, params: the model (see :func:`geomjax.tools.attention_probe.describe_model`).
       basis: μ/pos of every layer's attention input.
       probes: (S, T) repeated-token probe sequences (scores are averaged over the S probes).
 

@@ -19,7 +19,7 @@ PRESETS = ("smoke", "cpu", "paper")
 @dataclasses.dataclass(frozen=True)
 class BasisConfig:
     """The sample from which μ and pos of every layer's attention input are estimated
-    (:func:`geomjax.attention_probe.estimate_attention_basis`; MiniLM: WikiText-2 valid, toy:
+    (:func:`geomjax.tools.attention_probe.estimate_attention_basis`; MiniLM: WikiText-2 valid, toy:
     tiny-Shakespeare val).
 
     Attributes:
@@ -35,7 +35,7 @@ class BasisConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ProbeConfig:
-    """The probes (:func:`geomjax.attention.repeated_random_tokens`): ``n_probes`` sequences of
+    """The probes (:func:`geomjax.theory.attention.repeated_random_tokens`): ``n_probes`` sequences of
     ``n_tokens`` random ids repeated ``n_repeats`` times, averaged per head."""
 
     n_tokens: int = 8
@@ -51,7 +51,7 @@ class ProbeConfig:
 @dataclasses.dataclass(frozen=True)
 class WStructureConfig:
     """The W-structure study (eq. (8), Fig. 5) of one layer per model
-    (:func:`geomjax.attention.w_structure`; the source studied GPT-2 layer 6).
+    (:func:`geomjax.theory.attention.w_structure`; the source studied GPT-2 layer 6).
 
     Attributes:
       layer_minilm, layer_toy: the layer studied in each model.

@@ -23,11 +23,11 @@ import numpy as np
 from experiments.attention_dissection import common
 from experiments.attention_dissection.config import PRESETS, BasisConfig, DissectionConfig, ProbeConfig, get_config
 from experiments.attention_dissection.source import PAPER_HEADS, SOURCE
-from geomjax import attention as A
-from geomjax import attention_probe as AP
-from geomjax.comparison import Row, source_section, verdict
+from geomjax.theory import attention as A
+from geomjax.tools import attention_probe as AP
+from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data import sample_windows
-from geomjax.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section
 
 
 def _batches(ids: np.ndarray, B: int):
@@ -168,7 +168,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
     key = jax.random.key(cfg.seed)
     sections, metrics = [], {"preset": cfg.preset}
     if cfg.use_minilm:
-        from geomjax import pipeline
+        from geomjax.drivers import pipeline
 
         model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
         corpus = tokenize_documents(wikitext2("valid", data_dir), tok.encode)

@@ -6,7 +6,7 @@ GPT-2 head the paper shows for it and the eq. (7) component it finds dominant (Â
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
+from geomjax.analysis.comparison import Source, SourceNumber
 
 PAPER_HEADS = {
     "self_token": ("GPT-2 L0H1", "cvec_cvec"),

@@ -1,13 +1,13 @@
 """Presets of the corpora sweep (Song & Zhong §2, Table 1 across corpora): ``get_config(preset)``.
 
-Each preset is the library's :class:`geomjax.pipeline.GeometryConfig` (model, sampling sizes,
+Each preset is the library's :class:`geomjax.drivers.pipeline.GeometryConfig` (model, sampling sizes,
 seed; its ``corpus`` is replaced by each corpus of the sweep) plus the list of corpora.
 
 * ``smoke``: MiniLM on WikiText-2 and tiny Shakespeare, C = 2 documents × 4 windows of T = 32, no
   out-of-distribution pass, cluster figures or Theorem 1 (tests).
 * ``cpu``: MiniLM on every offline corpus (WikiText-2, tiny Shakespeare, the standard library's
   Python source, pydoc prose), C = 4 documents × 32 windows of T = 128; a few minutes on 2 cores.
-* ``paper``: Song & Zhong's scale (:data:`geomjax.pipeline.PRESETS` ``"paper"``: C = 6,400 windows of
+* ``paper``: Song & Zhong's scale (:data:`geomjax.drivers.pipeline.PRESETS` ``"paper"``: C = 6,400 windows of
   T = 512), meant for a GPU and corpora large enough for that many non-overlapping windows.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from geomjax.pipeline import PRESETS as GEOMETRY_PRESETS
-from geomjax.pipeline import GeometryConfig
+from geomjax.drivers.pipeline import PRESETS as GEOMETRY_PRESETS
+from geomjax.drivers.pipeline import GeometryConfig
 
 PRESETS = ("smoke", "cpu", "paper")
 ALL_CORPORA = ("wikitext2", "shakespeare", "stdlib", "pydoc")

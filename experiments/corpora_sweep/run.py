@@ -23,9 +23,10 @@ from pathlib import Path
 from experiments.corpora_sweep.config import PRESETS, CorporaSweepConfig, get_config
 from experiments.corpora_sweep.source import COLUMNS as SOURCE_COLUMNS
 from experiments.corpora_sweep.source import SOURCE
-from geomjax import pipeline, report
-from geomjax.comparison import Row, source_section, verdict
-from geomjax.report import Section
+from geomjax.drivers import pipeline
+from geomjax.analysis import report
+from geomjax.analysis.comparison import Row, source_section, verdict
+from geomjax.analysis.report import Section
 
 COLUMNS = ("screenot_rank", "stable_rank", "relative_norm", "incoherence_max", "incoherence_mean",
            "intra_similarity", "inter_similarity")

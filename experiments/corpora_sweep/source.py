@@ -1,14 +1,14 @@
 """Song & Zhong §2, Table 1: what the corpora sweep compares with (the one place).
 
-The numbers are those of :data:`geomjax.report.PAPER_TABLE1` (typed once, there), row BERT on
+The numbers are those of :data:`geomjax.analysis.report.PAPER_TABLE1` (typed once, there), row BERT on
 WikiText — the source's closest setting to the bundled MiniLM (a distilled BERT) on WikiText-2:
 mean (std) across layers of 6.4K samples.
 """
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
-from geomjax.report import PAPER_TABLE1
+from geomjax.analysis.comparison import Source, SourceNumber
+from geomjax.analysis.report import PAPER_TABLE1
 
 # (this run's summary key, Table 1 column, quantity in words)
 COLUMNS = (

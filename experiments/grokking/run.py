@@ -24,10 +24,10 @@ from experiments.grokking.config import GROK_PRESETS, get_config
 from experiments.grokking.source import SOURCE
 
 from geomjax.claim_reports.clock import analysis_sections
-from geomjax.clock_probe import analyze
-from geomjax.comparison import Row, source_section, verdict
+from geomjax.tools.clock_probe import analyze
+from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError
-from geomjax.report import RunDir, Section, to_jsonable
+from geomjax.analysis.report import RunDir, Section, to_jsonable
 from geomjax.train.anomalies import detect_anomalies, last_stable_epoch
 from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking
 

@@ -6,7 +6,7 @@ Nanda et al., "Progress measures for grokking via mechanistic interpretability" 
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
+from geomjax.analysis.comparison import Source, SourceNumber
 
 SOURCE = Source(
     citation="the clock blog (§4–§11) and Nanda et al., Progress measures for grokking (§3, §5)",

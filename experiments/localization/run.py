@@ -19,8 +19,8 @@ import numpy as np
 from experiments.localization.config import PRESETS, get_config
 from experiments.localization.source import SOURCE
 
-from geomjax.comparison import Row, source_section, verdict
-from geomjax.report import RunDir, Section
+from geomjax.analysis.comparison import Row, source_section, verdict
+from geomjax.analysis.report import RunDir, Section
 from geomjax.train.locater import SweepResult, run_sweep
 
 
@@ -143,7 +143,7 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from geomjax import plots
+    from geomjax.analysis import plots
 
     cfg = res.config
     k2 = list(cfg.kappa2s)

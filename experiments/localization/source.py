@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
+from geomjax.analysis.comparison import Source, SourceNumber
 
 SOURCE = Source(
     citation="Bao, Hataya & Karakida, Self-attention networks localize when QK-eigenspectrum concentrates, §7 "

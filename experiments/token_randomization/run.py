@@ -24,12 +24,12 @@ import numpy as np
 
 from experiments.token_randomization.config import PRESETS, RandomizationConfig, get_config
 from experiments.token_randomization.source import SOURCE
-from geomjax import plots
-from geomjax.comparison import Row, source_section, verdict
+from geomjax.analysis import plots
+from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.models import model_interface
 from geomjax.models.toy import ToyTransformer
-from geomjax.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section
 from geomjax.train import build_programs, init_state, load_task_data
 from geomjax.train.loop import make_train_chunk, make_train_step, train_loop
 from geomjax.train.losses import token_cross_entropy

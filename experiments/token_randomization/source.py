@@ -5,7 +5,7 @@ The one place the source's setting and findings live (all qualitative: the paper
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
+from geomjax.analysis.comparison import Source, SourceNumber
 
 SOURCE = Source(
     citation="Song & Zhong, Uncovering hidden geometry in transformers via disentangling position and context, "

@@ -32,10 +32,10 @@ import numpy as np
 from experiments.wertich_models.config import PRESETS, WertichModelsConfig, get_config
 from experiments.wertich_models.source import SOURCE
 
-from geomjax import gaussian as G
-from geomjax.comparison import Row, source_section, verdict
+from geomjax.theory import gaussian as G
+from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.models import kv_expanded, model_interface
-from geomjax.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section
 
 FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
                    "Word: butterfly. Clue: flutters by, colorfully. Word: salmon. Clue: jumps upstream, but never "
@@ -81,7 +81,7 @@ class Adapter:
 
 
 def minilm_adapter():
-    from geomjax import pipeline
+    from geomjax.drivers import pipeline
 
     model, params, tok, _ = pipeline.load_model_and_tokenizer("minilm")
     vocab = {i: t for t, i in tok.tokenizer.get_vocab().items()} if hasattr(tok, "tokenizer") else None
@@ -101,7 +101,7 @@ def minilm_adapter():
 
 def hf_adapter(name: str):
     """Any checkpoint geomjax ports (a directory or a Hugging Face name): GPT-2, BERT, Llama, Mistral, BLOOM."""
-    from geomjax import pipeline
+    from geomjax.drivers import pipeline
     from geomjax.convert import read_config
 
     model, params, tok, path = pipeline.load_model_and_tokenizer(name, param_dtype="float32")
@@ -270,7 +270,7 @@ def _plots():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from geomjax import plots
+    from geomjax.analysis import plots
     return plt, plots
 
 

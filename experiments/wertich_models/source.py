@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from geomjax.comparison import Source, SourceNumber
+from geomjax.analysis.comparison import Source, SourceNumber
 
 SOURCE = Source(
     citation="Wertich, Gaussian statistics of attention (Master's thesis, 2024), §6.2.3, ch. 8 and App. A.5",

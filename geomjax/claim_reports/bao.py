@@ -1,7 +1,7 @@
 """Report sections of Bao, Hataya & Karakida (2024): Figs. 2-5 for ``geomjax verify --source bao``
 (:func:`report_sections`, the report hook) — ρ(θ) of eq. (6) on a grid of ξ, η (printed and corrected
 variance), the localization regime of Lemma 2, Zhai et al.'s entropy bound (eq. (9)) and the Fig. 5
-simulation of ρ_i and attention entropy (:func:`geomjax.localization.fig5_simulation`).
+simulation of ρ_i and attention entropy (:func:`geomjax.theory.localization.fig5_simulation`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import localization as loc
-from geomjax import plots
+from geomjax.theory import localization as loc
+from geomjax.analysis import plots
 from geomjax.claims.bao import nu_star
-from geomjax.report import Section
+from geomjax.analysis.report import Section
 
 __all__ = ["report_sections"]
 
-plt = plots.plt  # pyplot on the Agg backend (geomjax.plots sets it)
+plt = plots.plt  # pyplot on the Agg backend (geomjax.analysis.plots sets it)
 
 
 def _figure_section(run, fig, name: str, title: str, paragraph: str, caption: str, table=None) -> Section:
@@ -154,7 +154,7 @@ def report_sections(run, *, budget: str, seed: int):
     """Figs. 2-5 of Bao et al. for the ``verify`` report (ρ(θ) grids, localization regime, eq. (9), Fig. 5 simulation).
 
     Returns:
-      (list of :class:`geomjax.report.Section`, metrics dict).
+      (list of :class:`geomjax.analysis.report.Section`, metrics dict).
     """
     metrics: dict = {}
     theta = np.linspace(0.0, 1.0, 201)

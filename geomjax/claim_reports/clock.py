@@ -1,5 +1,5 @@
 """Report sections of the clock blog / Nanda et al. analyses: figures and tables of every analysis of a
-trained modular-addition model (:func:`geomjax.clock_probe.analyze`), for ``geomjax verify --source clock``
+trained modular-addition model (:func:`geomjax.tools.clock_probe.analyze`), for ``geomjax verify --source clock``
 (:func:`report_sections`, the report hook) and the grokking experiment (:func:`analysis_sections`).
 """
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from geomjax import fourier as fx
-from geomjax import plots
+from geomjax.theory import fourier as fx
+from geomjax.analysis import plots
 from geomjax.claims.clock import trained_analyses, trained_description
-from geomjax.report import Section
+from geomjax.analysis.report import Section
 
 __all__ = ["analysis_sections", "report_sections"]
 
@@ -21,10 +21,10 @@ def _plt():
 
 def analysis_sections(run, an: dict, an_free: dict | None = None, *, title: str = "") -> tuple[list, dict]:
     """Report sections (with figures written into ``run``) for every analysis in ``an``
-    (:func:`geomjax.clock_probe.analyze`) and, optionally, the ReLU-free run ``an_free``.
+    (:func:`geomjax.tools.clock_probe.analyze`) and, optionally, the ReLU-free run ``an_free``.
 
     Returns:
-      (list of :class:`geomjax.report.Section`, metrics dict).
+      (list of :class:`geomjax.analysis.report.Section`, metrics dict).
     """
     tag = title or f"p{an['p']}"
     S, M = [], {}

@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import gaussian as G
-from geomjax import plots
+from geomjax.theory import gaussian as G
+from geomjax.analysis import plots
 from geomjax.claims.wertich.ch5 import FIG5_1_N, FIG5_1_PAIRS, SLERP_T, fig51_curves
 from geomjax.claims.wertich.ch6 import MP_HIST_N, mp_hist_sample
 from geomjax.claims.wertich.ch7 import STACK_D, STACK_LAYERS, STACK_T, STACK_VARIANTS
-from geomjax.report import Section
+from geomjax.analysis.report import Section
 
 __all__ = ["ReportSizes", "report_sections"]
 
@@ -42,13 +42,13 @@ def report_sections(run, *, budget: str = "quick", seed: int = 0, sizes: ReportS
     Marchenko–Pastur histogram vs density, softmax entropy vs α, token diversity vs depth.
 
     Args:
-      run: the :class:`geomjax.report.RunDir` the figures are written into.
+      run: the :class:`geomjax.analysis.report.RunDir` the figures are written into.
       budget: "quick" or "full" (more pairs, matrices and seeds).
       seed: base seed of every figure.
       sizes: the quick-budget sizes (tests pass smaller ones).
 
     Returns:
-      (list of :class:`geomjax.report.Section`, metrics dict).
+      (list of :class:`geomjax.analysis.report.Section`, metrics dict).
     """
     full = budget == "full"
     s51, m51 = _fig5_1_section(run, plots, sizes, full, seed)

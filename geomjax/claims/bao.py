@@ -2,11 +2,11 @@
 concentrates" (preprint, February 2024).
 
 Registered on import (ids ``bao.*``; computations in float64 unless said otherwise, from
-:mod:`geomjax.localization`):
+:mod:`geomjax.theory.localization`):
 
 * ``lemma1.exact_moments`` (Monte Carlo): under Assumption 1 the mean and second moment of
   ⟨γ^i, ω⟩ + γ_0^i at T = 8, 32, 128 equal geomjax's exact finite-T formula
-  (:func:`geomjax.localization.exact_moments`), the reference for Lemma 1's o(1) terms.
+  (:func:`geomjax.theory.localization.exact_moments`), the reference for Lemma 1's o(1) terms.
 * ``lemma1.mean`` / ``lemma1.variance`` / ``lemma1.variance.corrected``: the o(1) remainder
   sup_i |exact − Lemma 1| vanishes as T grows (T = 2⁴ … 2¹⁴). The printed variance
   (2θ² + 7/12)·tr(W²)/λ² **does not hold**: the remainder tends to 2θ·tr(W²)/λ²; the correct limit is
@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import erf
 
-from geomjax import localization as loc
-from geomjax import montecarlo
+from geomjax.theory import localization as loc
+from geomjax.theory import montecarlo
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register, register_table
 
 _PAPER = "Bao"
@@ -260,7 +260,7 @@ def _rho_data(budget: str):
 def numpy_rho_walks(rng: np.random.Generator, W: np.ndarray, F: np.ndarray, lam: float, T: int, n_seq: int,
                     chunk: int = 2048) -> tuple[np.ndarray, np.ndarray]:
     """Def. 1's propagation frequency ρ_i (Bao §3) by a second Monte Carlo estimator (NumPy float64, its own
-    random numbers; shares no code with :func:`geomjax.localization.empirical_rho`): walks x_t = Σ_{s≤t} F ε_s,
+    random numbers; shares no code with :func:`geomjax.theory.localization.empirical_rho`): walks x_t = Σ_{s≤t} F ε_s,
     ω_j = x_jᵀ W_QK x_T / λ in the token space (no Fᵀ W F reduction), score (ω_i − mean ω)/T + 1/T ∈ [0, 1].
 
     Returns:

@@ -26,8 +26,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from geomjax.clock_probe import analyze
-from geomjax.io import cache_root
+from geomjax.tools.clock_probe import analyze
+from geomjax.base.io import cache_root
 from geomjax.models.toy import nanda_config
 from geomjax.train.grokking import GrokkingConfig, config_hash, grokking_config, load_grokking_run, train_grokking
 from geomjax.train.tasks import ModularOptions
@@ -59,7 +59,7 @@ def claim_config(budget: str, relu: bool = True, seed: int = 0):
 
 
 def trained_run(cfg, *, progress: bool = False, root: str | os.PathLike | None = None):
-    """Train ``cfg`` (or load/resume it) under ``<root or geomjax.io.cache_root()>/grokking/<config hash>``."""
+    """Train ``cfg`` (or load/resume it) under ``<root or geomjax.base.io.cache_root()>/grokking/<config hash>``."""
 
     d = Path(root or cache_root()) / "grokking" / config_hash(cfg)
     try:
@@ -136,7 +136,7 @@ def _needs_grokked(evaluate, relu: bool = True, mechanism: bool = True):
 
 # ------------------------------------------------------------------------------------------ second witnesses
 # A refutation of a trained-model statement must be confirmed by a computation that shares no code with the
-# first (geomjax.fourier on a jitted float32 forward pass): the forward pass written out again in NumPy
+# first (geomjax.theory.fourier on a jitted float32 forward pass): the forward pass written out again in NumPy
 # float64 from the parameter arrays, key frequencies from np.fft, restriction by a 2-D DFT of the logits.
 
 

@@ -21,7 +21,7 @@ Three verdicts (:func:`decide`, one pure function, is the whole rule for equalit
   Each result reports ``detectable_error`` = k·s (the smallest error the test resolves at its
   sample size ``n``; "holds" needs detectable_error ≤ δ − |e|).
 * Monte Carlo claims (``sampler`` given): the mean of ``sampler(key)`` is estimated with
-  :func:`geomjax.montecarlo.estimate` and judged by :func:`decide` with the claim's
+  :func:`geomjax.theory.montecarlo.estimate` and judged by :func:`decide` with the claim's
   :class:`MonteCarloRule` margin.
 * Deterministic claims (``evaluate`` given): the evaluator returns an :class:`Evaluation`, judged
   by the claim's rule: :class:`Tolerance` (margin δ = atol + rtol·|predicted|, judged by
@@ -71,10 +71,10 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from geomjax import montecarlo
-from geomjax._repr import summarize
+from geomjax.theory import montecarlo
+from geomjax.base._repr import summarize
 from geomjax.errors import GeomjaxError
-from geomjax.io import to_jsonable
+from geomjax.base.io import to_jsonable
 
 __all__ = [
     "Claim",
@@ -478,7 +478,7 @@ class ClaimResult:
     @property
     def kind(self) -> str:
         """How the claim was checked: "monte_carlo" (the mean of a sampler, estimated by
-        :func:`geomjax.montecarlo.estimate`) or "deterministic" (an evaluator's :class:`Evaluation`, judged
+        :func:`geomjax.theory.montecarlo.estimate`) or "deterministic" (an evaluator's :class:`Evaluation`, judged
         by a :class:`Tolerance` or :class:`Inequality`); "" when the check raised before either ran."""
         return str(self.details.get("kind", ""))
 
@@ -1367,7 +1367,7 @@ def results_as_records(results: Sequence[ClaimResult]) -> dict:
 
 
 def _jsonable(x):
-    """claims.json values under the one JSON rule (:func:`geomjax.io.to_jsonable`); other objects as their repr."""
+    """claims.json values under the one JSON rule (:func:`geomjax.base.io.to_jsonable`); other objects as their repr."""
     return to_jsonable(x, unknown=repr)
 
 

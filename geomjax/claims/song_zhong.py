@@ -15,7 +15,7 @@ Registered on import (ids ``song_zhong.*``):
   unrelated random directions, against which Table 1 is read).
 
 All computations run in float64 (``jax.enable_x64``) from the definitions with NumPy/JAX; they do
-not use :mod:`geomjax.decomposition`. See :mod:`geomjax.smoothness` for the analysis of Theorem 1.
+not use :mod:`geomjax.theory.decomposition`. See :mod:`geomjax.theory.smoothness` for the analysis of Theorem 1.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.polynomial import hermite_e
 
-from geomjax import geometry, smoothness as sm
+from geomjax.theory import geometry
+
+from geomjax.theory import smoothness as sm
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register, register_table
 
 _PAPER = "Song & Zhong"
@@ -290,7 +292,7 @@ register_table(
          _theorem1_eval("lhs_dct", "lhs_dct_lower", "rhs_corrected", "coef_corrected"),
          None,
          "",
-         "geomjax.smoothness.corrected_constant; a proved bound, so a violation would be a bug."),
+         "geomjax.theory.smoothness.corrected_constant; a proved bound, so a violation would be a bug."),
     ],
     rule=Inequality(),
 )

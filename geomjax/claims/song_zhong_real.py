@@ -13,9 +13,13 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from geomjax import data, extraction, study
+from geomjax import data
+
+from geomjax.tools import extraction
+
+from geomjax.analysis import study
 from geomjax.claims.registry import Claim, Evaluation, Inequality, per_run, register
-from geomjax.lens import load
+from geomjax.analysis.lens import load
 from geomjax.models import model_interface
 
 _PAPER = "Song & Zhong Theorem 1, eq. (6)"

@@ -1,7 +1,7 @@
 """Claims from Song & Zhong (2023) Theorem 2 (§4.3, eq. (12); proof in App. F.2): kernel factorization.
 
 Registered on import (ids ``song_zhong.theorem2.*``), all checked by Monte Carlo on the theorem's
-random setting (:mod:`geomjax.kernel_factorization`: random unit-vector bases B_1⁰, B_2⁰ in R^d,
+random setting (:mod:`geomjax.theory.kernel_factorization`: random unit-vector bases B_1⁰, B_2⁰ in R^d,
 W_αβ with s = 2 rank-one terms (eq. (11)), noise Z_αβ/√d with N(0, 1) entries, the exact supremum
 of the error over every input of eq. (10)):
 
@@ -36,7 +36,7 @@ Findings (quick and full budgets agree): Theorem 2 holds as stated. The worst-ca
 it is ∝ d^{−1/2} and linear in incoh; at the proof's constants eq. (12) never fails. The proof's union
 bound over |B_1⁰|·|B_2⁰| pairs omits the noise cross terms between two vectors of the same basis and
 is violated for unbalanced bases (P ≈ 0.43 against 12·n1·n2·e^{−7} = 0.34 at incoh²·d = 7, n1 = 1,
-n2 = 31); the count 3(n1+n2)² is right. See :mod:`geomjax.kernel_factorization` for why the theorem's O(·) survives.
+n2 = 31); the count 3(n1+n2)² is right. See :mod:`geomjax.theory.kernel_factorization` for why the theorem's O(·) survives.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import kernel_factorization as kf
-from geomjax._checks import compiled_cache
-from geomjax import montecarlo
+from geomjax.theory import kernel_factorization as kf
+from geomjax.base._checks import compiled_cache
+from geomjax.theory import montecarlo
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
 
 _PAPER = "Song & Zhong"
@@ -108,7 +108,7 @@ _FULL = ("sup_log_error", "sup_relative_error", "sup_log_error_det", "determinis
 def _leaves(stats: dict, setting: kf.Theorem2Setting, d) -> dict:
     """Per-instance quantities averaged by the Monte Carlo (all float64 scalars).
 
-    Besides the statistics of :mod:`geomjax.kernel_factorization`: the union bounds (printed and
+    Besides the statistics of :mod:`geomjax.theory.kernel_factorization`: the union bounds (printed and
     corrected count) at this instance's incoh, and indicator − bound for each event (its sem is the
     error bar of "P(event) ≤ E bound").
     """
@@ -489,7 +489,7 @@ register(
             "is erfc(√x) ≈ exp(−x)/√(πx): local rate −1 − 1/(2x) (details), the exponent 1 of exp(−incoh²·d) with "
             "the proof's C = √2. Below x ≈ 9 the union of the 3(n1+n2)² events saturates and the slope flattens. "
             "The grid points share their random draws (one draw replanted at each ρ, "
-            "geomjax.kernel_factorization.with_planted_coherence); their estimates are positively correlated, so "
+            "geomjax.theory.kernel_factorization.with_planted_coherence); their estimates are positively correlated, so "
             "the sem of the slope, computed as for independent points, is conservative."
         ),
     )
@@ -521,7 +521,7 @@ def _union_evaluate(count: str):
 
 
 def _union_printed_witness(budget: str, key) -> Evaluation:
-    """A second Monte Carlo estimator sharing no code path with geomjax.kernel_factorization (NumPy).
+    """A second Monte Carlo estimator sharing no code path with geomjax.theory.kernel_factorization (NumPy).
 
     Bases as the U group plants them: c (n1 = 1) and t_j = √(1−ρ²)ĝ_j + ρc (n2 = 31) in R^d, d = 4096, ĝ_j
     unit and ⟂ c, so incoh = ρ = √(x/d). For unit p, q and Z with i.i.d. N(0, 1) entries the cross terms

@@ -44,7 +44,7 @@ from geomjax.convert.tables import (
 from geomjax.models.bert import Bert
 from geomjax.models.common import CausalLM, HFConfig
 from geomjax.models.interface import model_from_config
-from geomjax.parallel import shard_params
+from geomjax.base.parallel import shard_params
 from geomjax.typing import Params
 
 __all__ = [
@@ -139,8 +139,8 @@ def load_pretrained(
       ignore: tensor-name prefixes to drop on purpose (e.g. ``("cls.",)`` for BERT MLM heads).
       ignore_config_keys: extra config.json keys known not to affect the forward pass.
       revision: branch or commit for cache entries with several snapshots.
-      mesh: a ``jax.sharding.Mesh`` (:func:`geomjax.parallel.data_mesh`): place the parameters
-        with every matrix split over its devices (:func:`geomjax.parallel.shard_params`); None puts
+      mesh: a ``jax.sharding.Mesh`` (:func:`geomjax.base.parallel.data_mesh`): place the parameters
+        with every matrix split over its devices (:func:`geomjax.base.parallel.shard_params`); None puts
         them on the default device.
 
     Returns:

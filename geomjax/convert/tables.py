@@ -37,7 +37,7 @@ from geomjax.models.gpt2 import GPT2Config
 from geomjax.models.interface import model_from_config
 from geomjax.models.llama import LlamaConfig
 from geomjax.models.common import HFConfig
-from geomjax.positional import ROPE_TYPES
+from geomjax.theory.positional import ROPE_TYPES
 from geomjax.typing import Array, Params, PyTree, Shaped
 
 __all__ = [

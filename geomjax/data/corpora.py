@@ -526,7 +526,7 @@ def tokenize_documents(
     Args:
       docs: ``[(name, text), ...]``.
       tokenize: callable mapping a string to a 1-D sequence of non-negative integer ids.
-      cache: a folder (e.g. ``geomjax.io.cache_root() / "tokens"``) where the ids are kept, keyed by the sha256 of
+      cache: a folder (e.g. ``geomjax.base.io.cache_root() / "tokens"``) where the ids are kept, keyed by the sha256 of
         the tokenizer's ``fingerprint`` and every document's name and text; used only when ``tokenize``
         has a ``fingerprint`` (a ``TextTokenizer``). A hit returns the same ids without tokenizing (the
         demo's standard-library corpus: seconds of tokenization per run).

@@ -4,7 +4,7 @@ Pre-LN decoder without position embeddings: x_0 = LN_emb(E[ids]) (the embedding 
 x_{l+1} = x_l + attn(ln_1 x_l), then + mlp(ln_2 ·) with mlp = proj(gelu_tanh(fc ·)); logits =
 ln_f(x_L) @ Eᵀ (tied). Positions enter only through ALiBi (Press et al. 2022, eq. (1)): head h adds
 m_h · s to the score of key s (softmax-equivalent to −m_h (t − s); Hugging Face's form), with the
-slopes of :func:`geomjax.positional.alibi_slopes` (the geometric sequence 2^(−8h/n) for the largest power of two
+slopes of :func:`geomjax.theory.positional.alibi_slopes` (the geometric sequence 2^(−8h/n) for the largest power of two
 n ≤ H, then every other slope of the 2n sequence for the remaining heads).
 
 ``model.apply({"params": params}, ids)`` returns ``(logits, Intermediates)``; ``hidden_states`` is
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.models.common import CausalLM, Embed, HFConfig, HookPoint, LayerNorm, PreLNBlock
-from geomjax.positional import alibi_slopes
+from geomjax.theory.positional import alibi_slopes
 from geomjax.typing import Array, Bool, DType, Float, Int
 
 __all__ = ["Bloom", "BloomConfig", "alibi_bias"]

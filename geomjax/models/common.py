@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from geomjax._repr import with_compact_repr
+from geomjax.base._repr import with_compact_repr
 from geomjax.typing import Array, ArrayLike, Bool, Float, Int
 
 __all__ = [
@@ -186,7 +186,7 @@ class Intermediates:
 
 
 class HookPoint(nn.Module):
-    """Identity on an activation, named for :mod:`geomjax.lens` (``run_with_cache`` / ``run_with_hooks``).
+    """Identity on an activation, named for :mod:`geomjax.analysis.lens` (``run_with_cache`` / ``run_with_hooks``).
 
     No parameters: adding hook points changes neither the parameter tree nor the numbers. The lens
     intercepts its ``__call__`` (``flax.linen.intercept_methods``) to record or replace ``x``;
@@ -336,7 +336,7 @@ BLOCK_HOOKS = ("hook_resid_pre", "ln1", "attn.out", "hook_resid_mid", "ln2", "ml
 """Hook points of every block (post-LN BERT has no ln1/ln2: its resid_mid/post are the LayerNorm outputs)."""
 
 ATTENTION_HOOKS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z")
-"""Hook points of every attention module (:mod:`geomjax.lens` documents the shapes)."""
+"""Hook points of every attention module (:mod:`geomjax.analysis.lens` documents the shapes)."""
 
 
 class MultiHeadAttention(nn.Module):

@@ -30,7 +30,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import compiled_cache
+from geomjax.base._checks import compiled_cache
 from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
 from geomjax.models.common import CausalLM, HFConfig, layer_norm
@@ -206,7 +206,7 @@ class ModelInterface:
         return out
 
     def qk_matrices(self, params: Params) -> tuple[Float[Array, "H d d"], ...]:
-        """W_QK = W_q,h W_k,kv(h)ᵀ, (H, d, d) per block (Bao §6; :func:`geomjax.localization.qk_matrix`): the
+        """W_QK = W_q,h W_k,kv(h)ᵀ, (H, d, d) per block (Bao §6; :func:`geomjax.theory.localization.qk_matrix`): the
         bilinear form x_i W_QK x_jᵀ of the attention score (before the 1/√K scale, biases and, for rotary
         families, the rotation by i − j). Grouped-query attention: head h reads key head ``kv_head[h]``."""
         out = []

@@ -41,7 +41,7 @@ from geomjax.models.common import (
     pre_norm_block,
     scaled_dot_product_attention,
 )
-from geomjax.positional import ROPE_TYPES, rope_inv_freq, rotary_from_inv_freq
+from geomjax.theory.positional import ROPE_TYPES, rope_inv_freq, rotary_from_inv_freq
 from geomjax.typing import Array, Bool, DType, Float, Int
 
 __all__ = ["Llama", "LlamaConfig", "RMSNorm", "apply_rotary", "rms_norm", "rotary_tables", "window_mask"]

@@ -28,7 +28,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from geomjax._checks import compiled_cache
+from geomjax.base._checks import compiled_cache
 from geomjax.data.chars import CharTokenizer
 from geomjax.models.toy import ToyConfig, ToyTransformer
 
@@ -80,7 +80,7 @@ def toy_forward(run: ToyRun, which: str = "residual") -> Callable:
 
     Deterministic (no dropout); jittable; T must not exceed ``run.max_positions``. The same
     function object is returned for the same model config and ``which``, so
-    :func:`geomjax.extraction.decompose_model_stream` reuses its compilation across calls.
+    :func:`geomjax.tools.extraction.decompose_model_stream` reuses its compilation across calls.
 
     Args:
       run: a :class:`ToyRun`.

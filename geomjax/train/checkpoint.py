@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax.io import to_jsonable
+from geomjax.base.io import to_jsonable
 from geomjax.typing import Array, PyTree, Shaped
 
 __all__ = ["checkpoint_path", "config_jsonable", "latest_checkpoint", "list_checkpoints", "load_checkpoint", "save_checkpoint"]
@@ -46,7 +46,7 @@ def _is_key(x) -> bool:
 
 
 def config_jsonable(config: Any) -> Any:
-    """A config as stored in checkpoint and run metadata: :func:`geomjax.io.to_jsonable` with the
+    """A config as stored in checkpoint and run metadata: :func:`geomjax.base.io.to_jsonable` with the
     outermost dataclass tagged ``"__class__"`` (the loaders rebuild it from the tag)."""
     return to_jsonable(config, class_tag=True)
 

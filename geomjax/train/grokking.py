@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import bounded_cache, compiled_cache
+from geomjax.base._checks import bounded_cache, compiled_cache
 from geomjax.data import modular_addition_data
 from geomjax.models.common import gelu_erf
 from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer

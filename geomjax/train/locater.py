@@ -3,7 +3,7 @@
 The model is the 1-layer, single-head, post-LN toy transformer (:func:`geomjax.models.toy.bao_config`)
 trained as a word-level language model on WikiText-2 with the objective
 
-    cross-entropy + κ1·tr(W_QKᵀW_QK) + κ2·(tr(W_QK) − 1)²      (Bao §6; geomjax.localization.locater_penalty)
+    cross-entropy + κ1·tr(W_QKᵀW_QK) + κ2·(tr(W_QK) − 1)²      (Bao §6; geomjax.theory.localization.locater_penalty)
 
 for every κ2 of the sweep at once: the parameters and Adam states of all κ2 values are stacked on a
 leading axis and one jitted ``lax.scan`` chunk updates them with ``jax.vmap`` (same initialisation,
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from geomjax import localization as loc
+from geomjax.theory import localization as loc
 from geomjax.data.corpora import read_data_file
 from geomjax.models.toy import ToyTransformer, bao_config
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint

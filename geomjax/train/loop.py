@@ -34,7 +34,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh
 
-from geomjax.parallel import batch_sharding, check_divisible, replicated
+from geomjax.base.parallel import batch_sharding, check_divisible, replicated
 from geomjax.train.anomalies import Anomaly
 from geomjax.train.state import TrainState, step_keys
 

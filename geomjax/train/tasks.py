@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from geomjax._checks import check_int, compiled_cache
+from geomjax.base._checks import check_int, compiled_cache
 from geomjax.data import (
     ADDITION_VOCAB,
     CharTokenizer,
@@ -38,7 +38,7 @@ from geomjax.data import (
 )
 from geomjax.errors import GeomjaxError
 from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config, nanogpt_config
-from geomjax.parallel import replicated
+from geomjax.base.parallel import replicated
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy, exact_match, shift_for_next_token
 from geomjax.train.loop import History, make_eval_fn, make_train_chunk, make_train_step, train_loop

@@ -11,11 +11,11 @@ Every quantitative statement of chapters 4-7 listed in issue 6 is registered as 
 * :mod:`geomjax.claims.wertich.ch7`: attention outputs with fixed weights, random attention stacks;
 * :mod:`geomjax.claims.wertich._shared`: the claim constructors they share.
 
-Each is checked by Monte Carlo (``geomjax.montecarlo`` via the claims registry) against its closed
-form in :mod:`geomjax.gaussian`, or deterministically (Tolerance / Inequality). A statement that is
+Each is checked by Monte Carlo (``geomjax.theory.montecarlo`` via the claims registry) against its closed
+form in :mod:`geomjax.theory.gaussian`, or deterministically (Tolerance / Inequality). A statement that is
 wrong as printed is registered twice: ``*.printed`` (verdict "does not hold", with the numbers) and
 ``*.corrected`` (the corrected form, which holds). Conventions the thesis leaves implicit are stated in
-each claim (see also the module docstring of :mod:`geomjax.gaussian`).
+each claim (see also the module docstring of :mod:`geomjax.theory.gaussian`).
 
 :func:`geomjax.claim_reports.wertich.report_sections` adds the figures of
 ``geomjax verify --source wertich``: Fig. 5.1 (averaged SLERP KL curve, fitted a·cos(πt/2 + b) + c and

@@ -37,7 +37,7 @@ def mc_claim(id, source, statement, predicted, sampler, *, quick=QUICK_SAMPLES, 
     """Register a Monte Carlo claim (margin: the registry's exact-identity default, 1% of the scale).
 
     ``exact``: a closed form ``() -> value`` of the sampled quantity's TRUE mean (the corrected statement,
-    derived in :mod:`geomjax.gaussian` and evaluated in float64) — the second witness of a printed form
+    derived in :mod:`geomjax.theory.gaussian` and evaluated in float64) — the second witness of a printed form
     that does not hold; ``witness``: any other second witness ``(budget, key) -> Evaluation``.
     """
     # Closed forms are evaluated when the claim is checked (registry: ``predicted(budget)``), not at

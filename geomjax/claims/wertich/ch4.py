@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import gaussian as G
+from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Evaluation, Tolerance
 from geomjax.claims.wertich._shared import (FLOAT64_ROUNDING, SOURCE, blocks, det_claim, mc_claim, outer_flat,
                                             rng, spd, unblocks, x64)

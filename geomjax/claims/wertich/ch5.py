@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import gaussian as G
+from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
 from geomjax.claims.wertich._shared import FLOAT64_ROUNDING, SOURCE, det_claim, mc_claim, x64
 
@@ -298,7 +298,7 @@ FIG5_1_N, FIG5_1_PAIRS = 16, 1000
 
 @per_run
 def fig51_curves(n: int, l: float, pairs: int, seed: int = 0):
-    """Fig. 5.1's KL curves (:func:`geomjax.gaussian.slerp_kl_curves` on SLERP_T, float64) for ``pairs`` orthogonal
+    """Fig. 5.1's KL curves (:func:`geomjax.theory.gaussian.slerp_kl_curves` on SLERP_T, float64) for ``pairs`` orthogonal
     pairs on S_l^{n−1} drawn from ``seed``: (pairs, 101), shared by the claim and the report within a run."""
     with jax.enable_x64(True):
         return np.asarray(G.slerp_kl_curves(jax.random.key(seed), n, pairs, SLERP_T, l))

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import gaussian as G
+from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register
 from geomjax.claims.wertich._shared import SOURCE, det_claim, mc_claim, rng, spd, x64
 
@@ -177,7 +177,7 @@ mc_claim("s2_5.mp_moments_corrected", f"{SOURCE} §2.5",
 
 @per_run
 def mp_hist_sample(n: int, m: int, sigma2: float, matrices: int, seed: int) -> np.ndarray:
-    """:func:`geomjax.gaussian.mp_sample` (float64, NumPy) drawn from ``seed``: (matrices·min(n, m),) sorted,
+    """:func:`geomjax.theory.gaussian.mp_sample` (float64, NumPy) drawn from ``seed``: (matrices·min(n, m),) sorted,
     shared by the §2.5 histogram claims and the report within a run."""
     with jax.enable_x64(True):
         return np.asarray(G.mp_sample(jax.random.key(seed), n, m, sigma2, matrices, "float64"))
@@ -222,7 +222,7 @@ det_claim("s2_5.mp_histogram_printed", f"{SOURCE} §2.5",
 det_claim("s2_5.mp_histogram_corrected", f"{SOURCE} §2.5",
      "corrected: squared singular values of n×n N(0, σ²) follow √(x(4nσ² − x))/(2πnσ²x) on [0, 4nσ²]",
      0.0, _ev_mp_hist(False), Tolerance(rtol=0.0, atol=0.02, origin=_KS_ORIGIN),
-     notes=f"value = KS distance to geomjax.gaussian.mp_cdf, n={MP_HIST_N}, σ² = 1/n")
+     notes=f"value = KS distance to geomjax.theory.gaussian.mp_cdf, n={MP_HIST_N}, σ² = 1/n")
 
 # ==============================================================================================
 # §6.2.3-6.2.5: traces of random matrix products

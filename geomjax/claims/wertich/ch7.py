@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import gaussian as G
+from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Evaluation, Tolerance
 from geomjax.claims.wertich._shared import (SOURCE, blocks, det_claim, mc_claim, outer_flat,
                                             rng, spd, unblocks, x64)
@@ -65,7 +65,7 @@ mc_claim("s7_1_1.mixture_reading", f"{SOURCE} §7.1.1",
     np.concatenate([_FIXED_MEAN[:_FIXED_D], _FIXED_OUTPUT_COV[:_FIXED_D, :_FIXED_D].reshape(-1)]), _s_mixture,
     exact=lambda: _mixture_exact(), corrected_by="s7_1_1.weighted_sum_moments",
     notes="Does not hold: the mixture has covariance Σ_iλ_i(Σ_ii + μ_iμ_iᵀ) − μ̄μ̄ᵀ "
-          "(geomjax.gaussian.mixture_moments_mixture_reading); the §7.1.1 formulas are those of the weighted sum")
+          "(geomjax.theory.gaussian.mixture_moments_mixture_reading); the §7.1.1 formulas are those of the weighted sum")
 
 # ==============================================================================================
 # §7.2.3: uniform embedding mixture hypothesis

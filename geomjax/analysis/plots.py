@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from geomjax import report  # noqa: E402  (the paper's Table 1 rows for the per-layer figure)
+from geomjax.analysis import report  # noqa: E402  (the paper's Table 1 rows for the per-layer figure)
 
 STYLE = {
     "axes.formatter.useoffset": False,
@@ -104,11 +104,11 @@ def save_to_run(fig, run, name: str, dpi: int = 110) -> str:
 
     Args:
       fig: a matplotlib figure.
-      run: a :class:`geomjax.report.RunDir`.
+      run: a :class:`geomjax.analysis.report.RunDir`.
       name: the file name, e.g. ``"bao_fig2.png"``.
 
     Returns:
-      the path relative to the run directory, for :meth:`geomjax.report.Section.figure`.
+      the path relative to the run directory, for :meth:`geomjax.analysis.report.Section.figure`.
     """
     path, rel = run.figure_path(name)
     save(fig, path, dpi=dpi)
@@ -166,7 +166,7 @@ def pca_grid(
                Line2D([], [], ls="", marker="o", ms=4, color="tab:red", alpha=0.6, label=f"cvec ({n_seq} sequences)")]
     if suptitle:
         fig.suptitle(suptitle)
-    # constrained layout (geomjax.plots.STYLE) places the legend and the shared colour bar
+    # constrained layout (geomjax.analysis.plots.STYLE) places the legend and the shared colour bar
     fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     if sc is not None:
         cb = fig.colorbar(sc, ax=fig.axes, shrink=0.8)
@@ -366,7 +366,7 @@ def study_figures(result) -> dict:
     """Every figure of a geometry study, by file name stem (``figures/<name>.png``).
 
     Args:
-      result: a ``geomjax.study.StudyResult`` (drawn as is: no computation here).
+      result: a ``geomjax.analysis.study.StudyResult`` (drawn as is: no computation here).
 
     Returns:
       {name: Figure}: fig1_pca (Fig. 1, every layer), fig1_pca_3d (three layers), fig2_gram

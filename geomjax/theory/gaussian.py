@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import float64_aware
+from geomjax.base._checks import float64_aware
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Broadcastable, DType, Float, Key, Numeric, Real, Scalar
 

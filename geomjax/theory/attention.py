@@ -39,8 +39,8 @@ m_h·s to every score of key s; that term is part of ``bias``.
 
 Everything here acts on arrays (attention inputs, weights, scores); the model-facing half — reading
 a model's attention inputs, per-head weights and estimating μ/pos over windows of a corpus — is
-:mod:`geomjax.attention_probe`, which calls these functions. Rotary tables and ALiBi slopes come
-from :mod:`geomjax.positional`.
+:mod:`geomjax.tools.attention_probe`, which calls these functions. Rotary tables and ALiBi slopes come
+from :mod:`geomjax.theory.positional`.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from geomjax._checks import as_real_array, float64_aware
+from geomjax.base._checks import as_real_array, float64_aware
 from geomjax.errors import GeomjaxError
-from geomjax.positional import rotary_from_inv_freq
+from geomjax.theory.positional import rotary_from_inv_freq
 from geomjax.typing import Array, Float, Int, Key, Scalar
 
 __all__ = [
@@ -248,8 +248,8 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
 
     Args:
       x: (T, d) the layer's attention input for one sequence.
-      basis: from :func:`geomjax.attention_probe.estimate_attention_basis`.
-      weights: :func:`geomjax.attention_probe.qk_weights` of that layer (its rotary frequencies / ALiBi slopes are used
+      basis: from :func:`geomjax.tools.attention_probe.estimate_attention_basis`.
+      weights: :func:`geomjax.tools.attention_probe.qk_weights` of that layer (its rotary frequencies / ALiBi slopes are used
         when present and non-zero).
       layer: index into ``basis``.
     """

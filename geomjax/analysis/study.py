@@ -4,7 +4,7 @@
 document-labelled windows, runs the jitted model over them once and accumulates the exact
 decomposition (eqs. (2)-(3)) of every hidden state in the same pass, then computes each layer's
 numbers and the projections the figures draw; :meth:`StudyResult.to_json` is metrics.json,
-``geomjax.plots.study_figures`` draws it and ``geomjax.report.sections`` writes its report.
+``geomjax.analysis.plots.study_figures`` draws it and ``geomjax.analysis.report.sections`` writes its report.
 
 The numbers: :func:`layer_metrics` turns one layer's ``DecompositionStats`` (and optional context
 labels) into the numbers of Song & Zhong's tables; :func:`summarize_layers` gives the mean ± std
@@ -25,18 +25,26 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax import data, extraction, geometry, smoothness, spectral
+from geomjax import data
+
+from geomjax.tools import extraction
+
+from geomjax.theory import geometry
+
+from geomjax.theory import smoothness
+
+from geomjax.theory import spectral
 from geomjax.convert import minilm_path
 from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
-from geomjax._checks import x64_context
-from geomjax.decomposition import DecompositionStats
+from geomjax.base._checks import x64_context
+from geomjax.theory.decomposition import DecompositionStats
 from geomjax.errors import GeomjaxError
-from geomjax.io import cache_root
-from geomjax.lens import load
+from geomjax.base.io import cache_root
+from geomjax.analysis.lens import load
 from geomjax.models import ToyRun, model_interface, toy_forward
 from geomjax.models.bert import BertConfig
-from geomjax.parallel import data_mesh
-from geomjax.study_config import PRESETS, GeometryConfig
+from geomjax.base.parallel import data_mesh
+from geomjax.analysis.study_config import PRESETS, GeometryConfig
 
 __all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "summarize_layers", "theorem1_on_pos",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
@@ -220,7 +228,7 @@ class Theorem1OnPos:
       rhs_printed, ratio_printed: (K, M) RHS with the printed constant 6/(8k)^m and LHS / RHS (inf
         where the RHS is 0); max_ratio_printed, argmax_printed: the largest ratio and its (k, m);
         n_certified_violations_printed: (k, m) pairs whose lower bound exceeds the RHS.
-      rhs_corrected, ...: the same with ``geomjax.smoothness.corrected_constant``.
+      rhs_corrected, ...: the same with ``geomjax.theory.smoothness.corrected_constant``.
     """
 
     ks: np.ndarray
@@ -266,7 +274,7 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> Theor
     LHS(k) = (1/T)‖G − F_{≤k}B(F_{≤k}B)ᵀ‖op for the Frobenius-optimal PSD fit in the printed
     basis (an upper bound on the theorem's min over B) with a certified lower bound over all B;
     RHS(k, m) = 6/(8k)^m ‖Δ^{(m,m)}G̃‖max (printed) and the corrected constant of
-    ``geomjax.smoothness.corrected_constant``.
+    ``geomjax.theory.smoothness.corrected_constant``.
 
     Returns:
       :class:`Theorem1OnPos`: ``rhs_printed`` / ``rhs_corrected`` (K, M), ``ratio_*`` (K, M) = LHS / RHS,
@@ -642,8 +650,8 @@ class StudyResult:
     """The per-layer geometry study of one (model, corpus) pair (Song & Zhong §2, Tables 1-5,
     Theorem 1 on real layers, App. C, Figs. 1-3 / 24-26), as arrays and numbers.
 
-    :meth:`StudyResult.to_json` is metrics.json; ``geomjax.plots.study_figures`` draws it and
-    ``geomjax.report.sections`` writes its report.
+    :meth:`StudyResult.to_json` is metrics.json; ``geomjax.analysis.plots.study_figures`` draws it and
+    ``geomjax.analysis.report.sections`` writes its report.
 
     Attributes:
       config: the study's configuration; options: the study conventions it ran with.

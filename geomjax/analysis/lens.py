@@ -55,8 +55,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import compiled_cache
-from geomjax._repr import summarize
+from geomjax.base._checks import compiled_cache
+from geomjax.base._repr import summarize
 from geomjax.convert import load_pretrained, minilm_path, resolve_checkpoint
 from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
 from geomjax.errors import GeomjaxError
@@ -257,7 +257,7 @@ def _check_names(seen: set, keep, hooks: Mapping) -> None:
     if bad:
         some = ", ".join(sorted(seen, key=_order)[:14])
         raise GeomjaxError(f"no activation named {bad} in this model; names look like {some}, ... "
-                           "(geomjax.lens documents them)")
+                           "(geomjax.analysis.lens documents them)")
 
 
 _FORWARD_ORDER = ("hook_resid_pre", "ln1", "attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.scores",
@@ -313,7 +313,7 @@ def _compiled(iface: ModelInterface, keep, hooks: tuple):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ActivationCache(Mapping):
-    """Activations of one run by name (a read-only mapping; names in the :mod:`geomjax.lens` docstring).
+    """Activations of one run by name (a read-only mapping; names in the :mod:`geomjax.analysis.lens` docstring).
 
     Attributes:
       activations: ``{name: array}`` in forward order.

@@ -13,7 +13,7 @@ Conventions. P is the modulus; tokens 0..P-1 are numbers and token P is "=". Par
 (:func:`fourier_basis`); frequency k ∈ 1..P//2 owns rows 2k−1 (cos) and 2k (sin). Inputs are all P²
 pairs (a, b) in row-major order (index a·P + b). Everything is float32 under "highest" matmul
 precision unless stated; a float64 input (NumPy float64 or a Python list) is computed in float64
-instead (the dtype rule, ``geomjax._checks.float64_aware``).
+instead (the dtype rule, ``geomjax.base._checks.float64_aware``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import as_float32_or_64, float64_aware, x64_context
+from geomjax.base._checks import as_float32_or_64, float64_aware, x64_context
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, DType, Float, Int, IntSeq, Real
 

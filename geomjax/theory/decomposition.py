@@ -46,7 +46,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import (
+from geomjax.base._checks import (
     HIGHEST,
     check_accum_dtype,
     check_finite,
@@ -55,9 +55,9 @@ from geomjax._checks import (
     float64_aware,
     x64_context,
 )
-from geomjax._repr import with_compact_repr
+from geomjax.base._repr import with_compact_repr
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
-from geomjax.parallel import AXIS, check_divisible, shard_batch
+from geomjax.base.parallel import AXIS, check_divisible, shard_batch
 from geomjax.typing import Array, Float
 
 __all__ = [
@@ -170,7 +170,7 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
     Returns:
       ``Decomposition`` with mean (d,), pos (T, d), ctx (C, d), resid (C, T, d) and the derived
       ``cvec`` (C, T, d), in h's dtype (float64 for NumPy float64 or list input: the dtype rule of
-      :mod:`geomjax._checks`). The mean is removed first, with a second pass that corrects its
+      :mod:`geomjax.base._checks`). The mean is removed first, with a second pass that corrects its
       rounding, so a large mean does not cost precision.
 
     The NaN/Inf check needs concrete values: under ``jit``/``vmap``/``grad`` it is skipped and a
@@ -306,7 +306,7 @@ def _mean_middle(x: Array) -> Array:
 
 # The streaming accumulator: stream_init / stream_update / stream_merge / stream_finalize. Pure
 # functions (jit, vmap over layers and shard_map over a "data" axis compose with them); the drivers
-# below (decompose_stream, decompose_sharded) and geomjax.extraction.decompose_model_stream jit them.
+# below (decompose_stream, decompose_sharded) and geomjax.tools.extraction.decompose_model_stream jit them.
 
 
 def stream_init(
@@ -320,7 +320,7 @@ def stream_init(
     as usual. Inside ``shard_map`` over ``axis_name`` the shifts are averaged across devices
     (equal-sized shards give the global batch's shifts), so every device holds the same state.
     Pure and traceable; computed in ``accum_dtype`` (call it under
-    ``geomjax._checks.x64_context(accum_dtype)`` for float64 when JAX x64 is off).
+    ``geomjax.base._checks.x64_context(accum_dtype)`` for float64 when JAX x64 is off).
     """
     dtype = check_accum_dtype(accum_dtype, "stream_init")
     check_no_silent_float64(dtype, "stream_init", "accum_dtype")
@@ -472,7 +472,7 @@ def decompose_stream(
         NaN/Inf (the error names the first bad batch).
       TypeError: non-float input, or a float64 batch after a float32 first batch while JAX float64
         is disabled (a float64 or list first batch switches float64 on for the whole stream, the dtype
-        rule of :mod:`geomjax._checks`).
+        rule of :mod:`geomjax.base._checks`).
 
     Example (the streamed statistics equal the in-memory decomposition):
       >>> import numpy as np, geomjax as gj

@@ -54,7 +54,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import as_real_array, check_finite, check_int, check_square, float64_aware, is_concrete
+from geomjax.base._checks import as_real_array, check_finite, check_int, check_square, float64_aware, is_concrete
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Complex, DType, Float, Int
 
@@ -115,7 +115,7 @@ def _check_centred(G, where: str) -> None:
     if row > tol:
         raise GeomjaxError(
             f"{where}: G is not doubly centred (max |G 1| = {row:.3g} > {tol:.3g}); Theorem 1 assumes "
-            "pos_1 + ... + pos_T = 0. Centre it first with geomjax.smoothness.double_center(G)."
+            "pos_1 + ... + pos_T = 0. Centre it first with geomjax.theory.smoothness.double_center(G)."
         )
 
 

@@ -4,7 +4,7 @@
   key t are rotated by the angles t·θ_i, θ_i = theta^(−2i/K) for i < K/2 (divided by ``factor`` for
   linear position scaling). :func:`rope_inv_freq` gives θ, :func:`rotary_from_inv_freq` the
   (T, K) cos/sin tables; Llama/Mistral (``geomjax.models.llama``) and the eq. (7) decomposition of
-  rotary heads (``geomjax.attention.qk_decomposition``) both use them.
+  rotary heads (``geomjax.theory.attention.qk_decomposition``) both use them.
 * ALiBi (Press et al., "Train short, test long", §3, eq. (1)): head h adds m_h·s to the score of
   key s; :func:`alibi_slopes` gives m (BLOOM, ``geomjax.models.bloom``).
 

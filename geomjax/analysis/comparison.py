@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from geomjax.errors import GeomjaxError
-from geomjax.report import Section, render_markdown
+from geomjax.analysis.report import Section, render_markdown
 
 __all__ = ["HEADING", "PLUMBING_NOTICE", "VERDICTS", "Row", "Source", "SourceNumber", "parse_source_table",
            "replace_source_rows", "source_section", "verdict"]

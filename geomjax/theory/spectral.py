@@ -39,10 +39,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import as_float_array, as_matrix as _matrix, check_finite
-from geomjax._checks import check_nonzero_rows, check_square, float64_aware, is_concrete as _is_concrete, x64_context
+from geomjax.base._checks import as_float_array, as_matrix as _matrix, check_finite
+from geomjax.base._checks import check_nonzero_rows, check_square, float64_aware, is_concrete as _is_concrete, x64_context
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
-from geomjax.geometry import normalized_gram
+from geomjax.theory.geometry import normalized_gram
 from geomjax.typing import Array, Float, Int
 
 __all__ = [

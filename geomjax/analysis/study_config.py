@@ -1,7 +1,7 @@
 """Configuration of the per-layer geometry study (``geomjax geometry`` / ``demo``; config.json).
 
 A module of its own, with no geomjax import, so the command line can build its options (and
-``geomjax --help``) without loading JAX models: :func:`geomjax.study.run` runs a
+``geomjax --help``) without loading JAX models: :func:`geomjax.analysis.study.run` runs a
 :class:`GeometryConfig`.
 """
 
@@ -43,7 +43,7 @@ class GeometryConfig:
         RESULTS.md), at half the cost of float64 (an option).
       compute_dtype: dtype of the model forward: "float32" (default) or "bfloat16"/"float16"
         (mixed precision: the statistics still accumulate in ``accum_dtype``; see
-        ``geomjax.extraction.mixed_precision``).
+        ``geomjax.tools.extraction.mixed_precision``).
       screenot_k: ScreeNOT's upper bound on the rank (source: 20).
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).

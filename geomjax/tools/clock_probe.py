@@ -3,7 +3,7 @@
 
 :func:`analyze` reads a :class:`geomjax.train.grokking.GrokkingResult` (final parameters, history, the
 run folder's parameter snapshots), runs the model on all p² inputs (:func:`geomjax.models.toy.clock_activations`)
-and applies the array analyses of :mod:`geomjax.fourier` (Fourier spectra of W_E and W_L, key frequencies,
+and applies the array analyses of :mod:`geomjax.theory.fourier` (Fourier spectra of W_E and W_L, key frequencies,
 circles, periodic attention, petals and their planes, the MLP, read-out ranks, restricted/excluded loss,
 sufficiency of key-frequency subsets). It returns arrays and numbers, no figures and no verdicts: the claims
 (:mod:`geomjax.claims.clock`) judge them, :mod:`geomjax.claim_reports.clock` draws them.
@@ -19,9 +19,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from geomjax import fourier as fx
+from geomjax.theory import fourier as fx
 from geomjax.models.toy import clock_activations, head_weights
-from geomjax.train.grokking import grokking_data, grokking_init, grokking_milestones, param_snapshots
+from geomjax.train.grokking import GrokkingResult, grokking_data, grokking_init, grokking_milestones, param_snapshots
 
 __all__ = ["analyze"]
 
@@ -31,7 +31,7 @@ def _train_idx(cfg) -> np.ndarray:
     return x[:, 0] * cfg.train.options.p + x[:, 1]
 
 
-def analyze(res, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any]:
+def analyze(res: GrokkingResult, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any]:
     """Every analysis of the blog / Nanda et al. on a trained run (arrays + numbers; no figures).
 
     Args:

@@ -1,10 +1,10 @@
 """The model-facing half of the attention dissection (Song & Zhong §4, App. D).
 
-:mod:`geomjax.attention` holds the array math (eq. (7) QK decomposition, eq. (8) W structure, head
+:mod:`geomjax.theory.attention` holds the array math (eq. (7) QK decomposition, eq. (8) W structure, head
 patterns, entropy); this module reads what that math needs from a model, through its one interface
 (:func:`geomjax.models.model_interface`): a description of the model (:func:`describe_model`), each
 block's *attention input* x and attention probabilities (:func:`attention_inputs`; x = norm_1(h)
-for pre-norm models, h otherwise — see :mod:`geomjax.attention` for why x is what is decomposed),
+for pre-norm models, h otherwise — see :mod:`geomjax.theory.attention` for why x is what is decomposed),
 per-head weights with their position parameters (:func:`qk_weights`: rotary inverse frequencies,
 ALiBi slopes, grouped-query keys expanded to one W_k per query head), the global mean μ and
 positional basis pos of x estimated over windows (:func:`estimate_attention_basis`, eq. (2) applied
@@ -25,11 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax.attention import AttentionBasis, QKParts, qk_decomposition
+from geomjax.theory.attention import AttentionBasis, QKParts, qk_decomposition
 from geomjax.errors import GeomjaxError
 from geomjax.models.common import check_input_ids
 from geomjax.models.interface import kv_expanded, model_interface
-from geomjax.positional import alibi_slopes, rope_inv_freq
+from geomjax.theory.positional import alibi_slopes, rope_inv_freq
 from geomjax.typing import Array, Float, Int
 
 __all__ = [
@@ -237,10 +237,10 @@ def head_qk_decomposition(model: Any, params: dict, basis: AttentionBasis, ids: 
       ids: (T,) token ids, T <= the positions the basis was estimated on.
       layer, head: which head.
       causal: BERT only.
-      remove_mean: see :func:`geomjax.attention.qk_decomposition`.
+      remove_mean: see :func:`geomjax.theory.attention.qk_decomposition`.
 
     Returns:
-      :class:`geomjax.attention.QKParts` of (T, T) arrays.
+      :class:`geomjax.theory.attention.QKParts` of (T, T) arrays.
 
     Raises:
       ValueError: layer or head out of range; T longer than the basis' positions.

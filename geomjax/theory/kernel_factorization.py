@@ -85,7 +85,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import (
+from geomjax.base._checks import (
     as_real_array,
     check_finite,
     check_int,
@@ -639,7 +639,7 @@ def _incoherence(B1, B2):
 def incoherence(B1: Float[Array, "n1 d"], B2: Float[Array, "n2 d"]) -> Float[Array, ""]:
     """Mutual incoherence incoh = max{|⟨c, t⟩| : c ∈ B_1⁰, t ∈ B_2⁰} (Song & Zhong §4.3, before eq. (10)).
 
-    Unlike :func:`geomjax.geometry.incoherence` (cosines of pos/ctx, §4 Table 1) the vectors are not
+    Unlike :func:`geomjax.theory.geometry.incoherence` (cosines of pos/ctx, §4 Table 1) the vectors are not
     normalized: Theorem 2 assumes ‖u‖₂ ≤ 1 and uses raw inner products.
 
     Args:

@@ -1,8 +1,8 @@
 """End-to-end jobs behind the CLI: the per-layer geometry study, the claims check, toy training.
 
-:func:`run_geometry` composes the study as data flow: ``geomjax.study.run(config)`` computes a
+:func:`run_geometry` composes the study as data flow: ``geomjax.analysis.study.run(config)`` computes a
 ``StudyResult`` (Song & Zhong §2: Tables 1-5, Theorem 1 on real layers, App. C, Table 2),
-``geomjax.plots.study_figures`` draws it, ``geomjax.report.sections`` writes its report, and
+``geomjax.analysis.plots.study_figures`` draws it, ``geomjax.analysis.report.sections`` writes its report, and
 ``StudyResult.to_json()`` is metrics.json. The claims check and toy training compose
 ``geomjax.claims`` and ``geomjax.train`` the same way. No numbers are computed here.
 """
@@ -18,10 +18,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from geomjax._version import __version__
-from geomjax import claims, data, parallel, plots, report, study, train
+from geomjax import claims, data, train
+from geomjax.base import parallel
+from geomjax.analysis import plots
+from geomjax.analysis import report
+from geomjax.analysis import study
 from geomjax.errors import GeomjaxError
-from geomjax.report import Section
-from geomjax.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
+from geomjax.analysis.report import Section
+from geomjax.analysis.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
     PRESETS,
     GeometryConfig,
     GeometryInputs,
@@ -52,7 +56,7 @@ __all__ = [
 
 
 def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True, alongside=None):
-    """Song & Zhong §2 study of every hidden state (``geomjax.study.run``); writes its figures
+    """Song & Zhong §2 study of every hidden state (``geomjax.analysis.study.run``); writes its figures
     into ``run``.
 
     ``alongside() -> (sections, metrics)``, if given, runs once the study is computed, while a worker
@@ -62,7 +66,7 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True,
     abandons the run directory with nothing still writing into it.
 
     Returns:
-      (sections, metrics): report sections (``geomjax.report.sections``) and metrics.json
+      (sections, metrics): report sections (``geomjax.analysis.report.sections``) and metrics.json
       (``StudyResult.to_json``: ``per_layer`` metrics, ``summary`` (mean ± std across layers,
       Tables 1-2), singular values, Theorem 1 tables and timings; docs/DESIGN.md).
     """

@@ -36,10 +36,10 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import check_int, check_prng_key, compiled_cache, x64_context
-from geomjax._repr import with_compact_repr
+from geomjax.base._checks import check_int, check_prng_key, compiled_cache, x64_context
+from geomjax.base._repr import with_compact_repr
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
-from geomjax.parallel import AXIS
+from geomjax.base.parallel import AXIS
 from geomjax.typing import Array, Key, PyTree, Shaped
 
 __all__ = ["Estimate", "merge", "merge_all", "from_samples", "estimate"]
@@ -381,7 +381,7 @@ def estimate(
       chunk: samples per vmapped chunk (memory ~ chunk x sample size). With a mesh it must be a
         multiple of the number of devices. Clipped to ``n_samples`` (rounded up to a multiple of
         the device count) when larger.
-      mesh: optional 1-D mesh with axis ``"data"`` (``geomjax.parallel.data_mesh``).
+      mesh: optional 1-D mesh with axis ``"data"`` (``geomjax.base.parallel.data_mesh``).
       dtype: accumulation dtype, "float32" or "float64" (float64 is enabled locally for the
         whole computation, so ``sample_fn`` also draws in float64 by default; the draws then
         differ from a float32 run with the same key). Default: float64 if the samples are
@@ -404,7 +404,7 @@ def estimate(
         if not isinstance(mesh, Mesh) or AXIS not in mesh.shape:
             raise GeomjaxError(
                 f"estimate: `mesh` must be a jax Mesh with a {AXIS!r} axis "
-                f"(geomjax.parallel.data_mesh()), got {mesh!r}"
+                f"(geomjax.base.parallel.data_mesh()), got {mesh!r}"
             )
         n_dev = int(mesh.shape[AXIS])
         if chunk % n_dev:

@@ -55,7 +55,7 @@ import numpy as np
 import optax
 from jax.scipy.special import erf
 
-from geomjax._checks import check_finite, check_square, float64_aware, is_concrete
+from geomjax.base._checks import check_finite, check_square, float64_aware, is_concrete
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Bool, Broadcastable, DType, Float, Key, Numeric, Real, Scalar
 

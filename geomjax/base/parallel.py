@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from geomjax.errors import GeomjaxError
-from geomjax.io import cache_root
+from geomjax.base.io import cache_root
 
 AXIS = "data"
 

@@ -2,7 +2,7 @@
 
 A report is a list of :class:`Section` (heading, paragraphs, tables, figures). It is stored as
 ``report.json`` next to the rendered Markdown and HTML, so ``geomjax report RUN_DIR`` can render
-it again. :func:`sections` writes the geometry study's report from a ``geomjax.study.StudyResult``
+it again. :func:`sections` writes the geometry study's report from a ``geomjax.analysis.study.StudyResult``
 (with Song & Zhong's own Table 1-2 numbers quoted beside it). No JAX compute happens here.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 
 from geomjax.errors import GeomjaxError
-from geomjax.io import to_jsonable
+from geomjax.base.io import to_jsonable
 
 __all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
            "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2", "METRIC_PANELS",
@@ -342,7 +342,7 @@ def render_run(path: str | os.PathLike) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# The geometry study's report (geomjax.study.StudyResult -> sections)
+# The geometry study's report (geomjax.analysis.study.StudyResult -> sections)
 # ---------------------------------------------------------------------------------------------
 
 # Song & Zhong's own numbers, quoted for comparison (Table 1: mean (std) across layers, 6.4K
@@ -400,7 +400,7 @@ def _fmt_ms(na: dict | None, summary: dict, key: str) -> str:
 
 def _cell(m, key: str, na: dict):
     """A table cell: the value of the per-layer metric ``key`` (an attribute of ``m``, a
-    ``geomjax.study.LayerMetrics`` or ``TokenClusters``), or the reason it is not available."""
+    ``geomjax.analysis.study.LayerMetrics`` or ``TokenClusters``), or the reason it is not available."""
     v = None if m is None else getattr(m, key)
     return na.get(key, "n/a") if v is None else v
 
@@ -609,8 +609,8 @@ def sections(result, figure_paths: dict[str, str]) -> list[Section]:
     beside ours, and the figures.
 
     Args:
-      result: a ``geomjax.study.StudyResult``.
-      figure_paths: figure name (``geomjax.plots.study_figures``) -> path relative to the run
+      result: a ``geomjax.analysis.study.StudyResult``.
+      figure_paths: figure name (``geomjax.analysis.plots.study_figures``) -> path relative to the run
         directory ("figures/fig1_pca.png").
     """
     layers = result.layers

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from geomjax._checks import check_accum_dtype, compiled_cache, x64_context
-from geomjax.decomposition import (
+from geomjax.base._checks import check_accum_dtype, compiled_cache, x64_context
+from geomjax.theory.decomposition import (
     DecompositionStats,
     StreamState,
     stream_finalize,
@@ -26,7 +26,7 @@ from geomjax.decomposition import (
     stream_update,
 )
 from geomjax.models.interface import model_interface
-from geomjax.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
+from geomjax.base.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
 from geomjax.typing import Array, Int, PyTree
 
 __all__ = ["COMPUTE_DTYPES", "ForwardFn", "decompose_model_stream", "hidden_state_forward", "mixed_precision"]
@@ -84,9 +84,9 @@ def hidden_state_forward(model, which: str = "hidden_states", compute_dtype: str
 
 
 def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype, axis_name):
-    """One batch of windows: the forward pass, then :func:`~geomjax.decomposition.stream_update` of
+    """One batch of windows: the forward pass, then :func:`~geomjax.theory.decomposition.stream_update` of
     every hidden state (vmapped over layers); the first batch also sets the shifts
-    (:func:`~geomjax.decomposition.stream_init`)."""
+    (:func:`~geomjax.theory.decomposition.stream_init`)."""
     states = forward(params, ids)
     x = jnp.stack(list(states))  # (L, B, T, d)
     if drop_first:
@@ -146,7 +146,7 @@ def decompose_model_stream(
       mesh: optional 1-D ``"data"`` mesh; B must be divisible by its size.
       progress: tqdm progress bar (a string sets its description).
       total: number of batches, for the progress bar.
-      process_local: multi-process runs only (after ``geomjax.parallel.initialize``): False means
+      process_local: multi-process runs only (after ``geomjax.base.parallel.initialize``): False means
         every process iterates the same global batches (each transfers its own devices' rows);
         True means each process passes only its own rows of every batch (B / n_processes of them).
         Every process receives the same, complete statistics.

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax._checks import (
+from geomjax.base._checks import (
     HIGHEST as _HIGHEST,
     as_float_array,
     as_matrix as _matrix,

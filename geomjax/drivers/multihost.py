@@ -1,10 +1,10 @@
 """Multi-process (multi-host) streaming decomposition: one launch per process, one global mesh.
 
-``python -m geomjax.multihost`` runs the fused extraction + one-pass decomposition
-(:func:`geomjax.extraction.decompose_model_stream`, Song & Zhong eqs. (2)-(3)) over a 1-D
+``python -m geomjax.drivers.multihost`` runs the fused extraction + one-pass decomposition
+(:func:`geomjax.tools.extraction.decompose_model_stream`, Song & Zhong eqs. (2)-(3)) over a 1-D
 ``"data"`` mesh that spans the devices of every process. Each process:
 
-1. calls :func:`geomjax.parallel.initialize` (``jax.distributed.initialize``);
+1. calls :func:`geomjax.base.parallel.initialize` (``jax.distributed.initialize``);
 2. builds the same model and the same seeded windows;
 3. feeds either the global batches (each process transfers its own devices' rows) or, with
    ``--process-local``, only its own rows of every batch (``make_array_from_process_local_data``);
@@ -13,7 +13,7 @@
 On one machine, :func:`launch_local` starts N such processes with CPU host devices, so the
 multi-host path is testable without a cluster::
 
-    python -m geomjax.multihost --launch-local 2 --devices-per-process 2 --out stats.npz
+    python -m geomjax.drivers.multihost --launch-local 2 --devices-per-process 2 --out stats.npz
 
 On a cluster, run one process per host (SLURM / Open MPI are detected automatically, or pass
 ``--coordinator host:port --num-processes N --process-id i``).
@@ -31,8 +31,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from geomjax import data, parallel, pipeline
-from geomjax.extraction import decompose_model_stream, hidden_state_forward
+from geomjax import data
+
+from geomjax.base import parallel
+
+from geomjax.drivers import pipeline
+from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
 from geomjax.models.toy import ToyTransformer, nanogpt_config
 
 __all__ = ["main", "launch_local", "toy_problem", "stats_arrays"]
@@ -74,7 +78,7 @@ def _free_port() -> int:
 
 def launch_local(n_processes: int, devices_per_process: int, args: list[str], timeout: float = 300,
                  python: str | None = None) -> list[subprocess.CompletedProcess]:
-    """Start ``n_processes`` local processes of ``python -m geomjax.multihost`` and wait for all.
+    """Start ``n_processes`` local processes of ``python -m geomjax.drivers.multihost`` and wait for all.
 
     Each process gets ``devices_per_process`` CPU host devices and the shared coordinator
     ``127.0.0.1:<free port>``. ``args`` are passed through (``--out``, sizes, ...).
@@ -91,7 +95,7 @@ def launch_local(n_processes: int, devices_per_process: int, args: list[str], ti
     env["JAX_PLATFORMS"] = "cpu"
     procs = []
     for i in range(n_processes):
-        cmd = [python or sys.executable, "-m", "geomjax.multihost", "--coordinator", f"127.0.0.1:{port}",
+        cmd = [python or sys.executable, "-m", "geomjax.drivers.multihost", "--coordinator", f"127.0.0.1:{port}",
                "--num-processes", str(n_processes), "--process-id", str(i), *args]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
@@ -112,7 +116,7 @@ def launch_local(n_processes: int, devices_per_process: int, args: list[str], ti
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m geomjax.multihost", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m geomjax.drivers.multihost", description=__doc__.split("\n")[0])
     p.add_argument("--coordinator", help="host:port of process 0 (omit on SLURM/MPI: auto-detected)")
     p.add_argument("--num-processes", type=int)
     p.add_argument("--process-id", type=int)
