@@ -23,65 +23,35 @@ from geomjax.errors import GeomjaxError
 __all__ = ["main", "build_parser"]
 
 
+def _add_config_option(group: argparse._ArgumentGroup, field: dataclasses.Field, opt) -> None:
+    """One option of a GeometryConfig field, as its ``CliOption`` declares it (dest = the field name)."""
+    flags = [opt.flag or "--" + field.name.replace("_", "-")] + ([opt.short] if opt.short else [])
+    kw: dict = {"dest": field.name, "help": opt.help}
+    if opt.negate or field.default is False:
+        kw.update(action="store_true")
+    elif field.type == "bool | None":
+        kw.update(action=argparse.BooleanOptionalAction, default=None)
+    else:
+        kw.update(type=int if field.type.startswith("int") else str, choices=opt.choices,
+                  default=None if opt.preset else field.default)
+    group.add_argument(*flags, **kw)
+
+
 def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
-    g = p.add_argument_group("model and data")
-    g.add_argument("--model", default=defaults.model,
-                   help="'minilm' (the offline MiniLM package), a local Hugging Face model "
-                        "directory / cache entry with config.json + model.safetensors, or a Hugging "
-                        "Face name (gpt2, meta-llama/Llama-2-7b-hf, bigscience/bloom-560m: cached "
-                        "or downloaded); GPT-2, BERT, Llama, Mistral, BLOOM")
-    g.add_argument("--corpus", default=defaults.corpus,
-                   help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
-    g.add_argument("--data-dir", default=None,
-                   help="folder replacing the bundled corpora: tinyshakespeare/input.txt, "
-                        "wikitext-2/{valid,test}.txt (default: $GEOMJAX_DATA, else the copies "
-                        "shipped with geomjax; see DATA.md)")
-    g.add_argument("--preset", choices=["cpu", "paper"], default="cpu",
-                   help="sampling sizes: cpu (default: C = %d x %d, T = %d; minutes here) or "
-                        "paper (C = 6400, T = 512, as Song & Zhong; meant for a GPU and a large "
-                        "corpus); explicit size flags override the preset"
-                        % (defaults.n_docs, defaults.windows_per_doc, defaults.seq_len))
-    g.add_argument("--n-docs", type=int, default=None,
-                   help="documents to draw windows from (their labels feed the cluster metrics)")
-    g.add_argument("--windows-per-doc", type=int, default=None,
-                   help="non-overlapping windows per document (C = n_docs x windows_per_doc)")
-    g.add_argument("-T", "--seq-len", type=int, default=None,
-                   help="window length in tokens (before dropping the first)")
-    g.add_argument("--batch-size", type=int, default=None)
-    g.add_argument("--ood-corpus", default=defaults.ood_corpus,
-                   help="second corpus for Table 2 (out of distribution); 'none' to skip")
-    g.add_argument("--cluster-windows", type=int, default=defaults.n_cluster_windows,
-                   help="windows per document for the token-level cvec/raw compactness "
-                        "(App. C); 0 to skip")
-    g.add_argument("--no-theorem1", action="store_true",
-                   help="skip eq. (6) of Theorem 1 on the layers' pos Grams")
-    g.add_argument("--seed", type=int, default=defaults.seed)
-    c = p.add_argument_group("conventions")
-    c.add_argument("--keep-first", action="store_true",
-                   help="keep position 0 (default: drop it, as the Song & Zhong code)")
-    c.add_argument("--final-ln", action=argparse.BooleanOptionalAction, default=None,
-                   help="use the last state after the final norm (Hugging Face's convention) or not; "
-                        "default: the family's as the Song & Zhong code ran it (GPT-2 without, "
-                        "BLOOM / Llama / Mistral with)")
-    c.add_argument("--bos", action="store_true",
-                   help="prepend the model's BOS id to every window (dropped with the first position)")
-    c.add_argument("--param-dtype", choices=["float32", "bfloat16", "float16"], default=None,
-                   help="convert the weights to this dtype (default: keep the checkpoint's)")
-    c.add_argument("--causal", action="store_true",
-                   help="run BERT with a causal mask (the source code's is_decoder=True)")
-    c.add_argument("--raw-relative-norm", action="store_true",
-                   help="relative norm against raw states with the mean included (source code)")
-    c.add_argument("--cluster-mu", choices=["topics", "general"], default=defaults.cluster_mu,
-                   help="centre ctx on μ of the topic windows (default) or, as the Song & Zhong topics "
-                        "script, on μ of a separate general-corpus draw (Table 1 intra/inter similarity)")
-    c.add_argument("--accum-dtype", choices=["float32", "float64"], default=defaults.accum_dtype)
-    c.add_argument("--compute-dtype", choices=["float32", "bfloat16", "float16"],
-                   default=defaults.compute_dtype,
-                   help="dtype of the model forward (mixed precision; statistics stay in --accum-dtype)")
-    c.add_argument("--screenot-k", type=int, default=defaults.screenot_k)
-    x = p.add_argument_group("execution")
-    x.add_argument("--devices", type=int, default=None,
-                   help="shard windows over this many devices of a 1-D 'data' mesh")
+    """The options of ``geometry`` / ``demo``: one per GeometryConfig field that declares a CliOption
+    (geomjax.analysis.study_config), then --preset and the execution/multi-host options."""
+    from geomjax.analysis.study_config import GeometryConfig, cli_option
+
+    groups = {name: p.add_argument_group(name) for name in ("model and data", "conventions", "execution")}
+    for field in dataclasses.fields(GeometryConfig):
+        if (opt := cli_option(field)) is not None:
+            _add_config_option(groups[opt.group], field, opt)
+    groups["model and data"].add_argument(
+        "--preset", choices=["cpu", "paper"], default="cpu",
+        help="sampling sizes: cpu (default: C = %d x %d, T = %d; minutes here) or paper (C = 6400, T = 512, "
+             "as Song & Zhong; meant for a GPU and a large corpus); explicit size flags override the preset"
+             % (defaults.n_docs, defaults.windows_per_doc, defaults.seq_len))
+    x = groups["execution"]
     x.add_argument("--out", default=None, help="run directory (default runs/<command>-<time>)")
     x.add_argument("--overwrite", action="store_true",
                    help="replace whatever --out holds (otherwise a foreign or different run is refused)")
@@ -180,21 +150,24 @@ def _erratum(args, run, metrics) -> None:
 
 
 def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
-    from geomjax.analysis.study_config import PRESETS, GeometryConfig
+    """The GeometryConfig of parsed ``geometry`` / ``demo`` options: the preset's sizes, then every
+    field's option (as its CliOption declares: negated flags, a word for None)."""
+    from geomjax.analysis.study_config import PRESETS, GeometryConfig, cli_option
 
-    sizes = dict(PRESETS[args.preset])
-    for name in ("n_docs", "windows_per_doc", "seq_len", "batch_size"):
-        if getattr(args, name) is not None:
-            sizes[name] = getattr(args, name)
-    ood = None if str(args.ood_corpus).lower() in ("none", "") else args.ood_corpus
-    return GeometryConfig(
-        model=args.model, corpus=args.corpus, data_dir=args.data_dir, **sizes,
-        ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
-        seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
-        param_dtype=args.param_dtype,
-        causal=args.causal, centered_relative_norm=not args.raw_relative_norm, cluster_mu=args.cluster_mu,
-        accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,
-    )
+    values = dict(PRESETS[args.preset])
+    for field in dataclasses.fields(GeometryConfig):
+        opt = cli_option(field)
+        if opt is None:
+            continue
+        v = getattr(args, field.name)
+        if opt.negate:
+            v = not v
+        elif opt.preset and v is None:
+            continue
+        elif opt.none_word is not None and str(v).lower() in (opt.none_word, ""):
+            v = None
+        values[field.name] = v
+    return GeometryConfig(**values)
 
 
 def _debug_requested(argv: list[str] | None) -> bool:

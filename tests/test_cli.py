@@ -167,3 +167,25 @@ def test_compilation_cache_switch(tmp_path, monkeypatch):
 def test_partial_multihost_arguments_are_an_error(tmp_path, capsys):
     _one_line_error(capsys, ["geometry", "--num-processes", "2", "--out", str(tmp_path / "x"), *SMALL],
                     "together")
+
+
+def test_geometry_options_are_built_from_the_config_fields():
+    """Every GeometryConfig field that declares a CliOption is an option of ``geometry`` and ``demo``
+    (dest = the field name); the defaults give the default config, and each flag sets its field."""
+    import dataclasses
+
+    from geomjax.analysis.study_config import GeometryConfig, cli_option
+
+    parser = cli.build_parser()
+    assert cli._config_from_args(parser.parse_args(["geometry"])) == GeometryConfig()
+    assert cli._config_from_args(parser.parse_args(["demo"])) == GeometryConfig()
+    flagged = [f.name for f in dataclasses.fields(GeometryConfig) if cli_option(f) is not None]
+    assert set(flagged) == {f.name for f in dataclasses.fields(GeometryConfig)} - {"n_cvec"}
+    cfg = cli._config_from_args(parser.parse_args(
+        ["geometry", "--keep-first", "--no-theorem1", "--raw-relative-norm", "--cluster-windows", "3",
+         "--no-final-ln", "--ood-corpus", "none", "--accum-dtype", "float64", "--devices", "2"]))
+    assert (cfg.drop_first, cfg.theorem1, cfg.centered_relative_norm) == (False, False, False)
+    assert (cfg.n_cluster_windows, cfg.final_ln, cfg.ood_corpus, cfg.accum_dtype, cfg.devices) == \
+        (3, False, None, "float64", 2)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["geometry", "--accum-dtype", "float16"])  # choices come from the field

@@ -1,5 +1,5 @@
 """Experiment reports: the source-vs-run table, the smoke presets' "plumbing only" notice, the figure
-helpers (phase ordering), the token-randomization split, and the README's experiment numbers against
+helpers (phase ordering), the token-randomization split, and the experiments' pages (docs/findings.md, experiments/*/README.md) against
 the committed ``cpu`` reports."""
 
 from __future__ import annotations
@@ -67,11 +67,13 @@ def test_source_section_roundtrip_and_smoke_notice():
 
 
 
-def test_readme_experiment_results_match_the_committed_cpu_reports():
-    from experiments.readme_results import EXPERIMENTS, ROOT, readme_block, readme_section, report_path
+def test_experiment_pages_match_the_committed_cpu_reports():
+    """docs/findings.md's experiment block and every experiments/<name>/README.md hold exactly what
+    experiments.readme_results generates from the committed cpu reports."""
+    from experiments.readme_results import EXPERIMENTS, generated_files, report_path
 
-    readme = (ROOT / "README.md").read_text()
-    assert readme_section(readme) == readme_block(), "README is stale: run python -m experiments.readme_results"
+    for path, text in generated_files().items():
+        assert path.is_file() and path.read_text() == text, f"{path} is stale: run python -m experiments.readme_results"
     for name, _ in EXPERIMENTS:
         p = report_path(name)
         if p.is_file():

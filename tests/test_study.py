@@ -182,3 +182,31 @@ def test_layer_metrics_records_why_screenot_cannot_run():
         m = study.layer_metrics(st, None, study.StudyOptions(screenot_k=20, n_freq=3))
     assert m.screenot_rank is None and "k = 20 needs 2k + 1 < min(T, d) = 6" in m.screenot_note
     assert "screenot_note" not in study.layer_metrics(st, None, study.StudyOptions(screenot_k=2, n_freq=3)).to_json()
+
+
+def test_a_new_layer_metric_reaches_the_report_table_without_editing_report():
+    """The per-layer table is built from LayerMetrics' fields: a field that declares a column (with
+    study._metric) is a column of the report, with its values, and a config field in braces is filled."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from geomjax.analysis import report
+    from geomjax.analysis.study_config import GeometryConfig
+
+    @dataclasses.dataclass(frozen=True)
+    class WithNew(study.LayerMetrics):
+        new_metric: float | None = study._metric("my new metric (k={screenot_k})", default=None)
+
+    base = dict(n_contexts=4, n_positions=8, screenot_rank=2, screenot_threshold=1.0, explained_ratio=0.5,
+                screenot_note=None, stable_rank=1.5, relative_norm=0.3, share_pos=0.2, share_ctx=0.5,
+                share_resid=0.3, incoherence_max=0.1, incoherence_mean=0.05, intra_similarity=None,
+                inter_similarity=None, dct_low_freq_energy=0.9, cluster_compactness=None)
+    layers = [SimpleNamespace(name=f"layer {i}", metrics=WithNew(**base, new_metric=0.25 * i)) for i in range(2)]
+    r = SimpleNamespace(layers=layers, not_available={"intra_similarity": "one document"},
+                        config=GeometryConfig(screenot_k=7))
+    section = report._layers_section(r, {"metrics_by_layer": "figures/m.png"})
+    md = report.render_markdown("t", [section])
+    assert "my new metric (k=7)" in md and "rank (ScreeNOT k=7)" in md and "one document" in md
+    header = next(line for line in md.splitlines() if line.startswith("| layer"))
+    assert header.count("|") - 1 == 1 + len(report.metric_columns()) + 1
+    assert "| 0.25 |" in md.replace("0.250", "0.25")

@@ -4,8 +4,14 @@ refactors of the study / pipeline / report code).
 ``tests/goldens/study_metrics.json`` is the metrics.json of ``geomjax geometry`` on MiniLM with
 tiny sizes and every optional stage on (Theorem 1 on the layers, token clusters, an
 out-of-distribution pass), written by the code before the data-flow refactor. Every number must
-agree to 1e-6 relative (NaN equals NaN), with the same keys and the same strings; timings are
-excluded. Regenerate it only for an intended change of results:
+agree to RTOL = 1e-5 relative (NaN equals NaN), with the same keys and the same strings; timings are
+excluded; an entry of a list of numbers (a spectrum) is compared at the scale of the list's largest
+entry. Why 1e-5 and not 1e-6: the study runs in float32 (unit roundoff 6e-8), and XLA:CPU's kernels
+differ with the host's vector instructions: the same commit (9f23f93) run on two x86-64 machines of
+this project differed by up to 6.0e-6 relative (the App. C compactness, a pseudo-inverse of a scatter
+matrix, amplifies rounding by its condition number) and by 15% on a singular value at 1.2e-6 of its
+spectrum's largest (rounding noise). A change of results (a refactor that moves a number) shows at
+1e-4 and above. Regenerate it only for an intended change of results:
 ``GEOMJAX_UPDATE_GOLDEN=1 pytest tests/test_study_golden.py``.
 """
 
@@ -37,13 +43,17 @@ def _number(x):
     return None
 
 
-def compare_metrics(a, b, rtol: float = 1e-6, path: str = "") -> tuple[list[str], float]:
+RTOL = 1e-5
+
+
+def compare_metrics(a, b, rtol: float = RTOL, path: str = "", floor: float = 0.0) -> tuple[list[str], float]:
     """Differences between two decoded metrics.json trees and the largest relative difference.
 
     Returns:
       (problems, max_rel): one line per key set, type, length or value that differs (numbers
-      beyond ``rtol`` relative; NaN == NaN; exact zeros compared absolutely at 1e-300), and the
-      largest |a − b| / max(|a|, |b|) over all finite number pairs.
+      beyond ``rtol`` relative; NaN == NaN; exact zeros compared absolutely at 1e-300; an entry of a
+      list of numbers at the scale of the list's largest magnitude: ``floor``), and the largest
+      |a − b| / max(|a|, |b|, floor) over all finite number pairs.
     """
     problems: list[str] = []
     worst = 0.0
@@ -61,8 +71,10 @@ def compare_metrics(a, b, rtol: float = 1e-6, path: str = "") -> tuple[list[str]
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{path}: lengths {len(a)} != {len(b)}"], worst
+        numbers = [abs(v) for v in map(_number, a) if v is not None and math.isfinite(v)]
+        scale = max(numbers, default=0.0)
         for i, (x, y) in enumerate(zip(a, b)):
-            p, w = compare_metrics(x, y, rtol, f"{path}[{i}]")
+            p, w = compare_metrics(x, y, rtol, f"{path}[{i}]", scale)
             problems += p
             worst = max(worst, w)
         return problems, worst
@@ -71,7 +83,7 @@ def compare_metrics(a, b, rtol: float = 1e-6, path: str = "") -> tuple[list[str]
         if math.isnan(x) or math.isnan(y) or math.isinf(x) or math.isinf(y):
             same = (math.isnan(x) and math.isnan(y)) or x == y
             return ([] if same else [f"{path}: {a!r} != {b!r}"]), worst
-        scale = max(abs(x), abs(y))
+        scale = max(abs(x), abs(y), floor)
         rel = abs(x - y) / scale if scale > 1e-300 else 0.0
         return ([] if rel <= rtol else [f"{path}: {a!r} != {b!r} (rel {rel:.2e})"]), rel
     if a != b or type(a) is not type(b):
@@ -84,8 +96,10 @@ def test_compare_metrics_detects_differences():
     base = {"a": [1.0, "NaN", 2], "b": {"c": "x"}, "timing_s": {"total": 1.0}}
     assert compare_metrics(base, json.loads(json.dumps(base)))[0] == []
     assert compare_metrics(base, base | {"timing_s": {"total": 9.0}})[0] == []
-    assert compare_metrics(base, base | {"a": [1.0 + 2e-6, "NaN", 2]})[0]
-    assert compare_metrics(base, base | {"a": [1.0 + 5e-7, "NaN", 2]}) == ([], pytest.approx(5e-7, rel=1e-3))
+    assert compare_metrics(base, base | {"a": [1.0 + 4e-5, "NaN", 2]})[0]
+    assert compare_metrics(base, base | {"a": [1.0 + 5e-6, "NaN", 2]}) == ([], pytest.approx(5e-6 / 2, rel=1e-3))
+    assert compare_metrics({"s": [1.0, 1e-7]}, {"s": [1.0, 2e-7]})[0] == []  # at the spectrum's scale
+    assert compare_metrics({"s": [1.0, 1e-2]}, {"s": [1.0, 1.1e-2]})[0]
     assert compare_metrics(base, base | {"a": [1.0, 0.0, 2]})[0]
     assert compare_metrics(base, base | {"a": [1.0, "NaN"]})[0]
     assert compare_metrics(base, base | {"b": {"c": "y"}})[0]
@@ -103,7 +117,7 @@ def test_geometry_metrics_equal_golden(tmp_path):
     problems, worst = compare_metrics(json.loads(GOLDEN.read_text()), got)
     print(f"max relative difference to the golden: {worst:.3g}")
     assert not problems, "\n".join(problems[:20])
-    assert worst <= 1e-6
+    assert worst <= RTOL
 
 
 def _synthetic_result(theorem1: bool, clusters: bool, ood: bool):

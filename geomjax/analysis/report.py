@@ -21,9 +21,10 @@ from typing import Any
 
 from geomjax.errors import GeomjaxError
 from geomjax.base.io import to_jsonable
+from geomjax.analysis.study import LayerMetrics
 
 __all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
-           "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2", "METRIC_PANELS",
+           "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2", "METRIC_PANELS", "metric_columns",
            "paper_row", "paper_value"]
 
 
@@ -364,18 +365,16 @@ PAPER_TABLE2 = [
     ("BLOOM", "GitHub", "9.54 (0.84)", "0.14 (0.05)"),
 ]
 
-# Per-layer figure: metric key -> (panel title, Table 1 column of the paper's row, or None).
-METRIC_PANELS = {
-    "screenot_rank": ("rank of P (ScreeNOT)", 2),
-    "stable_rank": ("stable rank of P", None),
-    "relative_norm": ("relative norm of P", 3),
-    "incoherence_max": ("incoherence: max |cos(pos, ctx)|", 6),
-    "intra_similarity": ("ctx |cos| within documents", 5),
-    "inter_similarity": ("ctx |cos| between documents", 4),
-    "cluster_compactness": ("ctx compactness Tr(Σ_B Σ_W⁺)", None),
-    "dct_low_freq_energy": ("pos Gram: low-frequency DCT energy", None),
-    "share_pos": ("variance share of pos", None),
-}
+# Per-layer figure: metric key -> (panel title, Table 1 column of the paper's row, or None), in the
+# order of LayerMetrics' fields, from what each field declares (study._metric).
+METRIC_PANELS = {f.name: (f.metadata["panel"], f.metadata["table1"])
+                 for f in dataclasses.fields(LayerMetrics) if f.metadata.get("panel")}
+
+
+def metric_columns(metrics_cls: type = LayerMetrics) -> list[dataclasses.Field]:
+    """The per-layer table's metric columns: the fields of the metrics dataclass that declare one
+    (``study._metric``), in field order."""
+    return [f for f in dataclasses.fields(metrics_cls) if f.metadata.get("column")]
 
 
 def paper_row(arch: str) -> tuple | None:
@@ -400,7 +399,7 @@ def _fmt_ms(na: dict | None, summary: dict, key: str) -> str:
 
 def _cell(m, key: str, na: dict):
     """A table cell: the value of the per-layer metric ``key`` (an attribute of ``m``, a
-    ``geomjax.analysis.study.LayerMetrics`` or ``TokenClusters``), or the reason it is not available."""
+    :class:`~geomjax.analysis.study.LayerMetrics` or ``TokenClusters``), or the reason it is not available."""
     v = None if m is None else getattr(m, key)
     return na.get(key, "n/a") if v is None else v
 
@@ -454,27 +453,23 @@ def _setup_section(r) -> Section:
 
 def _layers_section(r, figure_paths: dict) -> Section:
     na = r.not_available
-    rows = [[ly.name] + [_cell(ly.metrics, k, na) for k in (
-        "screenot_rank", "stable_rank", "relative_norm", "incoherence_max", "incoherence_mean",
-        "intra_similarity", "inter_similarity", "cluster_compactness", "dct_low_freq_energy",
-        "share_pos", "share_ctx", "share_resid")] for ly in r.layers]
+    columns = metric_columns(type(r.layers[0].metrics))
+    rows = [[ly.name] + [_cell(ly.metrics, f.name, na) for f in columns] for ly in r.layers]
     s = Section("Per-layer geometry (Song & Zhong Tables 1, 3, 4, 5; App. C)")
     s.table(
-        ["layer", "rank (ScreeNOT k=%d)" % r.config.screenot_k, "stable rank", "relative norm",
-         "incoh max", "incoh mean", "intra sim", "inter sim", "compactness",
-         "DCT low-freq energy", "pos share", "ctx share", "resid share"], rows,
-        "Rank and stable rank of P (T×d); relative norm ‖P_tiled‖op/‖M‖op; incoherence "
+        ["layer"] + [f.metadata["column"].format(**dataclasses.asdict(r.config)) for f in columns], rows,
+        "Rank and stable rank of P (T×d); relative norm ‖P_tiled‖op/‖M‖op; ANOVA variance shares of "
+        "pos, ctx and resid (sum to 1); incoherence "
         "max_{t,c}|cos(pos_t, ctx_c)| (exact, over all T·C pairs) and its mean; mean |cos| of ctx "
-        "within / between documents; Tr(Σ_B Σ_W⁺) of ctx; share of the normalized pos Gram's "
-        "DCT energy in the first 10×10 frequencies; ANOVA variance shares (sum to 1).")
+        "within / between documents; share of the normalized pos Gram's DCT energy in the first 10×10 "
+        "frequencies; Tr(Σ_B Σ_W⁺) of ctx.")
     s.figure(figure_paths["metrics_by_layer"], "Per-layer metrics (layer 0 = embedding output).")
     return s
 
 
 def _summary_section(r) -> Section:
     na, summary, d, C, cfg = r.not_available, r.summary, r.d_model, r.n_contexts, r.config
-    keys = ["screenot_rank", "stable_rank", "relative_norm", "intra_similarity",
-            "inter_similarity", "incoherence_max", "incoherence_mean"]
+    keys = [f.name for f in dataclasses.fields(LayerMetrics) if f.metadata.get("summary")]
     s = Section("Table 1 (mean ± std across layers)")
     s.table(["metric", "mean", "std", "layers"],
             [[k, summary[k]["mean"], summary[k]["std"], summary[k]["n_layers"]] if k in summary

@@ -86,9 +86,27 @@ def top_singular_values(stats: DecompositionStats, n: int) -> dict[str, np.ndarr
     return {"P": sp[:n], "Cvec": sc[:n], "R": sr[:n]}
 
 
+def _metric(column: str | None = None, *, panel: str | None = None, table1: int | None = None,
+            summary: bool = False, default=dataclasses.MISSING) -> dataclasses.Field:
+    """A :class:`LayerMetrics` field with how the report shows it, declared once with the field.
+
+    Args:
+      column: header of its column in the report's per-layer table (None: not a column); may name
+        a GeometryConfig field in braces ("{screenot_k}").
+      panel: title of its panel in the per-layer figure (None: no panel).
+      table1: the column of the paper's Table 1 it is compared with (report.PAPER_TABLE1), if any.
+      summary: a row of the report's "Table 1 (mean ± std across layers)".
+    """
+    return dataclasses.field(default=default, metadata={
+        "column": column, "panel": panel, "table1": table1, "summary": summary})
+
+
 @dataclasses.dataclass(frozen=True)
 class LayerMetrics:
     """Song & Zhong's numbers of one hidden state (Tables 1, 3-5; Fig. 3 right), from :func:`layer_metrics`.
+
+    How the report shows each number (its table column, figure panel, Table 1 comparison) is declared
+    with the field (:func:`_metric`): a new field appears in the report without editing report.py.
 
     Attributes (in the order of their metrics.json keys):
       n_contexts, n_positions: C and T the statistics were accumulated over.
@@ -110,21 +128,26 @@ class LayerMetrics:
 
     n_contexts: int
     n_positions: int
-    screenot_rank: int | None
-    screenot_threshold: float | None
-    explained_ratio: float | None
-    screenot_note: str | None
-    stable_rank: float
-    relative_norm: float
-    share_pos: float
-    share_ctx: float
-    share_resid: float
-    incoherence_max: float
-    incoherence_mean: float
-    intra_similarity: float | None
-    inter_similarity: float | None
-    dct_low_freq_energy: float
-    cluster_compactness: float | None = None
+    screenot_rank: int | None = _metric("rank (ScreeNOT k={screenot_k})", panel="rank of P (ScreeNOT)",
+                                        table1=2, summary=True)
+    screenot_threshold: float | None = _metric()
+    explained_ratio: float | None = _metric()
+    screenot_note: str | None = _metric()
+    stable_rank: float = _metric("stable rank", panel="stable rank of P", summary=True)
+    relative_norm: float = _metric("relative norm", panel="relative norm of P", table1=3, summary=True)
+    share_pos: float = _metric("pos share", panel="variance share of pos")
+    share_ctx: float = _metric("ctx share")
+    share_resid: float = _metric("resid share")
+    incoherence_max: float = _metric("incoh max", panel="incoherence: max |cos(pos, ctx)|", table1=6,
+                                     summary=True)
+    incoherence_mean: float = _metric("incoh mean", summary=True)
+    intra_similarity: float | None = _metric("intra sim", panel="ctx |cos| within documents", table1=5,
+                                             summary=True)
+    inter_similarity: float | None = _metric("inter sim", panel="ctx |cos| between documents", table1=4,
+                                             summary=True)
+    dct_low_freq_energy: float = _metric("DCT low-freq energy", panel="pos Gram: low-frequency DCT energy")
+    cluster_compactness: float | None = _metric("compactness", panel="ctx compactness Tr(Σ_B Σ_W⁺)",
+                                                default=None)
 
     def to_json(self) -> dict:
         """The numbers as metrics.json's per-layer keys (docs/DESIGN.md), in field order;

@@ -9,7 +9,44 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["GeometryConfig", "PRESETS"]
+__all__ = ["GeometryConfig", "PRESETS", "CliOption", "cli_option"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CliOption:
+    """How a :class:`GeometryConfig` field appears on the command line (``geomjax geometry`` / ``demo``):
+    the option is declared once, with its field, and :mod:`geomjax.cli` builds the parser and the config
+    from these records.
+
+    Attributes:
+      help: the option's help text.
+      flag: the long option (default: ``--`` + the field name with dashes).
+      short: an optional short option (``-T``).
+      group: the help group ("model and data", "conventions", "execution").
+      choices: the allowed values, if a closed set.
+      negate: a boolean field set to False by the flag (``--keep-first`` clears ``drop_first``).
+      none_word: a word the user passes for None (``--ood-corpus none``).
+      preset: a size that ``--preset`` fills unless the flag is given.
+    """
+
+    help: str
+    flag: str | None = None
+    short: str | None = None
+    group: str = "model and data"
+    choices: tuple[str, ...] | None = None
+    negate: bool = False
+    none_word: str | None = None
+    preset: bool = False
+
+
+def _opt(default, **kw):
+    """A config field with its command-line option (:class:`CliOption`) in the field's metadata."""
+    return dataclasses.field(default=default, metadata={"cli": CliOption(**kw)})
+
+
+def cli_option(field: dataclasses.Field) -> CliOption | None:
+    """The :class:`CliOption` of a :class:`GeometryConfig` field, None for a field without a flag."""
+    return field.metadata.get("cli")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,29 +95,48 @@ class GeometryConfig:
         run).
     """
 
-    model: str = "minilm"
-    corpus: str = "wikitext2"
-    data_dir: str | None = None
-    n_docs: int = 4
-    windows_per_doc: int = 64
-    seq_len: int = 128
-    batch_size: int = 16
-    seed: int = 0
-    drop_first: bool = True
-    final_ln: bool | None = None
-    causal: bool = False
-    centered_relative_norm: bool = True
-    accum_dtype: str = "float32"
-    compute_dtype: str = "float32"
-    screenot_k: int = 20
+    model: str = _opt("minilm", help=(
+        "'minilm' (the offline MiniLM package), a local Hugging Face model directory / cache entry with "
+        "config.json + model.safetensors, or a Hugging Face name (gpt2, meta-llama/Llama-2-7b-hf, "
+        "bigscience/bloom-560m: cached or downloaded); GPT-2, BERT, Llama, Mistral, BLOOM"))
+    corpus: str = _opt("wikitext2", help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
+    data_dir: str | None = _opt(None, help=(
+        "folder replacing the bundled corpora: tinyshakespeare/input.txt, wikitext-2/{valid,test}.txt "
+        "(default: $GEOMJAX_DATA, else the copies shipped with geomjax; see DATA.md)"))
+    n_docs: int = _opt(4, preset=True, help="documents to draw windows from (their labels feed the cluster metrics)")
+    windows_per_doc: int = _opt(64, preset=True, help="non-overlapping windows per document (C = n_docs x windows_per_doc)")
+    seq_len: int = _opt(128, preset=True, short="-T", help="window length in tokens (before dropping the first)")
+    batch_size: int = _opt(16, preset=True, help="windows per forward pass")
+    seed: int = _opt(0, help="every random choice derives from it")
+    drop_first: bool = _opt(True, flag="--keep-first", negate=True, group="conventions",
+                            help="keep position 0 (default: drop it, as the Song & Zhong code)")
+    final_ln: bool | None = _opt(None, flag="--final-ln", group="conventions", help=(
+        "use the last state after the final norm (Hugging Face's convention) or not; default: the family's "
+        "as the Song & Zhong code ran it (GPT-2 without, BLOOM / Llama / Mistral with)"))
+    causal: bool = _opt(False, group="conventions", help="run BERT with a causal mask (the source code's is_decoder=True)")
+    centered_relative_norm: bool = _opt(True, flag="--raw-relative-norm", negate=True, group="conventions",
+                                        help="relative norm against raw states with the mean included (source code)")
+    accum_dtype: str = _opt("float32", group="conventions", choices=("float32", "float64"),
+                            help="dtype of the streaming sums")
+    compute_dtype: str = _opt("float32", group="conventions", choices=("float32", "bfloat16", "float16"),
+                              help="dtype of the model forward (mixed precision; statistics stay in --accum-dtype)")
+    screenot_k: int = _opt(20, group="conventions", help="ScreeNOT's upper bound on the rank (source: 20)")
     n_cvec: int = 10
-    devices: int | None = None
-    ood_corpus: str | None = "stdlib"
-    n_cluster_windows: int = 8
-    theorem1: bool = True
-    bos: bool = False
-    param_dtype: str | None = None
-    cluster_mu: str = "topics"
+    devices: int | None = _opt(None, group="execution",
+                               help="shard windows over this many devices of a 1-D 'data' mesh")
+    ood_corpus: str | None = _opt("stdlib", none_word="none",
+                                  help="second corpus for Table 2 (out of distribution); 'none' to skip")
+    n_cluster_windows: int = _opt(8, flag="--cluster-windows", help=(
+        "windows per document for the token-level cvec/raw compactness (App. C); 0 to skip"))
+    theorem1: bool = _opt(True, flag="--no-theorem1", negate=True,
+                          help="skip eq. (6) of Theorem 1 on the layers' pos Grams")
+    bos: bool = _opt(False, group="conventions",
+                     help="prepend the model's BOS id to every window (dropped with the first position)")
+    param_dtype: str | None = _opt(None, group="conventions", choices=("float32", "bfloat16", "float16"),
+                                   help="convert the weights to this dtype (default: keep the checkpoint's)")
+    cluster_mu: str = _opt("topics", group="conventions", choices=("topics", "general"), help=(
+        "centre ctx on μ of the topic windows (default) or, as the Song & Zhong topics script, on μ of a "
+        "separate general-corpus draw (Table 1 intra/inter similarity)"))
 
     @property
     def n_contexts(self) -> int:
