@@ -56,7 +56,7 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     x.add_argument("--overwrite", action="store_true",
                    help="replace whatever --out holds (otherwise a foreign or different run is refused)")
     x.add_argument("--no-progress", action="store_true")
-    m = p.add_argument_group("multi-host (one launch per process; see README)")
+    m = p.add_argument_group("multi-host (one launch per process; see docs/accelerators.md)")
     m.add_argument("--distributed", action="store_true",
                    help="call jax.distributed.initialize() (cluster auto-detection: SLURM, MPI, TPU) "
                         "and shard the windows over the devices of every process")

@@ -1,5 +1,5 @@
 """The recorded ``full`` verdicts (geomjax/claims/full_verdicts.json), the erratum (docs/ERRATA.md) and the
-README's errata blocks must agree with the registry, and ``quick`` verdicts must never contradict ``full``.
+docs/findings.md's errata block must agree with the registry, and ``quick`` verdicts must never contradict ``full``.
 
 A contradiction is "holds" against "does not hold"; "inconclusive" (e.g. a model that did not grok at the
 quick budget, or too few samples for the margin) contradicts nothing.
@@ -17,7 +17,7 @@ from geomjax.claims import registry as R
 
 ROOT = Path(__file__).resolve().parents[1]
 ERRATA = ROOT / "docs" / "ERRATA.md"
-README = ROOT / "README.md"
+FINDINGS = ROOT / "docs" / "findings.md"
 
 
 @pytest.fixture(scope="module")
@@ -53,20 +53,20 @@ def test_errata_current_with_registry_and_full_verdicts(recorded):
         assert f"geomjax verify --source {cid}" in entry, cid
 
 
-def test_readme_errata_blocks_match_the_erratum(recorded):
-    """README's "What the checks found" sections carry the generated summary; it must equal the erratum's."""
+def test_findings_errata_block_matches_the_erratum(recorded):
+    """docs/findings.md carries the erratum's generated summary; it must equal the erratum's."""
     refuted: dict[str, list[str]] = {}
     for cid, r in recorded.items():
         if r["verdict"] == "does not hold":
             refuted.setdefault(cid.split(".", 1)[0], []).append(cid)
     block = R.erratum_summary(refuted)
     assert block in ERRATA.read_text()
-    readme = README.read_text()
+    readme = FINDINGS.read_text()
     begin, end = block.splitlines()[0], block.splitlines()[-1]
-    assert readme.count(begin) == 1 and readme.count(end) == 1, "README needs exactly one generated errata block"
+    assert readme.count(begin) == 1 and readme.count(end) == 1, "docs/findings.md needs exactly one generated errata block"
     got = readme.split(begin, 1)[1].split(end, 1)[0]
     want = block.split(begin, 1)[1].split(end, 1)[0]
-    assert got == want, "README's errata block is stale: copy the summary of docs/ERRATA.md"
+    assert got == want, "docs/findings.md's errata block is stale: copy the summary of docs/ERRATA.md"
 
 
 @pytest.mark.slow
