@@ -238,3 +238,17 @@ def test_toy_run_config_json_with_the_schedule_round_trips(tmp_path):
     cfg = train.get_config("shakespeare", "smoke")
     d = config_jsonable(cfg) | {"effective_schedule": cfg.effective_schedule()}
     assert _config_from_json(json.loads(json.dumps(d)), "config.json") == cfg
+
+
+def test_resuming_a_run_written_before_issue_37_is_the_same_run():
+    """Checkpoints written before stored the preset's horizon as a number (decay_steps = total_steps)."""
+    from geomjax.train.checkpoint import config_jsonable
+    from geomjax.train.tasks import _resolved
+
+    cfg = train.get_config("shakespeare", "smoke")
+    now = config_jsonable(cfg)
+    before = json.loads(json.dumps(now))
+    before["optim"]["decay_steps"] = cfg.total_steps
+    assert now != before and _resolved(now) == _resolved(before)
+    before["optim"]["decay_steps"] = cfg.total_steps // 2  # a different horizon is a different run
+    assert _resolved(now) != _resolved(before)

@@ -506,7 +506,7 @@ def fit(
         last = latest_checkpoint(ckpt_dir) if resume else None
         if last is not None:
             state, meta = load_checkpoint(last, state)
-            if meta.get("config") != cfg_json:
+            if _resolved(meta.get("config")) != _resolved(cfg_json):
                 diff = _diff(meta.get("config"), cfg_json)
                 warnings.warn(f"resuming {last} written with a different config ({diff}); the trajectory "
                               "will not match the original run", stacklevel=2)
@@ -566,6 +566,15 @@ def merged_history(run_dir: str | Path) -> dict:
             "train": {k: np.asarray([steps[i].get(k, np.nan) for i in order], np.float64) for k in names},
             "evals": [evals[k] for k in sorted(evals)], "seconds": seconds, "sessions": len(files),
             "gaps": gaps}
+
+
+def _resolved(config_json: Any) -> Any:
+    """A TrainConfig's JSON with a cosine horizon that follows the run written as the number it resolves to
+    (``total_steps``), as runs written before issue 37 stored it: resuming such a run is the same run."""
+    o = config_json.get("optim") if isinstance(config_json, dict) else None
+    if isinstance(o, dict) and o.get("schedule") == "cosine" and o.get("decay_steps") is None:
+        return config_json | {"optim": o | {"decay_steps": config_json.get("total_steps")}}
+    return config_json
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> str:
