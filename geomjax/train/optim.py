@@ -42,7 +42,7 @@ class OptimConfig:
       decay_steps: the cosine's horizon, the step at which it reaches ``final_lr`` (counted from
         step 0, warm-up included; afterwards the lr stays at ``final_lr``). None (default): the
         run's length, so the horizon follows ``total_steps`` when a run is made longer or shorter;
-        an int pins it on purpose (:meth:`horizon`). Unused by the constant schedule.
+        an int pins it on purpose (:meth:`OptimConfig.horizon`). Unused by the constant schedule.
       final_lr: end value of the cosine.
       b1, b2, eps: Adam parameters.
       weight_decay: decoupled weight decay (AdamW), multiplied by the lr as in PyTorch/optax.

@@ -130,7 +130,7 @@ class TrainConfig:
       seq_len: tokens the model reads per sequence (shakespeare: windows are seq_len + 1 long;
         addition: padded string length - 1).
       total_steps: optimizer steps: the run's length, and the horizon of ``optim``'s cosine unless
-        ``optim.decay_steps`` pins it (issue 37; :meth:`replace` keeps them together).
+        ``optim.decay_steps`` pins it (issue 37; :meth:`TrainConfig.replace` keeps them together).
       steps_per_call: N steps per jitted ``lax.scan`` call (metrics are fetched every N steps).
       eval_every: evaluate every this many steps (0: at start and end only); divides ``total_steps``.
       eval_batches: number of validation batches of ``batch_size`` (shakespeare, addition).
