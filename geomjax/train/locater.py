@@ -57,7 +57,8 @@ class LocaterConfig:
     Attributes:
       kappa1: scale regulariser strength κ1 (paper: 100).
       kappa2s: mean regulariser strengths, one vmapped run each (paper: 0, 1e-3, 1e-2, 1e-1, 1).
-      steps: optimizer updates (paper: 50,000).
+      steps: optimizer updates (paper: 50,000): the run's length, and the horizon of a cosine ``optim``
+        unless its ``decay_steps`` pins it (issue 37).
       seq_len: T tokens per sample (paper: 64).
       batch_size: sequences per batch (paper: 64).
       d_model: embedding = attention = FFN width (paper: 128).
