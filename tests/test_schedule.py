@@ -102,13 +102,13 @@ def _check_schedule_fits_run(cfg) -> None:
     W = o.warmup_steps
     assert W < T, f"the warm-up ({W} steps) does not end inside the run ({T} steps)"
     final = o.final_lr if o.schedule == "cosine" else o.lr
-    f = _trainer_schedule(cfg)
+    steps = np.asarray([T, W, W + (T - W) // 2, T - 1])
+    lr = np.broadcast_to(np.asarray(_trainer_schedule(cfg)(steps)), steps.shape)  # one call: optax is elementwise
     # the value at the run's last step is the configured final value
-    np.testing.assert_allclose(float(f(T)), final, rtol=1e-6, err_msg="lr at the last step != configured final")
+    np.testing.assert_allclose(lr[0], final, rtol=1e-6, err_msg="lr at the last step != configured final")
     # the schedule spans the run: warm-up end and the middle of the decay as the closed form over [W, T]
-    for s in (W, W + (T - W) // 2, T - 1):
-        np.testing.assert_allclose(float(f(s)), _expected_lr(o, T, s), rtol=1e-5, atol=1e-12,
-                                   err_msg=f"lr at step {s} of {T} is not the schedule over the run")
+    np.testing.assert_allclose(lr[1:], [_expected_lr(o, T, int(s)) for s in steps[1:]], rtol=1e-5, atol=1e-12,
+                               err_msg=f"lr at steps {steps[1:]} of {T} is not the schedule over the run")
     for name, c in _cadences(cfg).items():
         assert c == 0 or T % c == 0, f"{name} = {c} does not divide the run ({T} steps)"
 
@@ -132,7 +132,7 @@ def _replaced(draw):
     return name, cfg, n, batch
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_replaced())
 def test_every_preset_keeps_schedule_and_cadences_with_its_length(case):
     name, cfg, n, batch = case
