@@ -122,10 +122,12 @@ def torch_trainer(cfg, data_np, seed=0, compile_model=False):
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=o.lr, betas=(o.b1, o.b2), eps=o.eps)
 
-    def lr_factor(step):  # optax.warmup_cosine_decay_schedule(0, lr, warmup, decay_steps, final_lr) / lr
+    H = o.horizon(cfg.total_steps)  # the cosine's horizon: the run's length unless pinned
+
+    def lr_factor(step):  # optax.warmup_cosine_decay_schedule(0, lr, warmup, H, final_lr) / lr
         if step < o.warmup_steps:
             return step / o.warmup_steps
-        t = min(step - o.warmup_steps, o.decay_steps - o.warmup_steps) / (o.decay_steps - o.warmup_steps)
+        t = min(step - o.warmup_steps, H - o.warmup_steps) / (H - o.warmup_steps)
         return (o.final_lr + (o.lr - o.final_lr) * 0.5 * (1 + math.cos(math.pi * t))) / o.lr
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
@@ -239,7 +241,9 @@ def main():
 
     N = args.steps or (10 if args.quick else 50)
     rounds = args.rounds or (3 if args.quick else 7)
-    cfg = get_config(args.task, "cpu").replace(steps_per_call=N, total_steps=N, eval_every=0, ckpt_every=0)
+    # the cpu preset's run and schedule (its first N steps are timed): the length stays the preset's, since the
+    # schedule follows it (a run of N steps would end inside the warm-up, which TrainConfig refuses)
+    cfg = get_config(args.task, "cpu").replace(steps_per_call=N, eval_every=0, ckpt_every=0)
     m = cfg.model
     print(f"config: {m}\n  batch {cfg.batch_size}, T {cfg.seq_len}, N {N} steps per chunk, {rounds} rounds",
           flush=True)

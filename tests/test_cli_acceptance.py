@@ -232,6 +232,10 @@ def test_resume_keeps_the_whole_history(tmp_path, monkeypatch, shakespeare_smoke
     np.testing.assert_array_equal(h["train"]["loss"], np.asarray(whole.train["loss"], np.float64))
     assert (out / "figures" / "loss.png").is_file()
     assert "2 sessions" in (out / "report.md").read_text()
+    # the effective schedule (issue 37): in config.json (fit's), metrics.json and the report
+    assert m["effective_schedule"] == json.loads((out / "config.json").read_text())["effective_schedule"]
+    assert m["effective_schedule"]["horizon"] == len(whole.steps)
+    assert "## Learning-rate schedule (as run)" in (out / "report.md").read_text()
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
     # a third call finds the final checkpoint and has nothing left to do
     assert cli.main(["train", "shakespeare", "--preset", "smoke", "--out", str(out), "--no-progress"]) == 0

@@ -4,6 +4,8 @@ the committed ``cpu`` reports."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from geomjax.analysis.comparison import HEADING, PLUMBING_NOTICE, Row, Source, S
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.errors import GeomjaxError
 from geomjax.analysis.plots import phase_order
-from geomjax.analysis.report import render_markdown
+from geomjax.analysis.report import SCHEDULE_HEADING, render_markdown
 
 
 @pytest.mark.parametrize("T", [8, 15, 16, 64])
@@ -112,6 +114,10 @@ def test_smoke_preset_report_has_source_table_and_plumbing_notice(name, tmp_path
     assert f"## {HEADING}" in md and PLUMBING_NOTICE in md
     rows = parse_source_table(md)
     assert rows and {row["verdict"] for row in rows} == {"not testable at this preset"}
+    if name != "corpora_sweep":  # every experiment that trains shows the schedule it ran (issue 37)
+        written = json.loads((tmp_path / name / "config.json").read_text())["effective_schedule"]
+        assert written and all(r["lr_end"] == pytest.approx(r["end_lr"], rel=1e-6) for r in written.values())
+        assert f"## {SCHEDULE_HEADING}" in md
 
 
 def test_pick_heads_never_repeats_a_head_and_mechanism_table_flags_contradictions():

@@ -38,7 +38,14 @@ def test_smoke_training_lowers_validation_loss(full_run, smoke_cfg):
     np.testing.assert_allclose(lr[10], smoke_cfg.optim.lr, rtol=1e-6)  # end of the warm-up
     ckpts = [s for s, _ in train.list_checkpoints(full_run.run_dir / "checkpoints")]
     assert ckpts == [30, 60]
-    assert json.loads((full_run.run_dir / "config.json").read_text())["model"]["d_model"] == 32
+    written = json.loads((full_run.run_dir / "config.json").read_text())
+    assert written["model"]["d_model"] == 32
+    # the effective schedule (issue 37) is the one that ran: its last-step lr is the history's last lr, and the
+    # cosine ends on final_lr at step 60
+    sched = written["effective_schedule"]
+    assert sched == full_run.schedule and (sched["horizon"], sched["total_steps"]) == (60, 60)
+    assert np.float32(sched["lr_last_step"]) == np.float32(lr[-1]) and np.float32(sched["lr_first_step"]) == lr[0]
+    np.testing.assert_allclose(sched["lr_end"], smoke_cfg.optim.final_lr, rtol=1e-6)
 
 
 @pytest.mark.slow

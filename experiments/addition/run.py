@@ -30,7 +30,7 @@ from geomjax.theory import attention as A
 from geomjax.tools import attention_probe as AP
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import addition_batch, addition_problems, decode_addition, encode_addition
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, schedule_section
 from geomjax.train.anomalies import describe, detect_loss_spikes
 
 
@@ -101,7 +101,8 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
 
     t0 = time.perf_counter()
     rd = RunDir(out, "addition")
-    rd.write_config(dataclasses.asdict(cfg))
+    schedules = {s: train_config(cfg, s == "carry").effective_schedule() for s in cfg.settings}
+    rd.write_config(dataclasses.asdict(cfg), schedules=schedules)
     key = jax.random.key(cfg.train.seed)
     metrics = {"preset": cfg.preset, "settings": {}}
     acc_rows, smooth_rows, sections, anomaly_text = [], [], [], []
@@ -194,7 +195,8 @@ def run(cfg: AdditionExperimentConfig, out, *, progress: bool = True) -> dict:
                          _departures(cfg), comparison_rows(metrics["settings"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
     rd.write_json("metrics.json", metrics)
-    rd.write_report("Addition with and without carry (Song & Zhong §5.2)", [cmp, s0, s1] + sections)
+    rd.write_report("Addition with and without carry (Song & Zhong §5.2)",
+                    [cmp, schedule_section(schedules), s0, s1] + sections)
     return metrics
 
 

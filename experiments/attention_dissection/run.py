@@ -27,7 +27,7 @@ from geomjax.theory import attention as A
 from geomjax.tools import attention_probe as AP
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data import sample_windows
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, schedule_section
 
 
 def _batches(ids: np.ndarray, B: int):
@@ -164,7 +164,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
 
     t0 = time.perf_counter()
     rd = RunDir(out, "attention_dissection")
-    rd.write_config(dataclasses.asdict(cfg) | {"toy_run": str(toy_run) if toy_run else None})
+    given_run = str(toy_run) if toy_run else None
     key = jax.random.key(cfg.seed)
     sections, metrics = [], {"preset": cfg.preset}
     if cfg.use_minilm:
@@ -188,6 +188,8 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
         metrics["toy_train"] = {"trained_here": True, "final_eval": last_eval}
     else:
         run_ = load_toy_run(toy_run, data_dir=data_dir)
+    schedules = {"Toy GPT": run_.config.effective_schedule()}  # MiniLM is pretrained, not trained here
+    rd.write_config(dataclasses.asdict(cfg) | {"toy_run": given_run}, schedules=schedules)
     text = tiny_shakespeare(data_dir, split="val")
     corpus = tokenize_documents(text, run_.tokenizer.encode)
     T = min(cfg.basis.T, run_.max_positions)
@@ -219,7 +221,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
                           f"{cfg.w.layer_toy} (source GPT-2 layer 6)"], comparison_rows(models, cfg.w.fit_K))
     metrics["plumbing_only"] = cfg.preset == "smoke"
     rd.write_json("metrics.json", metrics)
-    rd.write_report("Attention dissection (Song & Zhong §4)", [cmp, intro] + sections)
+    rd.write_report("Attention dissection (Song & Zhong §4)", [cmp, intro, schedule_section(schedules)] + sections)
     return metrics
 
 

@@ -27,7 +27,7 @@ from geomjax.claim_reports.clock import analysis_sections
 from geomjax.tools.clock_probe import analyze
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError
-from geomjax.analysis.report import RunDir, Section, to_jsonable
+from geomjax.analysis.report import RunDir, Section, schedule_section, to_jsonable
 from geomjax.train.anomalies import detect_anomalies, last_stable_epoch
 from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking
 
@@ -160,8 +160,10 @@ def main(argv=None) -> int:
     if not args.no_relu_free:
         cfg_free = get_config(args.preset, relu=False, seed=args.seed)
         free = train_grokking(cfg_free, out / "train-norelu", progress=not args.no_progress, log_file=out / "train-norelu.log")
+    schedules = {"ReLU": res.config.effective_schedule()} | ({"ReLU-free": free.config.effective_schedule()} if free else {})
     run.write_config({"preset": args.preset, "seed": args.seed, "relu": to_jsonable(cfg),
-                      "relu_free": to_jsonable(free.config) if free else None, "checkpoint": args.checkpoint})
+                      "relu_free": to_jsonable(free.config) if free else None, "checkpoint": args.checkpoint},
+                     schedules=schedules)
     anomalies = detect_anomalies(res.history, factor=SPIKE_FACTOR)
     anomalies_free = detect_anomalies(free.history, prefix="ReLU-free ", factor=SPIKE_FACTOR) if free else []
     final = int(res.history["epoch"][-1])
@@ -184,7 +186,7 @@ def main(argv=None) -> int:
     timing.paragraphs.append(
         f"This invocation: training (this call; 0 if loaded) {res.seconds:.1f} s (compile {res.compile_seconds:.1f} s)"
         + (f", ReLU-free {free.seconds:.1f} s" if free else "") + f"; total with analyses {time.perf_counter() - t0:.1f} s.")
-    sections = [cmp, anom, timing] + sections
+    sections = [cmp, schedule_section(schedules), anom, timing] + sections
     ms = grokking_milestones(res.history)
     metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],
                    milestones_relu_free=grokking_milestones(free.history) if free else None,

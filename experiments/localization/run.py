@@ -20,7 +20,7 @@ from experiments.localization.config import PRESETS, get_config
 from experiments.localization.source import SOURCE
 
 from geomjax.analysis.comparison import Row, source_section, verdict
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, schedule_section
 from geomjax.train.locater import SweepResult, run_sweep
 
 
@@ -136,6 +136,9 @@ def source_rows(checks: list[list[str]]) -> list[Row]:
             for k, c in zip(keys, checks)]
 
 
+SWEEP = "every κ2 (one vmapped sweep)"  # the model name of the schedule in config.json and the report
+
+
 def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     """Figures, tables and the conclusions of the sweep into ``run``'s report."""
     import matplotlib
@@ -229,7 +232,8 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     dep.append("trains on WikiText-2 test.txt and evaluates on valid.txt (no train.txt offline)")
     cmp = source_section(SOURCE, preset, f"d = {cfg.d_model}, T = {cfg.seq_len}, batch {cfg.batch_size}, lr {cfg.optim.lr:g}, "
                          f"{cfg.steps} iterations, κ1 = {cfg.kappa1:g}, κ2 ∈ {k2}.", dep, rows)
-    run.write_report(f"LocATER on WikiText-2 ({preset})", [cmp, s1, s2, s3])
+    sched = schedule_section({SWEEP: cfg.effective_schedule()})
+    run.write_report(f"LocATER on WikiText-2 ({preset})", [cmp, sched, s1, s2, s3])
     metrics |= {"preset": preset, "seconds": res.seconds, "vocab_size": res.vocab_size, "plumbing_only": plumbing}
     run.write_json("metrics.json", metrics)
     return metrics
@@ -246,7 +250,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, seed=args.seed)
     run = RunDir(args.out or f"runs/localization-{args.preset}", command="localization")
-    run.write_config({"preset": args.preset, "locater": cfg})
+    run.write_config({"preset": args.preset, "locater": cfg},
+                     schedules={SWEEP: cfg.effective_schedule()})
     res = run_sweep(cfg, run_dir=run.path / "train", data_dir=args.data_dir, progress=not args.no_progress, stop_at=args.stop_at)
     write_report(res, run, args.preset)
     print(f"report: {run.path / 'report.md'}")

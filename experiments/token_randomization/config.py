@@ -58,7 +58,7 @@ def _gpt(*, n_layers: int, n_heads: int, d_model: int, seq_len: int, batch_size:
     """The TrainConfig of one toy GPT (d_mlp = 4·d_model; cosine lr from ``lr`` to ``final_lr``)."""
     model = nanogpt_config(vocab_size, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=4 * d_model,
                            max_len=seq_len, dropout=dropout)
-    optim = OptimConfig(lr=lr, schedule="cosine", warmup_steps=warmup_steps, decay_steps=total_steps,
+    optim = OptimConfig(lr=lr, schedule="cosine", warmup_steps=warmup_steps,  # horizon: total_steps (issue 37)
                         final_lr=final_lr, b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
     return TrainConfig("shakespeare", model, optim, batch_size=batch_size, seq_len=seq_len, total_steps=total_steps,
                        steps_per_call=steps_per_call, eval_every=0, eval_batches=eval_batches, ckpt_every=0, seed=seed)

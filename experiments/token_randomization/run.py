@@ -29,7 +29,7 @@ from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.models import model_interface
 from geomjax.models.toy import ToyTransformer
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, schedule_section
 from geomjax.train import build_programs, init_state, load_task_data
 from geomjax.train.loop import make_train_chunk, make_train_step, train_loop
 from geomjax.train.losses import token_cross_entropy
@@ -150,7 +150,8 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     t0 = time.perf_counter()
     rd = RunDir(out, "token_randomization")
     tc = train_config(cfg)
-    rd.write_config({"experiment": dataclasses.asdict(cfg), "train_config": dataclasses.asdict(tc)})
+    schedules = {"every level (" + ", ".join(map(str, cfg.levels)) + ")": tc.effective_schedule()}
+    rd.write_config({"experiment": dataclasses.asdict(cfg), "train_config": dataclasses.asdict(tc)}, schedules=schedules)
     train_data, eval_data, info = load_task_data(tc, data_dir)
     model = ToyTransformer(tc.model)
     V = tc.model.vocab_size
@@ -230,7 +231,7 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                                                            metrics["change_point"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
     rd.write_json("metrics.json", metrics)
-    rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, s1, s2, figs])
+    rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, schedule_section(schedules), s1, s2, figs])
     return metrics
 
 

@@ -35,7 +35,7 @@ from experiments.wertich_models.source import SOURCE
 from geomjax.theory import gaussian as G
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.models import kv_expanded, model_interface
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, schedule_section
 
 FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
                    "Word: butterfly. Clue: flutters by, colorfully. Word: salmon. Clue: jumps upstream, but never "
@@ -454,7 +454,6 @@ def main(argv=None) -> int:
     cfg = get_config(args.preset, toy_run=args.toy_run, minilm=not args.no_minilm, seed=args.seed)
     out = Path(args.out or f"runs/wertich-models-{cfg.preset}")
     run = RunDir(out, command="wertich_models")
-    run.write_config(dataclasses.asdict(cfg))
     progress = not args.no_progress
     t0 = time.time()
     sections, metrics = [], {}
@@ -478,6 +477,8 @@ def main(argv=None) -> int:
             print(f"[toy] training shakespeare/{cfg.toy_preset} into {toy_dir}", flush=True)
         train.fit(tcfg, run_dir=toy_dir, progress=progress)
     ad, trun = toy_adapter(toy_dir)
+    schedules = {"Toy GPT": trun.config.effective_schedule()}  # MiniLM is pretrained, not trained here
+    run.write_config(dataclasses.asdict(cfg), schedules=schedules)
     Tm = trun.max_positions
     batch = shakespeare_batch(trun, cfg.n_texts, Tm, cfg.seed)
     prompt = ad.encode(FEW_SHOT_TOY, Tm)
@@ -491,7 +492,7 @@ def main(argv=None) -> int:
                          ["Mistral-7B is not available offline: MiniLM (encoder, 6 layers) and a toy GPT stand in",
                           "WikiText-2 / Shakespeare windows instead of the few-shot clue prompts (the prompt is used "
                           "for the attention maps only)"], comparison_rows(models))
-    sections.insert(0, cmp)
+    sections[:0] = [cmp, schedule_section(schedules)]
     metrics["plumbing_only"] = cfg.preset == "smoke"
     run.write_json("metrics.json", metrics)
     run.write_report("Wertich (2024) ch. 8 on MiniLM and a toy GPT", sections,

@@ -16,15 +16,17 @@ import os
 import platform
 import shutil
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 
 from geomjax.errors import GeomjaxError
-from geomjax.base.io import to_jsonable
+from geomjax.base.io import SCHEDULE_KEY, to_jsonable
 from geomjax.analysis.study import LayerMetrics
 
-__all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
-           "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2", "METRIC_PANELS", "metric_columns",
+__all__ = ["Section", "RunDir", "SCHEDULE_HEADING", "schedule_section", "check_reusable", "read_run_marker",
+           "to_jsonable", "render_markdown", "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2",
+           "METRIC_PANELS", "metric_columns",
            "paper_row", "paper_value"]
 
 
@@ -266,8 +268,13 @@ class RunDir:
         p.write_text(json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
         return p
 
-    def write_config(self, config: Any) -> Path:
-        """Write the resolved configuration plus the environment (versions, devices, time)."""
+    def write_config(self, config: Any, *, schedules: Mapping[str, dict] | None = None) -> Path:
+        """Write the resolved configuration plus the environment (versions, devices, time).
+
+        ``schedules``: the effective learning-rate schedule of every model the run trains, by name
+        (:func:`geomjax.train.optim.schedule_record` dicts), written as ``"effective_schedule"``; the
+        report shows them with :func:`schedule_section`.
+        """
         import jax
 
         env = {
@@ -279,7 +286,8 @@ class RunDir:
             "devices": [str(d) for d in jax.devices()],
             "machine": platform.machine(),
         }
-        return self.write_json("config.json", {"config": config, "environment": env})
+        sched = {} if schedules is None else {SCHEDULE_KEY: dict(schedules)}
+        return self.write_json("config.json", {"config": config} | sched | {"environment": env})
 
     def figure_path(self, name: str) -> tuple[Path, str]:
         """(absolute path to save to, path relative to the run directory for the report)."""
@@ -291,6 +299,27 @@ class RunDir:
                                         "sections": [dataclasses.asdict(s) for s in sections]})
         (self.path / "report.md").write_text(render_markdown(title, sections, meta))
         (self.path / "report.html").write_text(render_html(title, sections, meta))
+
+
+SCHEDULE_HEADING = "Learning-rate schedule (as run)"
+
+
+def schedule_section(schedules: Mapping[str, dict]) -> Section:
+    """The report section of the effective schedules (issue 37): per trained model, the kind, warm-up W,
+    horizon, length T and the learning rate at step 0, at the end of the warm-up (step W), at the last
+    step (T − 1) and at the end of the run (step T), as read off the optax schedule that ran
+    (:func:`geomjax.train.optim.schedule_record` dicts, by model name)."""
+    s = Section(SCHEDULE_HEADING, [
+        "Read off the optax schedule each model trained with (config.json: effective_schedule). Step s is the "
+        "update from s to s + 1, so a run of T steps uses steps 0..T-1 and ends at step T. The horizon is the "
+        "step at which the cosine reaches its final value (equal to T unless the config pins it)."])
+    rows = []
+    for name, r in schedules.items():
+        T, W = r["total_steps"], r["warmup_steps"]
+        rows.append([name, r["schedule"], W, "-" if r["horizon"] is None else r["horizon"], T, r["lr_first_step"],
+                     r["lr_warmup_end"], r["lr_last_step"], r["lr_end"], r["end_lr"]])
+    return s.table(["model", "schedule", "warm-up W", "horizon", "steps T", "lr at step 0", "lr at step W",
+                    "lr at step T-1", "lr at step T", "configured final lr"], rows)
 
 
 def _utc_now() -> str:

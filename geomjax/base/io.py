@@ -24,10 +24,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NONFINITE", "cache_root", "dumps", "from_json_number", "to_jsonable"]
+__all__ = ["NONFINITE", "SCHEDULE_KEY", "cache_root", "dumps", "from_json_number", "to_jsonable"]
 
 NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 """The strings non-finite floats are written as, and their values."""
+
+SCHEDULE_KEY = "effective_schedule"
+"""The ``config.json`` entry (of :func:`geomjax.train.fit` and of a report run directory) holding the
+effective learning-rate schedule of what was trained (issue 37)."""
 
 _LEGACY = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 

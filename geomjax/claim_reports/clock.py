@@ -9,8 +9,8 @@ import numpy as np
 
 from geomjax.theory import fourier as fx
 from geomjax.analysis import plots
-from geomjax.claims.clock import trained_analyses, trained_description
-from geomjax.analysis.report import Section
+from geomjax.claims.clock import claim_config, trained_analyses, trained_description
+from geomjax.analysis.report import Section, schedule_section
 
 __all__ = ["analysis_sections", "report_sections"]
 
@@ -354,4 +354,6 @@ def report_sections(run, *, budget: str = "quick", seed: int = 0):
 
     head = Section("Clock: what was trained")
     head.paragraphs.append(trained_description(budget) + "; the ReLU-free variant uses the same recipe with activation 'none'.")
-    return [head] + sections, metrics
+    metrics["effective_schedule"] = {name: claim_config(budget, relu, seed).effective_schedule()
+                                     for name, relu in (("ReLU", True), ("ReLU-free", False))}
+    return [head, schedule_section(metrics["effective_schedule"])] + sections, metrics

@@ -24,7 +24,7 @@ from geomjax.analysis import plots
 from geomjax.analysis import report
 from geomjax.analysis import study
 from geomjax.errors import GeomjaxError
-from geomjax.analysis.report import Section
+from geomjax.analysis.report import Section, schedule_section
 from geomjax.analysis.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
     PRESETS,
     GeometryConfig,
@@ -238,7 +238,8 @@ def run_training(task: str, preset: str, run: report.RunDir, *, resume: bool = T
     metrics = {"task": task, "preset": preset, "evals": h["evals"], "resumed_from": res.resumed_from,
                "steps_total": last, "steps_this_session": n_session, "sessions": h["sessions"],
                "final_train_loss": float(h["train"]["loss"][-1]) if len(h["steps"]) else None}
-    return [s], metrics, cfg
+    metrics["effective_schedule"] = res.schedule
+    return [s, schedule_section({f"{task} ({preset})": res.schedule})], metrics, cfg
 
 
 def validate_training(task: str, preset: str, data_dir: str | None = None) -> None:

@@ -29,13 +29,24 @@ from geomjax.train.losses import (
 )
 from geomjax.train.loop import (
     History,
+    check_cadences,
     jit_train_step,
     make_eval_fn,
     make_train_chunk,
     make_train_step,
     train_loop,
 )
-from geomjax.train.optim import OptimConfig, decay_mask, make_optimizer, make_schedule, nanogpt_adamw
+from geomjax.train.optim import (
+    OptimConfig,
+    check_length_change,
+    check_run_length,
+    decay_mask,
+    effective_schedule,
+    make_optimizer,
+    make_schedule,
+    nanogpt_adamw,
+    schedule_record,
+)
 from geomjax.train.state import TrainState, create_train_state, step_keys
 from geomjax.train.tasks import (
     AdditionOptions,
@@ -70,10 +81,14 @@ __all__ = [
     "addition_config",
     "addition_train_config",
     "build_programs",
+    "check_cadences",
+    "check_length_change",
+    "check_run_length",
     "checkpoint_path",
     "create_train_state",
     "cross_entropy",
     "decay_mask",
+    "effective_schedule",
     "exact_match",
     "fit",
     "get_config",
@@ -97,6 +112,7 @@ __all__ = [
     "modular_config",
     "next_token_loss",
     "save_checkpoint",
+    "schedule_record",
     "shakespeare_config",
     "shakespeare_train_config",
     "shift_for_next_token",

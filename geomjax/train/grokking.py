@@ -42,7 +42,7 @@ from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy
 from geomjax.train.loop import make_train_step, train_loop
-from geomjax.train.optim import make_optimizer
+from geomjax.train.optim import effective_schedule, make_optimizer
 from geomjax.train.state import TrainState, create_train_state
 from geomjax.train.tasks import TrainConfig, modular_config
 from geomjax.typing import Array, Float, Int, Params, Shaped
@@ -118,17 +118,27 @@ class GrokkingConfig:
 
     def replace(self, **kw) -> "GrokkingConfig":
         """Copy with some fields changed; ``epochs=`` and ``seed=`` edit ``train``, ``p=`` and
-        ``train_frac=`` its :class:`~geomjax.train.tasks.ModularOptions`."""
+        ``train_frac=`` its :class:`~geomjax.train.tasks.ModularOptions`. ``epochs=`` rebuilds the
+        schedule's length and the generic loop's cadences (issue 37); an epoch count that ``log_every``
+        or ``chunk_epochs`` does not divide, or that the warm-up does not fit, raises a ValueError."""
         tkw = {"seed": kw.pop("seed")} if "seed" in kw else {}
         okw = {k: kw.pop(k) for k in ("p", "train_frac") if k in kw}
         if okw:
             tkw["options"] = dataclasses.replace(self.train.options, **okw)
         if "epochs" in kw:
             tkw["total_steps"] = e = kw.pop("epochs")
-            # keep the generic-loop fields (TrainConfig.steps_per_call) consistent with the new length
-            tkw["steps_per_call"] = math.gcd(e, self.train.steps_per_call)
+            # keep the generic-loop fields (TrainConfig.steps_per_call, eval_every, ckpt_every; unused by
+            # train_grokking, which has log_every and chunk_epochs) consistent with the new length
+            t = self.train
+            tkw["steps_per_call"] = math.gcd(e, t.steps_per_call)
+            tkw |= {k: math.gcd(e, getattr(t, k)) if getattr(t, k) else 0 for k in ("eval_every", "ckpt_every")}
         train = self.train.replace(**tkw) if tkw else self.train
         return dataclasses.replace(self, train=kw.pop("train", train), **kw)
+
+    def effective_schedule(self) -> dict:
+        """The learning rate at epoch 0, at the end of the warm-up, at the last epoch and at the end
+        (:func:`geomjax.train.optim.effective_schedule` over :attr:`epochs` steps)."""
+        return effective_schedule(self.train.optim, self.epochs)
 
 
 CPU_EPOCHS = 4000
@@ -256,7 +266,7 @@ def _programs(cfg: GrokkingConfig):
     t = cfg.train
     model = ToyTransformer(t.model)
     check_one_layer(t.model)
-    tx, schedule = make_optimizer(t.optim)
+    tx, schedule = make_optimizer(t.optim, t.total_steps)
     p = t.options.p
 
     def loss_fn(params, batch, key):

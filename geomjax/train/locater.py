@@ -34,9 +34,9 @@ from geomjax.theory import localization as loc
 from geomjax.data.corpora import read_data_file
 from geomjax.models.toy import ToyTransformer, bao_config
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from geomjax.train.loop import History, train_loop
+from geomjax.train.loop import History, check_cadences, train_loop
 from geomjax.train.losses import token_cross_entropy
-from geomjax.train.optim import OptimConfig, make_optimizer
+from geomjax.train.optim import OptimConfig, check_length_change, check_run_length, effective_schedule, make_optimizer
 from geomjax.train.state import TrainState, step_keys
 
 __all__ = ["LocaterConfig", "WordData", "fairseq_adam", "load_wikitext_words", "build", "run_sweep", "SweepResult"]
@@ -57,7 +57,8 @@ class LocaterConfig:
     Attributes:
       kappa1: scale regulariser strength κ1 (paper: 100).
       kappa2s: mean regulariser strengths, one vmapped run each (paper: 0, 1e-3, 1e-2, 1e-1, 1).
-      steps: optimizer updates (paper: 50,000).
+      steps: optimizer updates (paper: 50,000): the run's length, and the horizon of a cosine ``optim``
+        unless its ``decay_steps`` pins it (issue 37).
       seq_len: T tokens per sample (paper: 64).
       batch_size: sequences per batch (paper: 64).
       d_model: embedding = attention = FFN width (paper: 128).
@@ -69,10 +70,10 @@ class LocaterConfig:
       tie_embeddings: fairseq's transformer_lm default is untied (False).
       vocab_cap: keep the most frequent ``vocab_cap − 1`` training words (rest → <unk>); None keeps all.
       train_split, valid_split: WikiText-2 splits (``valid``/``test`` ship with geomjax).
-      eval_every: validation every this many steps (multiple of ``steps_per_call``).
+      eval_every: validation every this many steps (multiple of ``steps_per_call``, dividing ``steps``).
       eval_batches: validation batches (None: every non-overlapping window of the validation split).
       steps_per_call: steps per jitted scan chunk.
-      ckpt_every: checkpoint period in steps (0: only at the end).
+      ckpt_every: checkpoint period in steps (0: only at the end; else dividing ``steps``).
       seed: seed of initialisation, batches and dropout.
     """
 
@@ -95,10 +96,11 @@ class LocaterConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if self.steps < 1 or self.steps % self.steps_per_call:
-            raise ValueError(f"LocaterConfig: steps ({self.steps}) must be a positive multiple of steps_per_call ({self.steps_per_call})")
-        if self.eval_every % self.steps_per_call or (self.ckpt_every and self.ckpt_every % self.steps_per_call):
-            raise ValueError("LocaterConfig: eval_every and ckpt_every must be multiples of steps_per_call")
+        if self.steps < 1:
+            raise ValueError(f"LocaterConfig: steps must be >= 1, got {self.steps}")
+        check_cadences("LocaterConfig", "steps", self.steps, self.steps_per_call, eval_every=self.eval_every,
+                       ckpt_every=self.ckpt_every)
+        check_run_length(self.optim, self.steps, "LocaterConfig", "steps")
         if not self.kappa2s or any(k < 0 for k in self.kappa2s) or self.kappa1 < 0:
             raise ValueError(f"LocaterConfig: κ1 and every κ2 must be >= 0 (and at least one κ2), got {self.kappa1}, {self.kappa2s}")
         if self.seq_len < 2:
@@ -107,7 +109,17 @@ class LocaterConfig:
             raise ValueError(f"LocaterConfig: vocab_cap must be >= 3 or None, got {self.vocab_cap}")
 
     def replace(self, **kw) -> "LocaterConfig":
+        """Copy with some fields changed. A new ``steps`` moves a following cosine's horizon with it; a
+        pinned one must be restated (``optim=``) in the same call; cadences that no longer divide the
+        run raise (issue 37)."""
+        if "optim" not in kw:
+            check_length_change(self.optim, self.steps, kw.get("steps", self.steps), "LocaterConfig", "steps")
         return dataclasses.replace(self, **kw)
+
+    def effective_schedule(self) -> dict:
+        """The learning rate at step 0, at the end of the warm-up, at the last step and at the end
+        (:func:`geomjax.train.optim.effective_schedule` over :attr:`steps`)."""
+        return effective_schedule(self.optim, self.steps)
 
 
 @dataclasses.dataclass
@@ -183,7 +195,7 @@ def build(cfg: LocaterConfig, vocab_size: int) -> Programs:
     """Model, optimizer and the jitted vmapped chunk / evaluation of a κ2 sweep."""
     mcfg = model_config(cfg, vocab_size)
     model = ToyTransformer(mcfg)
-    tx, _ = make_optimizer(cfg.optim)
+    tx, _ = make_optimizer(cfg.optim, cfg.steps)
     T, B = cfg.seq_len, cfg.batch_size
     k2 = jnp.asarray(cfg.kappa2s, jnp.float32)
     k1 = float(cfg.kappa1)

@@ -41,6 +41,7 @@ from geomjax.train.state import TrainState, step_keys
 __all__ = [
     "History",
     "LossFn",
+    "check_cadences",
     "make_eval_fn",
     "make_train_chunk",
     "make_train_step",
@@ -183,6 +184,26 @@ class History:
         """JSON-friendly dict (per-step lists and evaluations)."""
         return {"steps": self.steps.tolist(), "train": {k: v.tolist() for k, v in self.train.items()},
                 "evals": self.evals, "seconds": self.seconds}
+
+
+def check_cadences(where: str, name: str, total: int, steps_per_call: int, **cadences: int) -> None:
+    """The cadences of a run's config fit its length (issue 37): ``total`` (the length, field ``name``)
+    and every nonzero cadence (``eval_every=``, ``ckpt_every=``, ...) are multiples of
+    ``steps_per_call`` N, and every nonzero cadence divides ``total`` (0: at the start and end only).
+
+    Raises:
+      ValueError: one line, prefixed ``where``, naming the cadence and the length it does not fit.
+    """
+    N = int(steps_per_call)
+    if N < 1:
+        raise ValueError(f"{where}: steps_per_call must be >= 1, got {N}")
+    for key, v in ((name, total), *cadences.items()):
+        if v % N:
+            raise ValueError(f"{where}: {key} = {v} must be a multiple of steps_per_call = {N}")
+    for key, v in cadences.items():
+        if v and total % v:
+            raise ValueError(f"{where}: {key} = {v} must divide {name} = {total} (the run's last interval would "
+                             "be shorter); choose a length that is a multiple of it, or change the cadence")
 
 
 def _nonfinite(start: int, n_steps: int, metrics: dict) -> Anomaly | None:

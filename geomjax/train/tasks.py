@@ -28,6 +28,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from geomjax.base._checks import check_int, compiled_cache
+from geomjax.base.io import SCHEDULE_KEY
 from geomjax.data import (
     ADDITION_VOCAB,
     CharTokenizer,
@@ -41,8 +42,16 @@ from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config, nanogpt_
 from geomjax.base.parallel import replicated
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy, exact_match, shift_for_next_token
-from geomjax.train.loop import History, make_eval_fn, make_train_chunk, make_train_step, train_loop
-from geomjax.train.optim import OptimConfig, make_optimizer, nanogpt_adamw
+from geomjax.train.loop import History, check_cadences, make_eval_fn, make_train_chunk, make_train_step, train_loop
+from geomjax.train.optim import (
+    OptimConfig,
+    check_length_change,
+    check_run_length,
+    effective_schedule,
+    make_optimizer,
+    nanogpt_adamw,
+    schedule_record,
+)
 from geomjax.train.state import TrainState, create_train_state
 
 __all__ = [
@@ -120,11 +129,12 @@ class TrainConfig:
       batch_size: B per step (``modular``: 0 means full batch).
       seq_len: tokens the model reads per sequence (shakespeare: windows are seq_len + 1 long;
         addition: padded string length - 1).
-      total_steps: optimizer steps.
+      total_steps: optimizer steps: the run's length, and the horizon of ``optim``'s cosine unless
+        ``optim.decay_steps`` pins it (issue 37; :meth:`TrainConfig.replace` keeps them together).
       steps_per_call: N steps per jitted ``lax.scan`` call (metrics are fetched every N steps).
-      eval_every: evaluate every this many steps (0: at start and end only).
+      eval_every: evaluate every this many steps (0: at start and end only); divides ``total_steps``.
       eval_batches: number of validation batches of ``batch_size`` (shakespeare, addition).
-      ckpt_every: checkpoint every this many steps (0: only at the end).
+      ckpt_every: checkpoint every this many steps (0: only at the end); divides ``total_steps``.
       seed: the run's seed; everything (init, batches, dropout, validation windows) derives from it.
       options: the task's own options — :class:`AdditionOptions` for ``"addition"``,
         :class:`ModularOptions` for ``"modular"`` (None: that class's defaults), None for
@@ -156,17 +166,27 @@ class TrainConfig:
         elif expected is not None and not isinstance(self.options, expected):
             raise GeomjaxError(f"TrainConfig: task {self.task!r} takes options={expected.__name__}(...), got "
                                f"{type(self.options).__name__}")
-        N = self.steps_per_call
-        for name in ("total_steps", "eval_every", "ckpt_every"):
-            if getattr(self, name) % N:
-                raise ValueError(f"TrainConfig: {name} = {getattr(self, name)} must be a multiple of "
-                                 f"steps_per_call = {N}")
+        check_cadences("TrainConfig", "total_steps", self.total_steps, self.steps_per_call,
+                       eval_every=self.eval_every, ckpt_every=self.ckpt_every)
+        check_run_length(self.optim, self.total_steps, "TrainConfig")
         if self.task != "modular" and self.seq_len > self.model.max_len:
             raise ValueError(f"TrainConfig: seq_len {self.seq_len} exceeds the model's max_len {self.model.max_len}")
 
     def replace(self, **kw) -> "TrainConfig":
-        """Copy with some fields changed (``model=``/``optim=`` take configs)."""
+        """Copy with some fields changed (``model=``/``optim=`` take configs).
+
+        A new ``total_steps`` moves the cosine's horizon with it (``optim.decay_steps=None``, every
+        preset); a pinned horizon must be restated in the same call (``optim=``), else ValueError.
+        Cadences that no longer divide the run raise a ValueError naming both numbers.
+        """
+        if "optim" not in kw:
+            check_length_change(self.optim, self.total_steps, kw.get("total_steps", self.total_steps), "TrainConfig")
         return dataclasses.replace(self, **kw)
+
+    def effective_schedule(self) -> dict:
+        """The learning rate this run uses at step 0, at the end of the warm-up, at its last step and at
+        its end (:func:`geomjax.train.optim.effective_schedule`)."""
+        return effective_schedule(self.optim, self.total_steps)
 
 
 # ----------------------------------------------------------------------------------------- presets
@@ -175,10 +195,11 @@ def shakespeare_train_config(model: ToyConfig, *, lr: float, final_lr: float, wa
                              **run) -> TrainConfig:
     """A TrainConfig for the character LM on tiny Shakespeare (NanoGPT ``shakespeare_char``; Song & Zhong §5):
     windows of ``model.max_len`` characters and :func:`geomjax.train.optim.nanogpt_adamw` (embeddings
-    decay too, as NanoGPT decays every tensor with >= 2 dims) over the whole run. ``run``: the rest of
+    decay too, as NanoGPT decays every tensor with >= 2 dims) over the whole run (its horizon follows
+    ``total_steps``, also after :meth:`TrainConfig.replace`). ``run``: the rest of
     the TrainConfig (``batch_size``, ``total_steps``, ``steps_per_call``, evaluation / checkpoint
     cadence, ``seed``)."""
-    optim = nanogpt_adamw(lr, final_lr, warmup_steps, run["total_steps"], decay_embeddings=True)
+    optim = nanogpt_adamw(lr, final_lr, warmup_steps, decay_embeddings=True)
     return TrainConfig("shakespeare", model, optim, seq_len=model.max_len, **run)
 
 
@@ -218,15 +239,15 @@ def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_mod
     task options are ``AdditionOptions(max_digits, carry, n_train)``.
 
     The toy model has the 13-character vocabulary (``geomjax.data.ADDITION_VOCAB``) and T positions;
-    the optimizer is :func:`geomjax.train.optim.nanogpt_adamw` over the whole run (``optim``: fields
-    that differ from it).
+    the optimizer is :func:`geomjax.train.optim.nanogpt_adamw` over the whole run (its horizon follows
+    ``total_steps``; ``optim``: fields that differ from it).
     ``run``: the rest of the TrainConfig (``batch_size``, ``total_steps``, ``steps_per_call``,
     evaluation / checkpoint cadence, ``seed``).
     """
     T = 3 * max_digits + 3
     model = ToyConfig(vocab_size=len(ADDITION_VOCAB), n_layers=n_layers, n_heads=n_heads, d_model=d_model,
                       d_mlp=d_mlp, max_len=T)
-    optim_config = nanogpt_adamw(lr, final_lr, warmup_steps, run["total_steps"], **(optim or {}))
+    optim_config = nanogpt_adamw(lr, final_lr, warmup_steps, **(optim or {}))
     options = AdditionOptions(max_digits, carry, n_train)
     return TrainConfig("addition", model, optim_config, seq_len=T, options=options, **run)
 
@@ -274,8 +295,10 @@ def modular_config(variant: str = "smoke", *, relu: bool = True) -> TrainConfig:
     ``geomjax.train.grokking`` runs these configs as one jitted ``lax.scan`` with metrics inside it.
     """
     act = "relu" if relu else "none"
+    # decay_steps is unused by the constant schedule; it stays at 1000 (OptimConfig's default before issue 37)
+    # so that the config JSON, and the grokking runs' cache keys (grokking.config_hash), do not change
     optim = OptimConfig(lr=1e-3, schedule="constant", warmup_steps=10, b1=0.9, b2=0.98, weight_decay=1.0,
-                        decay="all")
+                        decay="all", decay_steps=1000)
     if variant in ("paper", "blog"):
         steps = 50_000 if variant == "paper" else 20_000
         return TrainConfig("modular", nanda_config(113, activation=act), optim, batch_size=0, seq_len=3,
@@ -400,7 +423,7 @@ def build_programs(cfg: TrainConfig, mesh: Mesh | None = None) -> Programs:
     """Model, optimizer, loss, batch function and the jitted chunk/eval functions of a config (cached:
     the same config and mesh reuse one compilation)."""
     model = ToyTransformer(cfg.model)
-    tx, schedule = make_optimizer(cfg.optim)
+    tx, schedule = make_optimizer(cfg.optim, cfg.total_steps)
     loss_fn = _last_loss(model, cfg.options.p) if cfg.task == "modular" else _lm_loss(model)
     batch_fn = _batch_fn(cfg)
     step_fn = make_train_step(loss_fn, tx, batch_fn, schedule=schedule, mesh=mesh)
@@ -423,13 +446,16 @@ def init_state(cfg: TrainConfig, programs: Programs | None = None, mesh: Mesh | 
 
 @dataclasses.dataclass
 class FitResult:
-    """Output of :func:`fit`: final state, history, resumed-from step and the run directory."""
+    """Output of :func:`fit`: final state, history, resumed-from step, the run directory, the task
+    data's info and the effective schedule (:func:`geomjax.train.optim.schedule_record` of the optax
+    schedule the run used; also in ``config.json``)."""
 
     state: TrainState
     history: History
     resumed_from: int | None
     run_dir: Path | None
     info: dict
+    schedule: dict = dataclasses.field(default_factory=dict)
 
 
 def fit(
@@ -445,7 +471,9 @@ def fit(
 ) -> FitResult:
     """Train the toy transformer on ``cfg``'s task; resume from ``run_dir``'s latest checkpoint.
 
-    With ``run_dir``, writes ``config.json``, checkpoints ``checkpoints/ckpt_{step}.npz`` every
+    With ``run_dir``, writes ``config.json`` (the config, plus ``effective_schedule``: the learning rate
+    at step 0, at the end of the warm-up, at the last step and at the end, read off the schedule that
+    runs), checkpoints ``checkpoints/ckpt_{step}.npz`` every
     ``cfg.ckpt_every`` steps and at the end, and ``history.json``. A resumed run reproduces the
     uninterrupted run's per-step losses bit-for-bit.
 
@@ -463,6 +491,7 @@ def fit(
       :class:`FitResult`.
     """
     pr = build_programs(cfg, mesh)
+    schedule = schedule_record(pr.schedule, cfg.optim, cfg.total_steps)
     train_data, eval_data, info = load_task_data(cfg, data_dir)
     if mesh is not None:
         train_data = jax.device_put(train_data, replicated(mesh))
@@ -477,14 +506,14 @@ def fit(
         last = latest_checkpoint(ckpt_dir) if resume else None
         if last is not None:
             state, meta = load_checkpoint(last, state)
-            if meta.get("config") != cfg_json:
+            if _resolved(meta.get("config")) != _resolved(cfg_json):
                 diff = _diff(meta.get("config"), cfg_json)
                 warnings.warn(f"resuming {last} written with a different config ({diff}); the trajectory "
                               "will not match the original run", stacklevel=2)
             if mesh is not None:
                 state = jax.device_put(state, replicated(mesh))
             resumed = int(meta["step"])
-        (run_dir / "config.json").write_text(json.dumps(cfg_json, indent=2))
+        (run_dir / "config.json").write_text(json.dumps(cfg_json | {SCHEDULE_KEY: schedule}, indent=2))
 
     def evaluate(st):
         return {k: float(v) for k, v in jax.device_get(pr.eval_fn(st.params, eval_data)).items()}
@@ -501,7 +530,7 @@ def fit(
     if run_dir is not None:
         name = "history.json" if resumed is None else f"history_from_{resumed:08d}.json"
         (run_dir / name).write_text(json.dumps(hist.to_json()))
-    return FitResult(state, hist, resumed, run_dir, info)
+    return FitResult(state, hist, resumed, run_dir, info, schedule)
 
 
 def merged_history(run_dir: str | Path) -> dict:
@@ -537,6 +566,15 @@ def merged_history(run_dir: str | Path) -> dict:
             "train": {k: np.asarray([steps[i].get(k, np.nan) for i in order], np.float64) for k in names},
             "evals": [evals[k] for k in sorted(evals)], "seconds": seconds, "sessions": len(files),
             "gaps": gaps}
+
+
+def _resolved(config_json: Any) -> Any:
+    """A TrainConfig's JSON with a cosine horizon that follows the run written as the number it resolves to
+    (``total_steps``), as runs written before issue 37 stored it: resuming such a run is the same run."""
+    o = config_json.get("optim") if isinstance(config_json, dict) else None
+    if isinstance(o, dict) and o.get("schedule") == "cosine" and o.get("decay_steps") is None:
+        return config_json | {"optim": o | {"decay_steps": config_json.get("total_steps")}}
+    return config_json
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from geomjax.base.io import SCHEDULE_KEY
 from geomjax.data import addition_tokenizer
 from geomjax.data.chars import CharTokenizer
 from geomjax.models.toy import ToyConfig
@@ -46,6 +47,8 @@ def _config_from_json(d: Any, source: str):
     """Rebuild a TrainConfig from its ``config_jsonable`` form (checked to round-trip exactly)."""
     if isinstance(d, dict) and "__class__" not in d and isinstance(d.get("config"), dict):
         d = d["config"]  # a report.RunDir config.json: {"config": ..., "environment": ...}
+    if isinstance(d, dict) and SCHEDULE_KEY in d:
+        d = {k: v for k, v in d.items() if k != SCHEDULE_KEY}  # fit()'s record of the schedule, not a field
     if not isinstance(d, dict) or d.get("__class__") != "TrainConfig":
         got = d.get("__class__") if isinstance(d, dict) else type(d).__name__
         raise ValueError(f"{source} does not hold a geomjax.train TrainConfig (got {got!r}); "
