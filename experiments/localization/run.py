@@ -21,7 +21,8 @@ from experiments.localization.source import SOURCE
 
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.analysis.report import RunDir, Section
-from geomjax.train.locater import SweepResult, run_sweep
+from geomjax.train.cost import count_params, training_cost
+from geomjax.train.locater import LocaterConfig, SweepResult, load_wikitext_words, model_config, run_sweep
 
 
 def _smooth(y, k):
@@ -235,6 +236,16 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     return metrics
 
 
+def expected_cost(cfg: LocaterConfig, data_dir=None) -> str:
+    """The sweep's expected training cost (:mod:`geomjax.train.cost`; every κ2 is one vmapped run of the same
+    steps), as one sentence."""
+    V = len(load_wikitext_words(cfg, data_dir).vocab)
+    m = model_config(cfg, V)
+    c = training_cost(*count_params(m), batch=cfg.batch_size, seq_len=cfg.seq_len, steps=cfg.steps,
+                      n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads, vocab=V, runs=len(cfg.kappa2s))
+    return f"{len(cfg.kappa2s)} κ2 values vmapped, vocabulary {V}: " + c.describe()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="cpu", choices=PRESETS)
@@ -245,6 +256,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, seed=args.seed)
+    print(expected_cost(cfg, args.data_dir))  # before training
     run = RunDir(args.out or f"runs/localization-{args.preset}", command="localization")
     run.write_config({"preset": args.preset, "locater": cfg})
     res = run_sweep(cfg, run_dir=run.path / "train", data_dir=args.data_dir, progress=not args.no_progress, stop_at=args.stop_at)

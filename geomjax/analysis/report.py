@@ -24,7 +24,7 @@ from geomjax.base.io import to_jsonable
 
 __all__ = ["Section", "RunDir", "check_reusable", "read_run_marker", "to_jsonable", "render_markdown",
            "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2", "METRIC_PANELS",
-           "paper_row", "paper_value"]
+           "paper_row", "paper_value", "machine_load"]
 
 
 @dataclasses.dataclass
@@ -290,6 +290,17 @@ class RunDir:
                                         "sections": [dataclasses.asdict(s) for s in sections]})
         (self.path / "report.md").write_text(render_markdown(title, sections, meta))
         (self.path / "report.html").write_text(render_html(title, sections, meta))
+
+
+def machine_load() -> str:
+    """The machine's load as ``uptime`` prints it (1/5/15-minute load averages, ``os.getloadavg``) and its CPU
+    count, as one sentence for a report's timing paragraph: a wall time means little without the load it ran
+    under (the experiments' machine is shared)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:  # not available on this platform
+        return f"load average not available; {os.cpu_count()} CPUs"
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min, as uptime) on {os.cpu_count()} CPUs"
 
 
 def _utc_now() -> str:

@@ -1,0 +1,89 @@
+"""The expected training cost (geomjax.train.cost) against independent counts, and the issue-29 experiment
+plumbing that needs no training: the addition budgets' own cosine horizon, the ReLU-free split settings, the
+curves figure and the machine-load sentence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config
+from geomjax.train import addition_config, modular_config
+from geomjax.train.cost import CPU_FLOPS, count_params, toy_training_cost, training_cost
+
+
+def test_count_params_matches_an_initialised_model():
+    cfg = ToyConfig(vocab_size=13, n_layers=2, n_heads=2, d_model=16, d_mlp=32, max_len=9)
+    params = ToyTransformer(cfg).init(jax.random.key(1), jnp.zeros((1, 9), jnp.int32))["params"]
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    total = sum(int(np.prod(v.shape)) for _, v in leaves)
+    emb = sum(int(np.prod(v.shape)) for p, v in leaves if jax.tree_util.keystr(p).endswith("['embedding']"))
+    assert emb == 13 * 16 + 9 * 16  # token and learned position embeddings (lookups, not matrix products)
+    assert count_params(cfg) == (total, total - emb)
+    tied = dataclasses.replace(cfg, tie_embeddings=True)
+    n, nm = count_params(tied)
+    assert n == total - 16 * 13 and nm == n - 9 * 16  # the tied table is both the lookup and the de-embedding
+
+
+def test_training_cost_formulas_by_hand():
+    c = training_cost(1000, 600, batch=4, seq_len=8, steps=10, n_layers=2, d_model=16, n_heads=2, vocab=50, runs=3)
+    tokens = 4 * 8
+    assert c.flops == 3 * 10 * tokens * (6 * 600 + 6 * 2 * 8 * 16)  # Kaplan et al. Table 1
+    assert c.param_bytes == 3 * 16 * 1000  # params, grads, two Adam moments, float32
+    assert c.activation_bytes == 3 * (2 * 2 * (34 * tokens * 16 + 5 * 2 * 8 * tokens) + 8 * tokens * 50)
+    assert c.memory_bytes == c.param_bytes + c.activation_bytes
+    assert c.seconds(1e9, 0.0) == pytest.approx(c.flops / 1e9)
+    assert c.seconds(1e9, 0.5) == pytest.approx(c.flops / 1e9 + 10 * 0.5)
+    assert "FLOPs" in c.describe() and "GiB" in c.describe()
+
+
+def test_toy_training_cost_of_the_presets():
+    m = modular_config("cpu")  # full batch: half of the 113² pairs, 3 tokens each
+    c = toy_training_cost(m)
+    n, nm = count_params(m.model)
+    batch = int(0.5 * 113**2)
+    assert c.n_params == n and c.steps == m.total_steps
+    assert c.flops == m.total_steps * batch * 3 * (6.0 * nm + 6.0 * 3 * 128)
+    assert m.model == nanda_config(113)
+    # the addition cpu calibration: 8,000 steps of batch 64 x 33 tokens took about 400 s on the quiet machine
+    a = addition_config("cpu")
+    a10 = dataclasses.replace(a, model=dataclasses.replace(a.model, max_len=33), seq_len=33, total_steps=8000)
+    assert 200 < toy_training_cost(a10).seconds(CPU_FLOPS, 0.0) < 800
+
+
+def test_addition_budget_has_its_own_horizon():
+    from experiments.addition.config import AdditionExperimentConfig, budget_config, get_config
+
+    cpu = get_config("cpu")
+    assert cpu.budgets and cpu.train.optim.decay_steps == cpu.train.total_steps
+    b = budget_config(cpu.train, 3000)
+    assert b.total_steps == 3000 and b.optim.decay_steps == 3000 and b.optim.lr == cpu.train.optim.lr
+    assert b.model == cpu.train.model and b.options == cpu.train.options
+    with pytest.raises(ValueError, match="budgets"):
+        AdditionExperimentConfig("x", cpu.train, budgets=(cpu.train.total_steps,))
+    with pytest.raises(ValueError, match="budgets"):
+        AdditionExperimentConfig("x", cpu.train, budgets=(150,))
+
+
+def test_relu_free_settings():
+    from experiments.grokking.config import RELU_FREE_SETTINGS, relu_free_configs
+
+    cfgs = relu_free_configs("cpu")
+    assert [(c.train.options.train_frac, c.epochs) for c in cfgs] == list(RELU_FREE_SETTINGS["cpu"])
+    assert all(c.train.model.activation == "none" and c.train.optim.lr == 2e-3 for c in cfgs)
+    assert relu_free_configs("blog")[0].train.optim.lr == 1e-3
+
+
+def test_curves_figure_and_machine_load(tmp_path):
+    from geomjax.analysis import plots
+    from geomjax.analysis.report import machine_load
+
+    fig = plots.curves({"a": {"x": ([0, 1, 2], [0.1, 0.5, 0.9])}, "b": {"x": ([0, 1], [1.0, 0.1])}}, "step",
+                       logy=("b",), styles={"x": "--"})
+    assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
+    assert plots.save(fig, tmp_path / "c.png").stat().st_size > 1000
+    assert "CPUs" in machine_load()
