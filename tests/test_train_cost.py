@@ -87,3 +87,13 @@ def test_curves_figure_and_machine_load(tmp_path):
     assert len(fig.axes) == 2 and fig.axes[1].get_yscale() == "log"
     assert plots.save(fig, tmp_path / "c.png").stat().st_size > 1000
     assert "CPUs" in machine_load()
+
+
+def test_relu_free_log_seconds_sums_every_session(tmp_path):
+    from experiments.grokking.relu_free import log_seconds
+
+    log = tmp_path / "run.log"
+    assert log_seconds(log) == 0.0
+    log.write_text("epoch 100 train_acc 1.0 wall 10.0s\nepoch 200 train_acc 1.0 wall 25.5s\n"  # a killed session
+                   "epoch 300 train_acc 1.0 wall 4.0s\nepoch 400 train_acc 1.0 wall 9.0s\n")  # the resumed one
+    assert log_seconds(log) == pytest.approx(25.5 + 9.0)
