@@ -97,3 +97,19 @@ def test_relu_free_log_seconds_sums_every_session(tmp_path):
     log.write_text("epoch 100 train_acc 1.0 wall 10.0s\nepoch 200 train_acc 1.0 wall 25.5s\n"  # a killed session
                    "epoch 300 train_acc 1.0 wall 4.0s\nepoch 400 train_acc 1.0 wall 9.0s\n")  # the resumed one
     assert log_seconds(log) == pytest.approx(25.5 + 9.0)
+
+
+@pytest.mark.slow  # compiles a training chunk (tens of seconds on the loaded 2-core machine)
+def test_token_randomization_level_resumes_from_its_checkpoint(tmp_path):
+    from experiments.token_randomization.config import get_config
+    from experiments.token_randomization.run import train_config, train_level
+    from geomjax.train import load_task_data
+
+    tc = train_config(get_config("smoke")).replace(ckpt_every=10)
+    data = load_task_data(tc)[0]
+    p1, h1 = train_level(tc, 1, data, progress=False, run_dir=tmp_path)
+    assert (tmp_path / "level1" / "checkpoints").is_dir() and h1["steps"].tolist() == list(range(tc.total_steps))
+    p2, h2 = train_level(tc, 1, data, progress=False, run_dir=tmp_path)  # resumed at the end: nothing to train
+    np.testing.assert_array_equal(h2["train"]["loss"], h1["train"]["loss"])
+    for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -57,14 +57,14 @@ class RandomizationConfig:
 
 def _gpt(*, n_layers: int, n_heads: int, d_model: int, seq_len: int, batch_size: int, total_steps: int,
          steps_per_call: int, lr: float, final_lr: float, warmup_steps: int, dropout: float, eval_batches: int,
-         seed: int, vocab_size: int = 65) -> TrainConfig:
+         seed: int, vocab_size: int = 65, ckpt_every: int = 0) -> TrainConfig:
     """The TrainConfig of one toy GPT (d_mlp = 4·d_model; cosine lr from ``lr`` to ``final_lr``)."""
     model = nanogpt_config(vocab_size, n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=4 * d_model,
                            max_len=seq_len, dropout=dropout)
     optim = OptimConfig(lr=lr, schedule="cosine", warmup_steps=warmup_steps, decay_steps=total_steps,
                         final_lr=final_lr, b1=0.9, b2=0.99, weight_decay=0.1, decay_embeddings=True, grad_clip=1.0)
     return TrainConfig("shakespeare", model, optim, batch_size=batch_size, seq_len=seq_len, total_steps=total_steps,
-                       steps_per_call=steps_per_call, eval_every=0, eval_batches=eval_batches, ckpt_every=0, seed=seed)
+                       steps_per_call=steps_per_call, eval_every=0, eval_batches=eval_batches, ckpt_every=ckpt_every, seed=seed)
 
 
 def get_config(preset: str = "cpu", *, seed: int = 0) -> RandomizationConfig:
@@ -80,5 +80,6 @@ def get_config(preset: str = "cpu", *, seed: int = 0) -> RandomizationConfig:
     if preset == "paper":
         return RandomizationConfig("paper", _gpt(n_layers=8, n_heads=8, d_model=512, seq_len=512, batch_size=64,
                                                  total_steps=100_000, steps_per_call=250, lr=5e-5, final_lr=5e-6,
-                                                 warmup_steps=200, dropout=0.1, eval_batches=20, seed=seed))
+                                                 warmup_steps=200, dropout=0.1, eval_batches=20, seed=seed,
+                                                 ckpt_every=5000))
     raise ValueError(f"get_config: preset must be one of {PRESETS}, got {preset!r}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -30,7 +31,9 @@ from geomjax.data.synthetic import randomize_tokens
 from geomjax.models import model_interface
 from geomjax.models.toy import ToyTransformer
 from geomjax.analysis.report import RunDir, Section
-from geomjax.train import build_programs, init_state, load_task_data
+from geomjax.train import build_programs, init_state, load_task_data, merged_history
+from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.train.cost import toy_training_cost
 from geomjax.train.loop import make_train_chunk, make_train_step, train_loop
 from geomjax.train.losses import token_cross_entropy
 from geomjax.train.anomalies import describe, detect_loss_spikes
@@ -45,8 +48,11 @@ def train_config(cfg: RandomizationConfig, vocab_size: int = 65):
     return t if t.model.vocab_size == vocab_size else t.replace(model=t.model.replace(vocab_size=vocab_size))
 
 
-def train_level(tc, level: int, train_data, *, progress: bool = True):
-    """Train the toy at noise ``level``: the task's batches pass through ``randomize_tokens``. Returns (params, History)."""
+def train_level(tc, level: int, train_data, *, progress: bool = True, run_dir: Path | None = None):
+    """Train the toy at noise ``level``: the task's batches pass through ``randomize_tokens``. With ``run_dir``,
+    checkpoints go to ``run_dir/level<level>/checkpoints`` (every ``tc.ckpt_every`` steps and at the end) and a
+    re-run resumes from the latest one, as :func:`geomjax.train.fit` does. Returns (params, merged history:
+    ``steps``, ``train`` of every session)."""
     pr = build_programs(tc)
     V = tc.model.vocab_size
 
@@ -58,9 +64,18 @@ def train_level(tc, level: int, train_data, *, progress: bool = True):
     step = make_train_step(pr.loss_fn, pr.tx, batch_fn, schedule=pr.schedule)
     chunk = make_train_chunk(step, tc.steps_per_call)
     state = jax.tree_util.tree_map(lambda x: x, init_state(tc, pr))
+    d = None if run_dir is None else Path(run_dir) / f"level{level}"
+    last = None if d is None else latest_checkpoint(d / "checkpoints")
+    if last is not None:
+        state, _ = load_checkpoint(last, state)
+    start = int(jax.device_get(state.step))
+    save = None if d is None else (lambda st, _h: save_checkpoint(d / "checkpoints", st, tc, keep=2))
     state, hist = train_loop(state, chunk, train_data, total_steps=tc.total_steps, steps_per_call=tc.steps_per_call,
-                             progress=progress, desc=f"level {level}")
-    return state.params, hist
+                             checkpoint=save, ckpt_every=tc.ckpt_every, progress=progress, desc=f"level {level}")
+    if d is None:
+        return state.params, {"steps": hist.steps, "train": hist.train}
+    (d / ("history.json" if last is None else f"history_from_{start:08d}.json")).write_text(json.dumps(hist.to_json()))
+    return state.params, merged_history(d)
 
 
 def per_position_loss(model, params, ids: jax.Array) -> jax.Array:
@@ -168,10 +183,10 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     all_profs: dict = {}
     for i in cfg.levels:
         t1 = time.perf_counter()
-        params, hist = train_level(tc, i, train_data, progress=progress)
+        params, hist = train_level(tc, i, train_data, progress=progress, run_dir=Path(out) / "train")
         metrics["train_seconds"][i] = time.perf_counter() - t1
-        metrics["final_train_loss"][i] = float(np.mean(hist.train["loss"][-cfg.train.steps_per_call:]))
-        found = detect_loss_spikes(hist.steps, hist.train["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
+        metrics["final_train_loss"][i] = float(np.mean(hist["train"]["loss"][-cfg.train.steps_per_call:]))
+        found = detect_loss_spikes(hist["steps"], hist["train"]["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
         metrics["anomalies"] += [a.to_json() for a in found]
         anomaly_text.append(describe(found, f"training the {LEVEL_NAMES[i]} model"))
         row = [f"{LEVEL_NAMES[i]} (train)"]
@@ -353,7 +368,10 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    m = run(get_config(a.preset, seed=a.seed), a.out, data_dir=a.data_dir, progress=not a.no_progress)
+    cfg = get_config(a.preset, seed=a.seed)
+    t = cfg.train  # before training: the levels' models one after another
+    print(f"{len(cfg.levels)} models: " + toy_training_cost(t.replace(total_steps=t.total_steps * len(cfg.levels))).describe())
+    m = run(cfg, a.out, data_dir=a.data_dir, progress=not a.no_progress)
     for k, v in m["loss"].items():
         print(k, {n: round(x, 3) for n, x in v.items()})
     print(f"report: {Path(a.out) / 'report.html'}  ({m['seconds']:.0f} s)")
