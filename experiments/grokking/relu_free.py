@@ -59,6 +59,7 @@ def summarize(res, seconds: float) -> dict:
             "grokked": ms["test_99"] is not None, "final_train_acc": float(h["train_acc"][-1]),
             "final_test_acc": float(h["test_acc"][-1]), "final_test_loss": float(h["test_loss"][-1]),
             "max_test_acc": float(np.max(h["test_acc"])), "sq_weights_start": float(sq[0]),
+            "sq_weights_peak": float(sq.max()), "sq_weights_peak_epoch": int(h["epoch"][int(np.argmax(sq))]),
             "sq_weights_end": float(sq[-1]), "seconds": seconds,
             "gen_over_mem": (ms["test_99"] / max(ms["train_100"], 1)) if ms["test_99"] and ms["train_100"] else None}
 
@@ -79,6 +80,17 @@ def committed_30() -> str | None:
     rows = parse_source_table(COMMITTED.read_text())
     row = next((r for r in rows if r["quantity"].startswith("the MLP is affine")), None)
     return None if row is None else f"{row['this run']} — {row['verdict']}"
+
+
+def trend(summaries: dict) -> str:
+    """One sentence from the runs, by split: when each grokked (or that it did not within its epochs), and how
+    high and when the weight norm peaked (weight decay has to bring it down before the test accuracy rises)."""
+    parts = []
+    for s in sorted(summaries.values(), key=lambda s: -s["train_frac"]):
+        g = f"test ≥ 99% at epoch {s['test_99']}" if s["grokked"] else f"no test ≥ 99% within {s['trained']} epochs"
+        parts.append(f"{s['train_frac']:.0%} split: train 100% at {s['train_100']}, {g}, sum of squared weights peaking at "
+                     f"{s['sq_weights_peak']:.0f} (epoch {s['sq_weights_peak_epoch']})")
+    return "By split — " + "; ".join(parts) + "."
 
 
 def main(argv=None) -> int:
@@ -117,7 +129,7 @@ def main(argv=None) -> int:
         f"{cfgs[0].train.optim.lr:g}, weight decay {cfgs[0].train.optim.weight_decay:g}, full batch) at each (training "
         "fraction, epochs). Grokked: test accuracy ≥ 99% (Nanda et al. §3). Training seconds: every session of "
         f"the run (from its log). This invocation {seconds:.0f} s; at the end, {machine_load()}."]
-        + ([PLUMBING_NOTICE] if a.preset == "smoke" else [])
+        + [trend(summaries)] + ([PLUMBING_NOTICE] if a.preset == "smoke" else [])
         + ([f"The cpu report's own ReLU-free run (30% split, 4,000 epochs; results/cpu/report.md): {ref}."] if ref else []))
     s.table(["run", "train split", "epochs", "train 100% at", "test ≥ 99% at", "final test acc", "max test acc",
              "test 99% / train 100%", "training s"], rows)
