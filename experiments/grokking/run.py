@@ -27,7 +27,7 @@ from geomjax.claim_reports.clock import analysis_sections
 from geomjax.tools.clock_probe import analyze
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError
-from geomjax.analysis.report import RunDir, Section, to_jsonable
+from geomjax.analysis.report import RunDir, Section, machine_load, to_jsonable
 from geomjax.train.anomalies import detect_anomalies, last_stable_epoch
 from geomjax.train.cost import toy_training_cost
 from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking
@@ -189,7 +189,8 @@ def main(argv=None) -> int:
     timing = Section("Timing")
     timing.paragraphs.append(
         f"This invocation: training (this call; 0 if loaded) {res.seconds:.1f} s (compile {res.compile_seconds:.1f} s)"
-        + (f", ReLU-free {free.seconds:.1f} s" if free else "") + f"; total with analyses {time.perf_counter() - t0:.1f} s.")
+        + (f", ReLU-free {free.seconds:.1f} s" if free else "") + f"; total with analyses {time.perf_counter() - t0:.1f} s; "
+        f"at the end, {machine_load()}.")
     sections = [cmp, anom, timing] + sections
     ms = grokking_milestones(res.history)
     metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],

@@ -20,7 +20,7 @@ from experiments.localization.config import PRESETS, get_config
 from experiments.localization.source import SOURCE
 
 from geomjax.analysis.comparison import Row, source_section, verdict
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, machine_load
 from geomjax.train.cost import count_params, training_cost
 from geomjax.train.locater import LocaterConfig, SweepResult, load_wikitext_words, model_config, run_sweep
 
@@ -200,7 +200,8 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
         f"on the '{cfg.valid_split}' split ({'all' if cfg.eval_batches is None else cfg.eval_batches} batches of non-overlapping "
         f"windows); batches are uniformly random windows of the training stream. W_QK = W_q W_kᵀ of the single head (no 1/√K "
         f"factor); ρ_i is the batch frequency of ⟨γ^i, ω⟩ + γ_0^i ∈ [0, 1] for the last query's attention row. "
-        f"Training wall time: {res.seconds:.0f} s" + (f" (resumed at step {res.resumed_from})." if res.resumed_from else "."))
+        f"Training wall time: {res.seconds:.0f} s" + (f" (resumed at step {res.resumed_from})" if res.resumed_from else "")
+        + f"; at the end, {machine_load()}.")
     if preset != "paper":
         s1.paragraphs.append("Differences from §7 in this preset: " + (
             "batch 16 instead of 64, a 1,024-word vocabulary, lr 1e-3 instead of 2.5e-5 and 1,000 instead of 50,000 "

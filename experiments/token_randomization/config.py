@@ -10,11 +10,11 @@ characters.
 * ``cpu``: 2 layers, 2 heads, d 64, T 64, batch 16, 1,500 steps per model (3-10 min for the three
   models on the 2-core machine, depending on load), positional bases over C = 1,024 validation windows
   (64 batches of 16). It shows the level-1 model's break at T/2. With C = 128 windows (the preset until
-  issue 29) the clean character model's positional share (0.015 / 0.013 in layers 1 / 2) sat below the
-  precondition's 2/C = 0.016: the noise floor of a C-window mean is a share of 1/C, so about half of that
-  share was noise and Figs. 6a and 6c were "not testable". A character model at T 64 carries a small but
-  real positional component (about 0.7% of the variance); 1,024 windows put the floor at 0.1%, eight
-  times lower, without touching the model. It was 4 layers, d 128, batch 32: 1.8 s a step on the shared
+  issue 29) the clean character model's positional share (0.015 / 0.013, median over layers, first /
+  second half) sat below the precondition's 2/C = 0.016: a C-window mean leaves a noise share of 1/C, so
+  about half of it was noise and Figs. 6a and 6c were "not testable". Over 1,024 windows the same model's
+  share is 0.007 / 0.005 against a floor of 2/C = 0.002, and both rows are tested. It was 4 layers, d 128,
+  batch 32: 1.8 s a step on the shared
   machine, ~2 h for the three models, so the model was made ~8× cheaper.
 * ``paper``: REFERENCE.md's randomization model — 8 layers, 8 heads, d 512, T 512 — with the NanoGPT
   optimizer of the ``shakespeare`` ``paper`` preset (the source does not state its optimizer).

@@ -30,7 +30,7 @@ from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.models import model_interface
 from geomjax.models.toy import ToyTransformer
-from geomjax.analysis.report import RunDir, Section
+from geomjax.analysis.report import RunDir, Section, machine_load
 from geomjax.train import build_programs, init_state, load_task_data, merged_history
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.cost import toy_training_cost
@@ -221,13 +221,15 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                          f"directions (Fig. 6a–c as one grid); colour = position t, red ring = t = T/2 (first random "
                          "input under level-1 noise), orange ring = t = T/2 − 1 (clean input, first random target)")
     metrics["seconds"] = time.perf_counter() - t0
+    metrics["load"] = machine_load()
     s1 = Section("3 × 3 evaluation", [
         f"Tiny Shakespeare characters (vocabulary {V}); model {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
         f"{cfg.train.model.d_model}, T {T}; {cfg.train.total_steps} steps of batch {cfg.train.batch_size} per model; "
         f"{len(val)} validation windows. Cell: mean next-token loss over all positions (first half: inputs "
         f"t < {noise_start(T) - 1}, clean input and target under level-1 noise / boundary: t = {noise_start(T) - 1}, clean "
         f"input, random target / second half: t >= {noise_start(T)}, random input). "
-        f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Wall time {metrics['seconds']:.0f} s."])
+        f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Wall time {metrics['seconds']:.0f} s; at the end, "
+        f"{metrics['load']}."])
     s1.paragraphs += anomaly_text
     s1.table(["model \\ inference"] + [LEVEL_NAMES[j] for j in cfg.levels], table, caption="validation loss (nats)")
     s2 = Section("Where the positional structure breaks", [
