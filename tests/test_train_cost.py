@@ -113,3 +113,17 @@ def test_token_randomization_level_resumes_from_its_checkpoint(tmp_path):
     np.testing.assert_array_equal(h2["train"]["loss"], h1["train"]["loss"])
     for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.slow  # two smoke grokking runs (p = 23, 200 epochs): compilation dominates
+def test_relu_free_smoke_report(tmp_path):
+    from experiments.grokking.relu_free import main
+
+    assert main(["--preset", "smoke", "--out", str(tmp_path), "--no-progress"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "relu_free_f30_e200" in md and "relu_free_f50_e200" in md and "By split" in md
+    assert (tmp_path / "figures" / "relu_free_splits.png").stat().st_size > 1000
+    # a re-run reuses both runs (nothing left to train) and reports the same table
+    assert main(["--preset", "smoke", "--out", str(tmp_path), "--no-progress"]) == 0
+    table = lambda t: [line for line in t.splitlines() if line.startswith("| relu_free")]  # noqa: E731
+    assert table((tmp_path / "report.md").read_text())[0].split("|")[:-2] == table(md)[0].split("|")[:-2]
