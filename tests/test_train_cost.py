@@ -127,3 +127,15 @@ def test_relu_free_smoke_report(tmp_path):
     assert main(["--preset", "smoke", "--out", str(tmp_path), "--no-progress"]) == 0
     table = lambda t: [line for line in t.splitlines() if line.startswith("| relu_free")]  # noqa: E731
     assert table((tmp_path / "report.md").read_text())[0].split("|")[:-2] == table(md)[0].split("|")[:-2]
+
+
+def test_token_randomization_budget_has_its_own_horizon():
+    from experiments.token_randomization.config import RandomizationConfig, budget_config, get_config
+
+    cpu = get_config("cpu")
+    assert cpu.budgets and cpu.train.optim.decay_steps == cpu.train.total_steps
+    b = budget_config(cpu, cpu.budgets[0])
+    assert b.train.total_steps == b.train.optim.decay_steps == cpu.budgets[0] and b.budgets == ()
+    assert b.train.model == cpu.train.model and b.train.eval_batches == cpu.train.eval_batches
+    with pytest.raises(ValueError, match="budgets"):
+        RandomizationConfig("x", cpu.train, budgets=(cpu.train.total_steps,))

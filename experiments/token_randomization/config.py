@@ -7,15 +7,14 @@ and each is evaluated at all three levels (3 × 3). The source trained on OpenWe
 characters.
 
 * ``smoke``: 1 layer, d 32, T 16, 20 steps per model (seconds).
-* ``cpu``: 2 layers, 2 heads, d 64, T 64, batch 16, 1,500 steps per model (3-10 min for the three
-  models on the 2-core machine, depending on load), positional bases over C = 1,024 validation windows
-  (64 batches of 16). It shows the level-1 model's break at T/2. With C = 128 windows (the preset until
-  issue 29) the clean character model's positional share (0.015 / 0.013, median over layers, first /
-  second half) sat below the precondition's 2/C = 0.016: a C-window mean leaves a noise share of 1/C, so
-  about half of it was noise and Figs. 6a and 6c were "not testable". Over 1,024 windows the same model's
-  share is 0.007 / 0.005 against a floor of 2/C = 0.002, and both rows are tested. It was 4 layers, d 128,
-  batch 32: 1.8 s a step on the shared
-  machine, ~2 h for the three models, so the model was made ~8× cheaper.
+* ``cpu``: 2 layers, 2 heads, d 64, T 64, batch 16, 3,000 steps per model, and the same at 1,500 steps as a
+  second budget (about 4 + 8 min for the six models on the 2-core machine at load 20-25), positional bases over
+  C = 1,024 validation windows (64 batches of 16). With C = 128 windows and 1,500 steps (the preset until
+  issue 29) the clean character model's positional share (0.015 / 0.013, median over layers, first / second
+  half) sat below the precondition's 2/C = 0.016: a C-window mean leaves a noise share of 1/C, so about half
+  of it was noise and Figs. 6a and 6c were "not testable". Over 1,024 windows the floor is 2/C = 0.002 and
+  both rows are tested at both budgets (the report's "other training budgets" table). The model was 4
+  layers, d 128, batch 32 before (1.8 s a step on the shared machine, ~2 h for the three models).
 * ``paper``: REFERENCE.md's randomization model — 8 layers, 8 heads, d 512, T 512 — with the NanoGPT
   optimizer of the ``shakespeare`` ``paper`` preset (the source does not state its optimizer).
 """
@@ -41,11 +40,15 @@ class RandomizationConfig:
       train: the training run of every level (``eval_batches`` validation batches of ``batch_size``
         windows are also the C windows of the positional-basis decomposition).
       levels: noise levels trained and evaluated (0 clean, 1 second half random, 2 all random).
+      budgets: other training budgets (steps, each a multiple of ``train.steps_per_call``), run as complete
+        experiments of their own (:func:`budget_config`: the cosine horizon set to the budget) whose verdicts the
+        report tabulates beside its own: a second setting for every row.
     """
 
     preset: str
     train: TrainConfig
     levels: tuple[int, ...] = (0, 1, 2)
+    budgets: tuple[int, ...] = ()
 
     def __post_init__(self):
         bad = [lv for lv in self.levels if lv not in (0, 1, 2)]
@@ -53,6 +56,18 @@ class RandomizationConfig:
             raise ValueError(f"RandomizationConfig: levels must be among 0, 1, 2, got {bad}")
         if self.train.task != "shakespeare":
             raise ValueError(f"RandomizationConfig: train.task must be 'shakespeare', got {self.train.task!r}")
+        bad = [b for b in self.budgets if b <= 0 or b % self.train.steps_per_call or b == self.train.total_steps]
+        if bad:
+            raise ValueError(f"RandomizationConfig: budgets must be positive multiples of steps_per_call = "
+                             f"{self.train.steps_per_call} other than total_steps = {self.train.total_steps}, got {bad}")
+
+
+def budget_config(cfg: RandomizationConfig, steps: int) -> RandomizationConfig:
+    """``cfg`` trained for ``steps`` steps, the cosine schedule's horizon set to ``steps`` explicitly
+    (``TrainConfig.replace(total_steps=...)`` alone would keep the old horizon), without budgets of its own."""
+    t = cfg.train
+    train = t.replace(total_steps=steps, optim=dataclasses.replace(t.optim, decay_steps=steps))
+    return dataclasses.replace(cfg, train=train, budgets=())
 
 
 def _gpt(*, n_layers: int, n_heads: int, d_model: int, seq_len: int, batch_size: int, total_steps: int,
@@ -72,11 +87,13 @@ def get_config(preset: str = "cpu", *, seed: int = 0) -> RandomizationConfig:
     if preset == "smoke":
         return RandomizationConfig("smoke", _gpt(n_layers=1, n_heads=2, d_model=32, seq_len=16, batch_size=8,
                                                  total_steps=20, steps_per_call=10, lr=1e-2, final_lr=1e-3,
-                                                 warmup_steps=5, dropout=0.0, eval_batches=2, seed=seed))
+                                                 warmup_steps=5, dropout=0.0, eval_batches=2, seed=seed),
+                                   budgets=(10,))
     if preset == "cpu":
         return RandomizationConfig("cpu", _gpt(n_layers=2, n_heads=2, d_model=64, seq_len=64, batch_size=16,
-                                               total_steps=1500, steps_per_call=100, lr=2e-3, final_lr=2e-4,
-                                               warmup_steps=100, dropout=0.0, eval_batches=64, seed=seed))
+                                               total_steps=3000, steps_per_call=100, lr=2e-3, final_lr=2e-4,
+                                               warmup_steps=100, dropout=0.0, eval_batches=64, seed=seed),
+                                   budgets=(1500,))
     if preset == "paper":
         return RandomizationConfig("paper", _gpt(n_layers=8, n_heads=8, d_model=512, seq_len=512, batch_size=64,
                                                  total_steps=100_000, steps_per_call=250, lr=5e-5, final_lr=5e-6,

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.token_randomization.config import PRESETS, RandomizationConfig, get_config
+from experiments.token_randomization.config import PRESETS, RandomizationConfig, budget_config, get_config
 from experiments.token_randomization.source import SOURCE
 from geomjax.analysis import plots
 from geomjax.analysis.comparison import Row, source_section, verdict
@@ -161,8 +161,11 @@ def change_point(prof: dict[str, np.ndarray], boundary: int) -> dict[str, float]
 
 
 def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) -> dict:
-    """Train, evaluate 3 × 3, decompose, write the report into ``out``; returns the metrics."""
+    """Train, evaluate 3 × 3, decompose, write the report into ``out``; returns the metrics. Each of
+    ``cfg.budgets`` is first run the same way into ``out/budget_<steps>``; its verdicts join the report."""
     t0 = time.perf_counter()
+    other = {b: run(budget_config(cfg, b), Path(out) / f"budget_{b}", data_dir=data_dir, progress=progress)
+             for b in cfg.budgets}
     rd = RunDir(out, "token_randomization")
     tc = train_config(cfg)
     rd.write_config({"experiment": dataclasses.asdict(cfg), "train_config": dataclasses.asdict(tc)})
@@ -184,7 +187,7 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     for i in cfg.levels:
         t1 = time.perf_counter()
         params, hist = train_level(tc, i, train_data, progress=progress, run_dir=Path(out) / "train")
-        metrics["train_seconds"][i] = time.perf_counter() - t1
+        metrics["train_seconds"][i] = float(hist.get("seconds", time.perf_counter() - t1))  # every session
         metrics["final_train_loss"][i] = float(np.mean(hist["train"]["loss"][-cfg.train.steps_per_call:]))
         found = detect_loss_spikes(hist["steps"], hist["train"]["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
         metrics["anomalies"] += [a.to_json() for a in found]
@@ -228,7 +231,8 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
         f"{len(val)} validation windows. Cell: mean next-token loss over all positions (first half: inputs "
         f"t < {noise_start(T) - 1}, clean input and target under level-1 noise / boundary: t = {noise_start(T) - 1}, clean "
         f"input, random target / second half: t >= {noise_start(T)}, random input). "
-        f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Wall time {metrics['seconds']:.0f} s; at the end, "
+        f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Training {sum(metrics['train_seconds'].values()):.0f} s (the three models, every "
+        f"session of a resumed run); wall time of this invocation {metrics['seconds']:.0f} s; at the end, "
         f"{metrics['load']}."])
     s1.paragraphs += anomaly_text
     s1.table(["model \\ inference"] + [LEVEL_NAMES[j] for j in cfg.levels], table, caption="validation loss (nats)")
@@ -246,9 +250,28 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                          _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels, metrics["n_windows"],
                                                            metrics["change_point"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
+    metrics["budgets"] = {str(b): {"half_metrics": m["half_metrics"], "change_point": m["change_point"]}
+                          for b, m in other.items()}
     rd.write_json("metrics.json", metrics)
-    rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, s1, s2, figs])
+    rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, budget_section(cfg, metrics, other), s1, s2, figs])
     return metrics
+
+
+def budget_section(cfg: RandomizationConfig, metrics: dict, other: dict) -> Section:
+    """The comparison's verdicts at this run's budget and at each of ``cfg.budgets`` (their own runs,
+    ``budget_<steps>/report.md``): whether a verdict depends on how long the models trained."""
+    s = Section("The same verdicts at other training budgets", [
+        "Each budget is a complete run (three models, cosine horizon at its own last step; report in "
+        "budget_<steps>/). A verdict that changes with the budget depends on training length; one that holds at "
+        "every budget does not."])
+    runs = {cfg.train.total_steps: metrics, **other}
+    names = {n.key: n.quantity for n in SOURCE.numbers}
+    rows = []
+    for steps in sorted(runs):
+        m = runs[steps]
+        for r in comparison_rows(m["half_metrics"], cfg.levels, m["n_windows"], m["change_point"]):
+            rows.append([steps, names.get(r.key, r.key), r.run, verdict(None) if cfg.preset == "smoke" else r.verdict])
+    return s.table(["steps", "quantity", "this run", "verdict"], rows)
 
 
 ROUGH_RATIO = 2.0  # "destroyed": both halves at least 2x rougher than the clean model (the rule's original factor)
