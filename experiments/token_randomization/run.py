@@ -394,8 +394,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
     cfg = get_config(a.preset, seed=a.seed)
-    t = cfg.train  # before training: the levels' models one after another
-    print(f"{len(cfg.levels)} models: " + toy_training_cost(t.replace(total_steps=t.total_steps * len(cfg.levels))).describe())
+    t = cfg.train  # before training: the levels' models one after another, at every budget
+    steps = (t.total_steps + sum(cfg.budgets)) * len(cfg.levels)
+    print(f"{len(cfg.levels)} models at {[t.total_steps, *cfg.budgets]} steps: "
+          + toy_training_cost(t.replace(total_steps=steps)).describe())
     m = run(cfg, a.out, data_dir=a.data_dir, progress=not a.no_progress)
     for k, v in m["loss"].items():
         print(k, {n: round(x, 3) for n, x in v.items()})
