@@ -27,8 +27,9 @@ from geomjax.claim_reports.clock import analysis_sections
 from geomjax.tools.clock_probe import analyze
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError
-from geomjax.analysis.report import RunDir, Section, schedule_section, to_jsonable
+from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section, to_jsonable
 from geomjax.train.anomalies import detect_anomalies, last_stable_epoch
+from geomjax.train.cost import toy_training_cost
 from geomjax.train.grokking import grokking_milestones, param_snapshots, train_grokking
 
 SPIKE_FACTOR = 100.0  # a loss more than this × the median of the previous 50 logged values is a spike
@@ -112,7 +113,9 @@ def comparison_rows(an, an_free) -> list[Row]:
         rows.append(Row("relu_free", f"ReLU-free: train 100% {_at(mf['train_100'])}, test ≥ 99% "
                         f"{_at(mf['test_99'])} (final test accuracy {an_free['history']['test_acc'][-1]:.2f}); ReLU "
                         f"removed from the trained ReLU model: accuracy {an.get('acc_relu_removed', float('nan')):.2f}",
-                        verdict(mf["test_99"] is not None)))
+                        verdict(mf["test_99"] is not None),
+                        "" if mf["test_99"] is not None else "other training splits: python -m "
+                        "experiments.grokking.relu_free (results/cpu/relu_free/report.md)"))
     else:
         rows.append(Row("relu_free", "ReLU-free variant not trained (--no-relu-free)", verdict(None)))
     pairs, emb = an["sufficiency"]["pairs"], an["sufficiency_embed"]
@@ -154,6 +157,9 @@ def main(argv=None) -> int:
     out = Path(args.out or f"runs/grokking-{args.preset}")
     run = RunDir(out, command="grokking")
     cfg = get_config(args.preset, seed=args.seed)
+    n_runs = 1 if args.no_relu_free else 2
+    print(f"{n_runs} run(s) of {cfg.epochs} epochs, one after another: "
+          + toy_training_cost(cfg.train.replace(total_steps=cfg.epochs * n_runs)).describe())  # before training
     t0 = time.perf_counter()
     res = train_grokking(cfg, out / "train", progress=not args.no_progress, log_file=out / "train.log")
     free = None
@@ -185,7 +191,8 @@ def main(argv=None) -> int:
     timing = Section("Timing")
     timing.paragraphs.append(
         f"This invocation: training (this call; 0 if loaded) {res.seconds:.1f} s (compile {res.compile_seconds:.1f} s)"
-        + (f", ReLU-free {free.seconds:.1f} s" if free else "") + f"; total with analyses {time.perf_counter() - t0:.1f} s.")
+        + (f", ReLU-free {free.seconds:.1f} s" if free else "") + f"; total with analyses {time.perf_counter() - t0:.1f} s; "
+        f"at the end, {machine_load()}.")
     sections = [cmp, schedule_section(schedules), anom, timing] + sections
     ms = grokking_milestones(res.history)
     metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],

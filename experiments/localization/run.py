@@ -20,8 +20,9 @@ from experiments.localization.config import PRESETS, get_config
 from experiments.localization.source import SOURCE
 
 from geomjax.analysis.comparison import Row, source_section, verdict
-from geomjax.analysis.report import RunDir, Section, schedule_section
-from geomjax.train.locater import SweepResult, run_sweep
+from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section
+from geomjax.train.cost import count_params, training_cost
+from geomjax.train.locater import LocaterConfig, SweepResult, load_wikitext_words, model_config, run_sweep
 
 
 def _smooth(y, k):
@@ -202,7 +203,8 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
         f"on the '{cfg.valid_split}' split ({'all' if cfg.eval_batches is None else cfg.eval_batches} batches of non-overlapping "
         f"windows); batches are uniformly random windows of the training stream. W_QK = W_q W_kᵀ of the single head (no 1/√K "
         f"factor); ρ_i is the batch frequency of ⟨γ^i, ω⟩ + γ_0^i ∈ [0, 1] for the last query's attention row. "
-        f"Training wall time: {res.seconds:.0f} s" + (f" (resumed at step {res.resumed_from})." if res.resumed_from else "."))
+        f"Training wall time: {res.seconds:.0f} s" + (f" (resumed at step {res.resumed_from})" if res.resumed_from else "")
+        + f"; at the end, {machine_load()}.")
     if preset != "paper":
         s1.paragraphs.append("Differences from §7 in this preset: " + (
             "batch 16 instead of 64, a 1,024-word vocabulary, lr 1e-3 instead of 2.5e-5 and 1,000 instead of 50,000 "
@@ -239,6 +241,16 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     return metrics
 
 
+def expected_cost(cfg: LocaterConfig, data_dir=None) -> str:
+    """The sweep's expected training cost (:mod:`geomjax.train.cost`; every κ2 is one vmapped run of the same
+    steps), as one sentence."""
+    V = len(load_wikitext_words(cfg, data_dir).vocab)
+    m = model_config(cfg, V)
+    c = training_cost(*count_params(m), batch=cfg.batch_size, seq_len=cfg.seq_len, steps=cfg.steps,
+                      n_layers=m.n_layers, d_model=m.d_model, n_heads=m.n_heads, vocab=V, runs=len(cfg.kappa2s))
+    return f"{len(cfg.kappa2s)} κ2 values vmapped, vocabulary {V}: " + c.describe()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="cpu", choices=PRESETS)
@@ -249,6 +261,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, seed=args.seed)
+    print(expected_cost(cfg, args.data_dir))  # before training
     run = RunDir(args.out or f"runs/localization-{args.preset}", command="localization")
     run.write_config({"preset": args.preset, "locater": cfg},
                      schedules={SWEEP: cfg.effective_schedule()})

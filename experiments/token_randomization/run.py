@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -22,15 +23,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.token_randomization.config import PRESETS, RandomizationConfig, get_config
+from experiments.token_randomization.config import PRESETS, RandomizationConfig, budget_config, get_config
 from experiments.token_randomization.source import SOURCE
 from geomjax.analysis import plots
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data.synthetic import randomize_tokens
 from geomjax.models import model_interface
 from geomjax.models.toy import ToyTransformer
-from geomjax.analysis.report import RunDir, Section, schedule_section
-from geomjax.train import build_programs, init_state, load_task_data
+from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section
+from geomjax.train import build_programs, init_state, load_task_data, merged_history
+from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from geomjax.train.cost import toy_training_cost
 from geomjax.train.loop import make_train_chunk, make_train_step, train_loop
 from geomjax.train.losses import token_cross_entropy
 from geomjax.train.anomalies import describe, detect_loss_spikes
@@ -45,8 +48,11 @@ def train_config(cfg: RandomizationConfig, vocab_size: int = 65):
     return t if t.model.vocab_size == vocab_size else t.replace(model=t.model.replace(vocab_size=vocab_size))
 
 
-def train_level(tc, level: int, train_data, *, progress: bool = True):
-    """Train the toy at noise ``level``: the task's batches pass through ``randomize_tokens``. Returns (params, History)."""
+def train_level(tc, level: int, train_data, *, progress: bool = True, run_dir: Path | None = None):
+    """Train the toy at noise ``level``: the task's batches pass through ``randomize_tokens``. With ``run_dir``,
+    checkpoints go to ``run_dir/level<level>/checkpoints`` (every ``tc.ckpt_every`` steps and at the end) and a
+    re-run resumes from the latest one, as :func:`geomjax.train.fit` does. Returns (params, merged history:
+    ``steps``, ``train`` of every session)."""
     pr = build_programs(tc)
     V = tc.model.vocab_size
 
@@ -58,9 +64,18 @@ def train_level(tc, level: int, train_data, *, progress: bool = True):
     step = make_train_step(pr.loss_fn, pr.tx, batch_fn, schedule=pr.schedule)
     chunk = make_train_chunk(step, tc.steps_per_call)
     state = jax.tree_util.tree_map(lambda x: x, init_state(tc, pr))
+    d = None if run_dir is None else Path(run_dir) / f"level{level}"
+    last = None if d is None else latest_checkpoint(d / "checkpoints")
+    if last is not None:
+        state, _ = load_checkpoint(last, state)
+    start = int(jax.device_get(state.step))
+    save = None if d is None else (lambda st, _h: save_checkpoint(d / "checkpoints", st, tc, keep=2))
     state, hist = train_loop(state, chunk, train_data, total_steps=tc.total_steps, steps_per_call=tc.steps_per_call,
-                             progress=progress, desc=f"level {level}")
-    return state.params, hist
+                             checkpoint=save, ckpt_every=tc.ckpt_every, progress=progress, desc=f"level {level}")
+    if d is None:
+        return state.params, {"steps": hist.steps, "train": hist.train}
+    (d / ("history.json" if last is None else f"history_from_{start:08d}.json")).write_text(json.dumps(hist.to_json()))
+    return state.params, merged_history(d)
 
 
 def per_position_loss(model, params, ids: jax.Array) -> jax.Array:
@@ -146,8 +161,11 @@ def change_point(prof: dict[str, np.ndarray], boundary: int) -> dict[str, float]
 
 
 def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) -> dict:
-    """Train, evaluate 3 × 3, decompose, write the report into ``out``; returns the metrics."""
+    """Train, evaluate 3 × 3, decompose, write the report into ``out``; returns the metrics. Each of
+    ``cfg.budgets`` is first run the same way into ``out/budget_<steps>``; its verdicts join the report."""
     t0 = time.perf_counter()
+    other = {b: run(budget_config(cfg, b), Path(out) / f"budget_{b}", data_dir=data_dir, progress=progress)
+             for b in cfg.budgets}
     rd = RunDir(out, "token_randomization")
     tc = train_config(cfg)
     schedules = {"every level (" + ", ".join(map(str, cfg.levels)) + ")": tc.effective_schedule()}
@@ -169,10 +187,10 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
     all_profs: dict = {}
     for i in cfg.levels:
         t1 = time.perf_counter()
-        params, hist = train_level(tc, i, train_data, progress=progress)
-        metrics["train_seconds"][i] = time.perf_counter() - t1
-        metrics["final_train_loss"][i] = float(np.mean(hist.train["loss"][-cfg.train.steps_per_call:]))
-        found = detect_loss_spikes(hist.steps, hist.train["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
+        params, hist = train_level(tc, i, train_data, progress=progress, run_dir=Path(out) / "train")
+        metrics["train_seconds"][i] = float(hist.get("seconds", time.perf_counter() - t1))  # every session
+        metrics["final_train_loss"][i] = float(np.mean(hist["train"]["loss"][-cfg.train.steps_per_call:]))
+        found = detect_loss_spikes(hist["steps"], hist["train"]["loss"], series=f"{LEVEL_NAMES[i]} model's train loss")
         metrics["anomalies"] += [a.to_json() for a in found]
         anomaly_text.append(describe(found, f"training the {LEVEL_NAMES[i]} model"))
         row = [f"{LEVEL_NAMES[i]} (train)"]
@@ -207,13 +225,16 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                          f"directions (Fig. 6a–c as one grid); colour = position t, red ring = t = T/2 (first random "
                          "input under level-1 noise), orange ring = t = T/2 − 1 (clean input, first random target)")
     metrics["seconds"] = time.perf_counter() - t0
+    metrics["load"] = machine_load()
     s1 = Section("3 × 3 evaluation", [
         f"Tiny Shakespeare characters (vocabulary {V}); model {cfg.train.model.n_layers} layers, {cfg.train.model.n_heads} heads, d "
         f"{cfg.train.model.d_model}, T {T}; {cfg.train.total_steps} steps of batch {cfg.train.batch_size} per model; "
         f"{len(val)} validation windows. Cell: mean next-token loss over all positions (first half: inputs "
         f"t < {noise_start(T) - 1}, clean input and target under level-1 noise / boundary: t = {noise_start(T) - 1}, clean "
         f"input, random target / second half: t >= {noise_start(T)}, random input). "
-        f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Wall time {metrics['seconds']:.0f} s."])
+        f"Uniform random tokens cost log {V} = {np.log(V):.3f} nats. Training {sum(metrics['train_seconds'].values()):.0f} s (the three models, every "
+        f"session of a resumed run); wall time of this invocation {metrics['seconds']:.0f} s; at the end, "
+        f"{metrics['load']}."])
     s1.paragraphs += anomaly_text
     s1.table(["model \\ inference"] + [LEVEL_NAMES[j] for j in cfg.levels], table, caption="validation loss (nats)")
     s2 = Section("Where the positional structure breaks", [
@@ -230,9 +251,29 @@ def run(cfg: RandomizationConfig, out, *, data_dir=None, progress: bool = True) 
                          _departures(cfg), comparison_rows(metrics["half_metrics"], cfg.levels, metrics["n_windows"],
                                                            metrics["change_point"]))
     metrics["plumbing_only"] = cfg.preset == "smoke"
+    metrics["budgets"] = {str(b): {"half_metrics": m["half_metrics"], "change_point": m["change_point"]}
+                          for b, m in other.items()}
     rd.write_json("metrics.json", metrics)
-    rd.write_report("Token randomization (Song & Zhong §5.1)", [cmp, schedule_section(schedules), s1, s2, figs])
+    rd.write_report("Token randomization (Song & Zhong §5.1)",
+                    [cmp, schedule_section(schedules), budget_section(cfg, metrics, other), s1, s2, figs])
     return metrics
+
+
+def budget_section(cfg: RandomizationConfig, metrics: dict, other: dict) -> Section:
+    """The comparison's verdicts at this run's budget and at each of ``cfg.budgets`` (their own runs,
+    ``budget_<steps>/report.md``): whether a verdict depends on how long the models trained."""
+    s = Section("The same verdicts at other training budgets", [
+        "Each budget is a complete run (three models, cosine horizon at its own last step; report in "
+        "budget_<steps>/). A verdict that changes with the budget depends on training length; one that holds at "
+        "every budget does not."])
+    runs = {cfg.train.total_steps: metrics, **other}
+    names = {n.key: n.quantity for n in SOURCE.numbers}
+    rows = []
+    for steps in sorted(runs):
+        m = runs[steps]
+        for r in comparison_rows(m["half_metrics"], cfg.levels, m["n_windows"], m["change_point"]):
+            rows.append([steps, names.get(r.key, r.key), r.run, verdict(None) if cfg.preset == "smoke" else r.verdict])
+    return s.table(["steps", "quantity", "this run", "verdict"], rows)
 
 
 ROUGH_RATIO = 2.0  # "destroyed": both halves at least 2x rougher than the clean model (the rule's original factor)
@@ -354,7 +395,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    m = run(get_config(a.preset, seed=a.seed), a.out, data_dir=a.data_dir, progress=not a.no_progress)
+    cfg = get_config(a.preset, seed=a.seed)
+    t = cfg.train  # before training: the levels' models one after another, at every budget
+    steps = (t.total_steps + sum(cfg.budgets)) * len(cfg.levels)
+    print(f"{len(cfg.levels)} models at {[t.total_steps, *cfg.budgets]} steps: "
+          + toy_training_cost(t.replace(total_steps=steps)).describe())
+    m = run(cfg, a.out, data_dir=a.data_dir, progress=not a.no_progress)
     for k, v in m["loss"].items():
         print(k, {n: round(x, 3) for n, x in v.items()})
     print(f"report: {Path(a.out) / 'report.html'}  ({m['seconds']:.0f} s)")

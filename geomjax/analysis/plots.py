@@ -49,6 +49,7 @@ __all__ = [
     "gram_heatmap",
     "dct_heatmaps",
     "singular_values",
+    "curves",
     "metrics_by_layer",
     "grouped_scatter",
     "STYLE",
@@ -226,6 +227,28 @@ def singular_values(curves: Mapping[str, np.ndarray], title: str = "", logy: boo
     ax.set_ylabel("σ_j / σ_1")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)
+    return fig
+
+
+def curves(panels: Mapping[str, Mapping[str, tuple[Sequence[float], Sequence[float]]]], xlabel: str,
+           title: str = "", logy: Sequence[str] = (), styles: Mapping[str, str] | None = None):
+    """Training curves: one panel per quantity (``panels[quantity][label] = (x, y)``, e.g. exact match against
+    optimizer steps at several budgets), one line per label; ``logy``: quantities drawn on a log y axis;
+    ``styles``: a matplotlib line style per label (default solid)."""
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.2), squeeze=False)
+    for ax, (name, lines) in zip(axes[0], panels.items()):
+        for label, (x, y) in lines.items():
+            ax.plot(np.asarray(x, np.float64), np.asarray(y, np.float64), (styles or {}).get(label, "-"),
+                    marker=".", ms=3, label=label)
+        if name in logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
     return fig
 
 

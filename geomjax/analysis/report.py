@@ -26,8 +26,7 @@ from geomjax.analysis.study import LayerMetrics
 
 __all__ = ["Section", "RunDir", "SCHEDULE_HEADING", "schedule_section", "check_reusable", "read_run_marker",
            "to_jsonable", "render_markdown", "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2",
-           "METRIC_PANELS", "metric_columns",
-           "paper_row", "paper_value"]
+           "METRIC_PANELS", "metric_columns", "paper_row", "paper_value", "machine_load"]
 
 
 @dataclasses.dataclass
@@ -320,6 +319,17 @@ def schedule_section(schedules: Mapping[str, dict]) -> Section:
                      r["lr_warmup_end"], r["lr_last_step"], r["lr_end"], r["end_lr"]])
     return s.table(["model", "schedule", "warm-up W", "horizon", "steps T", "lr at step 0", "lr at step W",
                     "lr at step T-1", "lr at step T", "configured final lr"], rows)
+
+
+def machine_load() -> str:
+    """The machine's load as ``uptime`` prints it (1/5/15-minute load averages, ``os.getloadavg``) and its CPU
+    count, as one sentence for a report's timing paragraph: a wall time means little without the load it ran
+    under (the experiments' machine is shared)."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:  # not available on this platform
+        return f"load average not available; {os.cpu_count()} CPUs"
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (1, 5, 15 min, as uptime) on {os.cpu_count()} CPUs"
 
 
 def _utc_now() -> str:
