@@ -484,7 +484,7 @@ _threshold_claim(
     "restricted to them give >= 99% accuracy on all p² pairs",
     "best coprime-pair accuracy >= 0.99", _ev_restricted("pairs", "accuracy_coprime_pairs", True),
     0.01, "1% of the p² pairs read wrong (the full model reads all of them right)", witness=_witness_two,
-    reading="extension", scope="instance",
+    reading="extension", scope="instance", intended_by="clock.two_coprime_sufficient.in_principle",
     notes=("geomjax's trained-model reading of a condition on frequencies, about geomjax's trained model (the claims' "
            "recipe, seed 0): the blog never says that a trained model's logits restricted to two circles reach high "
            "accuracy, so this is no error of the blog. Its statement (§11.2) is the in-principle condition, "

@@ -590,7 +590,7 @@ register(Claim(
     statement="|⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖·|cos∠(x, y)| for all x, y, W_q, W_k",
     predicted="rhs", evaluate=x64(_ev_649(True)), rule=Inequality(),
     witness=lambda budget, key: _e649_counterexample(),
-    corrected_by="s6_3_3.eq6_49_corrected",
+    corrected_by="wertich.s6_3_3.eq6_49_corrected",
     notes="Xavier W_q, W_k (n=8) and Gaussian x, y, half of them with y ⟂ x. Does not hold: for x ⟂ y the rhs is 0 "
           "while ⟨W_qx, W_ky⟩ = xᵀW_qᵀW_ky ≠ 0; the proof bounds ‖W_qᵀW_k‖ but then multiplies by |⟨x, y⟩| instead of "
           "‖x‖‖y‖. Corrected (Cauchy–Schwarz): |⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖ (s6_3_3.eq6_49_corrected)"))
@@ -663,7 +663,7 @@ for _id, _kind, _printed, _intended in (
     ("s6_4.product_chi_squared", "wrong statement",
      "The product x_iy_i is chi-squared distributed, alike C_ij = Σ_k A_ikB_ki.", ""),
 ):
-    annotate(_id, error_kind=_kind, printed=_printed, **({"intended_by": _intended} if _intended else {}))
+    annotate(_id, error_kind=_kind, printed=_printed, **({"intended_by": _intended, "corrected_by": ""} if _intended else {}))
 annotate("s6_2_1.eq6_2_corrected", reading="intended")
 for _id in ("s2_5.mp_moments_corrected", "s2_5.mp_histogram_corrected", "s6_2_5.random_orientation_corrected",
             "s6_2_5.mean_singular_value_corrected", "s6_3_1.eq6_36_corrected", "s6_3_2.eq6_48_corrected",

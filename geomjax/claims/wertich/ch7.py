@@ -104,7 +104,7 @@ det_claim("s7_2_3.uniform_mixture_skip_layernorm", f"{SOURCE} §7.2.3 (β varian
      notes="same test with β = 0.5 and a parameter-free LayerNorm after each layer; other variants in the report")
 
 # Readings (issue 33): the printed statement, the kind of error a refutation is, the intended statement's claim.
-annotate("s7_1_1.mixture_reading", error_kind="typo/notation", intended_by="s7_1_1.weighted_sum_moments",
+annotate("s7_1_1.mixture_reading", error_kind="typo/notation", intended_by="s7_1_1.weighted_sum_moments", corrected_by="",
          printed=("The resulting embedding at position j becomes a linear combination of all previous value embeddings "
                   "scaled by the respective attention score λ_i^{(j)} = A_ij with X̂_j = Σ_i λ_i^{(j)}X_i, resulting in "
                   "numerous probability mixture models, specifically, Gaussian mixture models. The new joint Gaussian "
