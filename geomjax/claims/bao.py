@@ -975,7 +975,9 @@ register(
                "excess that does not shrink as T grows; the paper uses its unimodal shape (§5), which the correct bound "
                "(monotone in ν) does not have. "
                "The form without the typo (e^{−ν} for e^{−ν/2}) is the entropy of one logit ν above T − 1 equal ones; "
-               "it decreases monotonically in ν (it is not unimodal, unlike the printed Fig. 4). Corrected: bao.eq9.corrected."),
+               "it decreases monotonically in ν (it is not unimodal, unlike the printed Fig. 4). Corrected: bao.eq9.corrected "
+               "(Zhai et al.'s bound with g = 2ν), which holds through the ℓ2-ball argument (bao.eq9.l2_ball: holds), not "
+               "through the logit-span argument geomjax first gave (bao.eq9.one_vs_rest_span: does not hold)."),
     )
 )
 
