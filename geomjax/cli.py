@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--list", action="store_true",
                        help="print the selected claims (id, kind, rule, recorded seconds, cost, source) and exit "
                             "without checking anything")
+    p_ver.add_argument("--recorded", action="store_true",
+                       help="with --erratum PATH: write the erratum from the recorded full verdicts "
+                            "(geomjax/claims/full_verdicts.json) and exit, without checking anything")
     p_ver.add_argument("--erratum", nargs="?", const="", default=None, metavar="PATH",
                        help="also write the erratum (statements that do not hold, with both witnesses) to PATH "
                             "(default: ERRATA.md in the run directory); with --budget full the recorded full "
@@ -220,6 +223,16 @@ def _run(args) -> int:
     if args.command == "report":
         out = report.render_run(args.run_dir)
         print(f"report: {out}")
+        return 0
+    if args.command == "verify" and args.recorded:
+        from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
+
+        if not args.erratum:
+            raise GeomjaxError("verify --recorded writes the erratum of the recorded full verdicts: give --erratum PATH")
+        text = registry.to_erratum(registry.load_full_verdicts(), budget="full")
+        Path(args.erratum).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.erratum).write_text(text)
+        print(f"erratum: {args.erratum} (from {registry.FULL_VERDICTS.name})")
         return 0
     if args.command == "verify" and args.list:
         from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)

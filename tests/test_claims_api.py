@@ -177,3 +177,102 @@ def test_register_table_registers_one_claim_per_row_with_the_common_fields():
     finally:
         for cid in ("testapi.table.a", "testapi.table.b"):
             R.unregister(cid)
+
+
+# ----------------------------------------------------------------------------------------------
+# Readings, scopes, kinds (issue 33)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_binomial_interval_is_clopper_pearson_at_five_sigma():
+    """Against SciPy's exact binomial confidence interval (scipy.stats.binomtest, an independent implementation)."""
+    import scipy.stats
+
+    level = 1 - 2 * scipy.stats.norm.sf(5.0)
+    for k, n in ((0, 64), (1, 64), (7, 128), (64, 64), (3, 32)):
+        ci = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
+        lo, hi = R.binomial_interval(k, n)
+        assert lo == pytest.approx(ci.low, rel=1e-4, abs=1e-10) and hi == pytest.approx(ci.high, rel=1e-9), (k, n)  # SciPy solves numerically
+    # 0 failures in n draws: the upper bound is 1 − (α/2)^(1/n)
+    alpha = 2 * scipy.stats.norm.sf(5.0)
+    assert R.binomial_interval(0, 100)[1] == pytest.approx(1 - (alpha / 2) ** (1 / 100), rel=1e-10)
+    with pytest.raises(ValueError):
+        R.binomial_interval(3, 2)
+
+
+def _random_claim(n_draws: int, fail_every: int, scope: str = "random") -> Claim:
+    """A statement about a random instance: draw j fails when (j + 1) % fail_every == 0 (certified), else holds."""
+
+    def evaluate(budget, key):
+        fails = (np.arange(n_draws) + 1) % fail_every == 0
+        return R.over_draws(fails, ~fails, allowed_fraction=0.1, method=f"{n_draws} draws")
+
+    return Claim(id="testapi.random", source="Test doc §5", statement="a random instance satisfies it", predicted="≤ 0.1",
+                 evaluate=evaluate, witness=evaluate, rule=Inequality(rtol=0.0), scope=scope,
+                 error_kind="over-general statement", printed="it holds")
+
+
+def test_a_statement_about_random_instances_is_never_refuted_by_few_draws():
+    # every draw fails: refuted over 40 draws, inconclusive over 8 (fewer than MIN_DRAWS), whatever the interval says
+    many, few = R.run_claim(_random_claim(40, 1)), R.run_claim(_random_claim(8, 1))
+    assert many.verdict == "does not hold" and many.details["draws"] == 40 and many.details["failing"] == 40
+    assert few.verdict == "inconclusive" and f"≥ {R.MIN_DRAWS} independent draws" in few.reason
+    # a universal statement is refuted by a certified counterexample whatever the count
+    assert R.run_claim(_random_claim(8, 1, scope="universal")).verdict == "does not hold"
+    # one failing draw in 64: the failing fraction's interval straddles 0.1, so undecided (not refuted)
+    one = R.run_claim(_random_claim(64, 64))
+    assert one.verdict == "inconclusive" and one.details["failing"] == 1
+    lo, hi = one.details["interval"]
+    assert lo < 1 / 64 < hi and lo < 0.1 < hi
+    # none fails over 512 draws: the 5σ upper bound (≈ 0.029) is below 0.1, so it holds for a typical draw
+    assert R.run_claim(_random_claim(512, 10**6)).verdict == "holds"
+    # the erratum reports the draws of a refutation
+    rec = R.results_as_records([many])["testapi.random"]
+    assert rec["draws"]["draws"] == 40 and rec["draws"]["failing"] == 40
+
+
+def test_claim_fields_are_checked_and_annotate_stays_in_its_source():
+    with pytest.raises(ValueError, match="reading must be one of"):
+        dataclasses.replace(_vector_claim(0.0), reading="as I like it")
+    with pytest.raises(ValueError, match="error_kind must be one of"):
+        dataclasses.replace(_vector_claim(0.0), error_kind="sloppy")
+    with pytest.raises(ValueError, match="scope must be one of"):
+        dataclasses.replace(_vector_claim(0.0), scope="some")
+    R.all_claims()  # the source modules registered (bao's claims below)
+    c = R.register(_vector_claim(0.0))
+    try:
+        got = R.annotate(c.id, reading="intended", printed="v = (1, 2, 3)")
+        assert R._REGISTRY[c.id][0] == got and got.reading == "intended" and got.statement == c.statement
+        with pytest.raises(ValueError, match="only"):
+            R.annotate(c.id, statement="another")
+        with pytest.raises(ValueError, match="annotate it from its source"):
+            R.annotate("bao.eq10.right", error_kind="typo/notation")
+    finally:
+        R.unregister(c.id)
+
+
+def test_erratum_sections_follow_reading_and_kind():
+    """A refuted authors' reading goes under its kind; one without a kind is 'not yet classified'; geomjax's own
+    reading is never among the statements that do not hold; a typo shows its intended statement's verdict."""
+    R.all_claims()
+    base = _vector_claim(1.0)
+    made = [R.register(dataclasses.replace(base, id="testapi.err.wrong", error_kind="wrong constant", printed="v = (1, 2, 3)")),
+            R.register(dataclasses.replace(base, id="testapi.err.bare")),
+            R.register(dataclasses.replace(base, id="testapi.err.own", reading="extension")),
+            R.register(dataclasses.replace(base, id="testapi.err.typo", error_kind="typo/notation", printed="v = (1, 2, 3)",
+                                           intended_by="testapi.err.meant")),
+            R.register(dataclasses.replace(_vector_claim(0.0), id="testapi.err.meant", reading="intended"))]
+    try:
+        records = R.results_as_records([R.run_claim(c) for c in made])
+        groups = R.erratum_groups(records)
+        assert groups["Statements that do not hold"] == {"testapi": ["testapi.err.wrong"]}
+        assert groups["Refutations not yet classified"] == {"testapi": ["testapi.err.bare"]}
+        assert groups["geomjax's own readings that do not hold"] == {"testapi": ["testapi.err.own"]}
+        assert groups["Typos and notation"] == {"testapi": ["testapi.err.typo"]}
+        text = R.to_erratum(records, budget="quick")
+        assert "### Wrong constants" in text and "**As printed:** “v = (1, 2, 3)”" in text
+        assert "(`testapi.err.meant`: **holds**)" in text.split("#### `testapi.err.typo`", 1)[1]
+        assert "- testapi: 1 printed statement(s) do not hold — `testapi.err.wrong`" in R.erratum_summary(groups)
+    finally:
+        for c in made:
+            R.unregister(c.id)

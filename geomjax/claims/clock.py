@@ -443,9 +443,14 @@ _threshold_claim(
     ">= 99% accuracy on all p² pairs",
     "accuracy without ReLU >= 0.99", _ev_affine,
     0.01, "1% of the p² pairs read wrong (the model with ReLU reads all of them right)", witness=_witness_affine,
-    corrected_by="clock.relu_free_groks",
+    scope="random", error_kind="wrong statement",
+    printed=("To reiterate, since the MLP block doesn't actually introduce any meaningful non-linearity to the feature "
+             "space, we know that the circles are basically preserved through the MLP block. […] The MLP block is just "
+             "an affine transformation. This transformation is NOT a function of input data."),
     notes="The blog infers this from the b_in signs and from the ReLU-free variant grokking (a separately trained "
-          "model); this claim tests the trained ReLU model itself. clock.relu_free_groks checks the variant.")
+          "model, clock.relu_free_groks: holds); this claim tests a trained ReLU model itself. 'The model' is one "
+          "training run of a recipe, a random instance: one trained model (geomjax trains one per budget) cannot "
+          "refute it; at least 32 independently trained models would.")
 
 
 def _ev_restricted(which: str, detail: str, sufficient: bool):
@@ -479,9 +484,12 @@ _threshold_claim(
     "restricted to them give >= 99% accuracy on all p² pairs",
     "best coprime-pair accuracy >= 0.99", _ev_restricted("pairs", "accuracy_coprime_pairs", True),
     0.01, "1% of the p² pairs read wrong (the full model reads all of them right)", witness=_witness_two,
-    corrected_by="clock.all_key_sufficient",
-    notes="The trained-model reading. The in-principle reading (two ideal circles decide a + b) is "
-          "clock.two_coprime_sufficient.in_principle.")
+    reading="extension", scope="instance", intended_by="clock.two_coprime_sufficient.in_principle",
+    notes=("geomjax's trained-model reading of a condition on frequencies, about geomjax's trained model (the claims' "
+           "recipe, seed 0): the blog never says that a trained model's logits restricted to two circles reach high "
+           "accuracy, so this is no error of the blog. Its statement (§11.2) is the in-principle condition, "
+           "clock.two_coprime_sufficient.in_principle (holds), whose real weakness is that for prime p it is empty: "
+           "one circle of any nonzero frequency already suffices (clock.one_circle_sufficient.in_principle)."))
 
 
 def _ev_all(an, budget):
@@ -496,7 +504,7 @@ _threshold_claim(
     "The logits restricted to ALL key frequencies (Nanda's restricted logits) give >= 99% accuracy on all p² "
     "pairs — the form of the sufficiency statement that the trained model supports when two circles do not",
     "accuracy >= 0.99", _ev_all,
-    0.01, "1% of the p² pairs read wrong (the full model reads all of them right)")
+    0.01, "1% of the p² pairs read wrong (the full model reads all of them right)", reading="extension")
 
 
 # ----------------------------------------------------------------- in-principle readings (exact computation)
@@ -566,5 +574,12 @@ register(Claim(
               "on all p² pairs (p = 59, 113)",
     predicted="every read-out margin > 0", evaluate=_ev_circles_in_principle(2),
     rule=Inequality(origin="exact enumeration: any pair read wrong refutes it; slack = float64 rounding (1e-12)"),
-    notes="The in-principle reading (what the algorithm can do); the trained model's restricted logits are judged by "
-          "clock.two_coprime_sufficient."))
+    reading="intended",
+    printed=("These circle frequencies must be such that the summed sine (or cosine) wave functions have frequency 1 (one "
+             "circle is completed over P tokens). The requirement is that P × GreatestCommonDivisor(k_1, k_2, ⋯,) = 1. The "
+             "easiest way to achieve this is to just have the frequencies (or periods) be co-prime, and can be done with "
+             "just 2 circles."),
+    notes="The in-principle reading (what the algorithm can do) of a condition printed garbled ('P × gcd = 1' cannot "
+          "hold for P > 1); the trained model's restricted logits are geomjax's own reading, "
+          "clock.two_coprime_sufficient. For prime p the condition is empty: one circle suffices "
+          "(clock.one_circle_sufficient.in_principle)."))

@@ -43,6 +43,15 @@ Three verdicts (:func:`decide`, one pure function, is the whole rule for equalit
   rejects the statement too; otherwise the result is "inconclusive". Both numbers are reported
   (``witnesses``).
 
+* **Readings, scopes and kinds** (issue 33): every claim records its *reading* (:data:`READINGS`: the
+  statement as printed, as evidently intended, geomjax's correction, or geomjax's own extension), what
+  it quantifies over (:data:`SCOPES`: every instance, a random instance — decided over at least
+  :data:`MIN_DRAWS` independent draws, a fraction with its interval (:func:`over_draws`) — or one
+  particular instance) and, where it can be refuted, the *kind* of error a refutation is
+  (:data:`ERRATUM_KINDS`). The erratum (:func:`to_erratum`) groups by kind and lists as the authors'
+  statements that do not hold only literal or intended readings of kind wrong statement, wrong
+  constant or over-general statement; typos carry the intended statement's verdict beside them.
+
 Claims live in modules ``geomjax.claims.<source>`` (``song_zhong``, later ``wertich``, ``bao``,
 ``clock``) that call :func:`register` on import; :func:`all_claims` and :func:`run` import every
 such module that exists.
@@ -70,6 +79,7 @@ from typing import Any, Literal
 
 import jax
 import numpy as np
+from scipy.stats import beta, norm
 
 from geomjax.theory import montecarlo
 from geomjax.base._repr import summarize
@@ -84,6 +94,7 @@ __all__ = [
     "Tolerance",
     "Inequality",
     "register",
+    "annotate",
     "unregister",
     "all_claims",
     "select_claims",
@@ -100,12 +111,19 @@ __all__ = [
     "fit_limit",
     "limit_evaluation",
     "exact_witness",
+    "READINGS",
+    "SCOPES",
+    "ERRATUM_KINDS",
+    "MIN_DRAWS",
+    "binomial_interval",
+    "over_draws",
     "FULL_VERDICTS",
     "record_full_verdicts",
     "load_full_verdicts",
     "contradicts",
     "to_erratum",
     "erratum_summary",
+    "erratum_groups",
     "results_as_records",
     "ClaimInfo",
     "table",
@@ -128,6 +146,43 @@ Budget = Literal["quick", "full"]
 
 
 N_SIGMA = 5.0  # the standard for both rejection and equivalence (DESIGN.md: 5σ)
+
+#: How a claim reads its source (``Claim.reading``). Only "literal" and "intended" readings are the authors'
+#: statements; a refuted "corrected" or "extension" claim is never listed as an error of the source.
+READINGS = {
+    "literal": "the statement as printed, with its symbols and constants",
+    "intended": ("what the authors evidently meant where the printed form has an evident typo (basis, index, "
+                 "sign the proof does not use) or leaves a constant unspecified (an O(·), 'for a certain constant'): "
+                 "the rate or the existence of a constant is tested, never a constant geomjax chose"),
+    "corrected": "geomjax's corrected form of a printed statement that does not hold (offered as its fix)",
+    "extension": ("a statement the source does not make: a recomputed constant of a proof, a reading of a "
+                  "qualitative remark on one model, a justification geomjax gives; never an accusation"),
+}
+
+#: What a claim quantifies over (``Claim.scope``).
+SCOPES = {
+    "universal": "every instance (an identity or 'for all'): one certified counterexample refutes it",
+    "random": ("a random instance ('an anisotropic Σ', 'random W', 'a trained model'): decided over at least "
+               "MIN_DRAWS independent draws, the failing fraction reported with its interval (over_draws)"),
+    "instance": "one particular instance (a figure's, a trained model, a fixed parameter set): the claim says which",
+}
+
+#: The kind of error a refutation is (``Claim.error_kind``), in the order the erratum lists them. The first three are
+#: statements that do not hold; a typo and a proof gap are not.
+ERRATUM_KINDS = {
+    "wrong statement": "the statement, read as printed or as plainly meant, is false",
+    "wrong constant": "the form is right, a printed constant or factor is not",
+    "over-general statement": "true for some of the instances the statement covers, false for others it names",
+    "typo/notation": ("the printed symbols say something false, the evident intended statement (its verdict beside "
+                      "it) is what is checked for truth"),
+    "proof gap": "a step of a proof is false or unjustified; the statement it serves is not refuted by it",
+}
+
+#: Statements that do not hold, as opposed to typos and proof gaps.
+REFUTING_KINDS = ("wrong statement", "wrong constant", "over-general statement")
+
+#: The fewest independent draws over which a statement about random instances may be refuted.
+MIN_DRAWS = 32
 
 
 @dataclass(frozen=True)
@@ -320,6 +375,8 @@ class Evaluation:
       sem: standard error of ``value`` (or of lhs) when a Monte Carlo number is inside; 0 for an
         exact evaluation. It enters the verdict (:func:`decide`).
       n: the sample count behind ``sem`` (None: the number of compared elements/instances).
+      draws: for a claim of scope "random": the number of independent random instances behind the verdict
+        (:func:`over_draws` sets it); a refutation with fewer than :data:`MIN_DRAWS` is inconclusive.
       precondition: None when the claim's presupposition is met; otherwise what was not met and the
         budget that suffices (the verdict is then "inconclusive").
       method: how the number was computed (shown with the witnesses).
@@ -335,6 +392,7 @@ class Evaluation:
     slack: Any = 0.0
     sem: Any = 0.0
     n: int | None = None
+    draws: int | None = None
     precondition: str | None = None
     method: str = ""
     observations: dict = field(default_factory=dict)
@@ -342,6 +400,65 @@ class Evaluation:
 
 
 Rule = MonteCarloRule | Tolerance | Inequality
+
+
+def binomial_interval(k: int, n: int, n_sigma: float = N_SIGMA) -> tuple[float, float]:
+    """Clopper–Pearson interval of a fraction k/n at the coverage of ±``n_sigma`` normal standard errors
+    (two-sided 1 − 2Φ(−k_σ); 5σ: 1 − 5.7e-7, the registry's standard for a verdict).
+
+    Args:
+      k: successes (here: failing draws), 0 ≤ k ≤ n.  n: draws, n ≥ 1.
+
+    Returns:
+      (lower, upper), 0 ≤ lower ≤ k/n ≤ upper ≤ 1.
+    """
+    k, n = int(k), int(n)
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"binomial_interval: need 0 <= k <= n, n >= 1; got k={k}, n={n}")
+    alpha = 2.0 * float(norm.sf(n_sigma))
+    lo = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+def over_draws(fails, holds, *, allowed_fraction: float, method: str, details: Mapping | None = None,
+               n_sigma: float = N_SIGMA) -> Evaluation:
+    """A statement about a random instance decided over independent draws (Claim.scope "random"; issue 33 item 2).
+
+    Each draw j is certified to violate the statement (``fails[j]``), certified to satisfy it (``holds[j]``) or
+    neither (within its own Monte Carlo error band). The failing fraction f is judged against
+    ``allowed_fraction`` f₀ (the share of draws the statement may miss, declared with the claim's margin origin)
+    by the :class:`Inequality` rule: lhs = the upper Clopper–Pearson bound (:func:`binomial_interval`, ±5σ
+    coverage) of the draws not certified to hold, lhs_lower = the lower bound of the draws certified to fail,
+    rhs = f₀. So "holds" says a random draw violates the statement with probability below f₀, "does not hold"
+    that it does with probability above f₀, both at 5σ; neither is decided by one draw.
+
+    Args:
+      fails, holds: (N,) booleans, one per independent draw (not both true for a draw).
+      allowed_fraction: f₀ in [0, 1).
+      method: how each draw was checked (shown with the witnesses).
+      details: extra JSON-able details (per-draw numbers).
+
+    Returns:
+      :class:`Evaluation` with ``draws`` = N and details ``draws``, ``failing`` (certified), ``undecided``,
+      ``fraction_failing`` and its ``interval``.
+    """
+    f = np.asarray(fails, dtype=bool).reshape(-1)
+    h = np.asarray(holds, dtype=bool).reshape(-1)
+    if f.shape != h.shape or f.size == 0 or np.any(f & h):
+        raise ValueError("over_draws: fails and holds need one entry per draw (at least one), never both true")
+    if not 0.0 <= allowed_fraction < 1.0:
+        raise ValueError(f"over_draws: allowed_fraction must be in [0, 1), got {allowed_fraction}")
+    n, k_fail, k_not_hold = int(f.size), int(f.sum()), int((~h).sum())
+    lower = binomial_interval(k_fail, n, n_sigma)[0]
+    upper = binomial_interval(k_not_hold, n, n_sigma)[1]
+    info = {"draws": n, "failing": k_fail, "undecided": int(k_not_hold - k_fail), "fraction_failing": k_fail / n,
+            "interval": [lower, upper], "interval_level": f"Clopper–Pearson, ±{n_sigma:g}σ coverage",
+            "allowed_fraction": allowed_fraction}
+    return Evaluation(lhs=np.array([upper]), lhs_lower=np.array([lower]), rhs=np.array([allowed_fraction]),
+                      n=n, draws=n, method=method, details={**info, **dict(details or {})},
+                      observations={"failing draws": f"{k_fail} of {n} (fraction {k_fail / n:.3g}, interval "
+                                                     f"[{lower:.3g}, {upper:.3g}] at ±{n_sigma:g}σ)"})
 
 
 @dataclass(frozen=True)
@@ -368,7 +485,17 @@ class Claim:
         claims: as a Tolerance with the claim's margin). A "does not hold" stands only when the
         witness rejects too; without a witness a refutation is reported "inconclusive".
       corrected_by: id of the claim registering the corrected form of a wrong printed statement
-        (used by the erratum).
+        (used by the erratum). Only a claim whose ``reading`` is "corrected" is offered as a fix.
+      reading: how the claim reads its source, a key of :data:`READINGS` ("literal" by default: the
+        statement as printed).
+      scope: what the statement quantifies over, a key of :data:`SCOPES` ("universal" by default). A claim
+        of scope "random" is refuted only over at least :data:`MIN_DRAWS` independent draws.
+      error_kind: the kind of error a refutation of this claim is, a key of :data:`ERRATUM_KINDS` ("" for a claim
+        that is not expected to fail; the erratum requires one for every refuted literal or intended reading).
+      printed: the printed statement, quoted from the source (symbols transcribed), with the place in
+        ``source``; the erratum quotes it.
+      intended_by: for a typo: the id of the claim that checks the intended statement (its verdict is
+        reported beside the typo).
     """
 
     id: str
@@ -384,10 +511,19 @@ class Claim:
     notes: str = ""
     witness: Callable | None = None
     corrected_by: str = ""
+    reading: str = "literal"
+    scope: str = "universal"
+    error_kind: str = ""
+    printed: str = ""
+    intended_by: str = ""
 
     def __post_init__(self):
         if not self.id or any(ch.isspace() for ch in self.id):
             raise ValueError(f"Claim: id must be a non-empty string without spaces, got {self.id!r}")
+        for name, value, allowed in (("reading", self.reading, READINGS), ("scope", self.scope, SCOPES),
+                                     ("error_kind", self.error_kind, {"": "", **ERRATUM_KINDS})):
+            if value not in allowed:
+                raise ValueError(f"Claim {self.id}: {name} must be one of {sorted(allowed)}, got {value!r}")
         if (self.sampler is None) == (self.evaluate is None):
             raise ValueError(f"Claim {self.id}: give exactly one of `sampler` (Monte Carlo) or `evaluate`")
         if self.sampler is not None and not isinstance(self.rule, MonteCarloRule):
@@ -591,6 +727,29 @@ def register_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], **comm
         if len(row) != len(columns):
             raise ValueError(f"register_table: row {row[:1]} has {len(row)} fields for {len(columns)} columns")
     return [_add(Claim(**common, **dict(zip(columns, row))), origin) for row in rows]
+
+
+def annotate(claim_id: str, **fields) -> Claim:
+    """Set a registered claim's reading fields (``reading``, ``scope``, ``error_kind``, ``printed``, ``intended_by``,
+    ``corrected_by``) after it was registered (e.g. by :func:`register_table`), from the module that registered it
+    (or another module of the same source package, e.g. ``geomjax.claims.wertich``).
+
+    Raises:
+      KeyError: no claim ``claim_id``.  ValueError: another field, or a claim of another module.
+    """
+    allowed = {"reading", "scope", "error_kind", "printed", "intended_by", "corrected_by"}
+    if set(fields) - allowed:
+        raise ValueError(f"annotate: only {sorted(allowed)} can be set, got {sorted(set(fields) - allowed)}")
+    claim, origin = _REGISTRY[claim_id]
+    if _source_package(origin) != _source_package(_caller_module()):
+        raise ValueError(f"annotate: {claim_id} is registered by {origin}; annotate it from its source's modules")
+    return _add(replace(claim, **fields), origin)
+
+
+def _source_package(module: str) -> str:
+    """"geomjax.claims.wertich" for "geomjax.claims.wertich.ch6" (a source split into modules), else the module."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["geomjax", "claims"] else module
 
 
 def _add(claim: Claim, origin: str) -> Claim:
@@ -927,6 +1086,8 @@ def _judge_evaluation(claim: Claim, ev: Evaluation, budget: str, mc_margin=None)
     if ev.precondition:
         dec = Decision("inconclusive", f"precondition not met: {ev.precondition}", dec.detectable_error,
                        dec.margin, dec.worst)
+    if ev.draws is not None:
+        details["draws"] = int(ev.draws)
     details.update(_jsonable(ev.details))
     return dec, predicted, estimate, sem, n, details
 
@@ -947,6 +1108,19 @@ def _judge_deterministic(claim: Claim, budget: str, key) -> ClaimResult:
 def _witness_entry(method: str, predicted, estimate, sem, verdict: str) -> dict:
     return _jsonable({"method": method, "estimate": estimate, "sem": sem, "predicted": predicted,
                       "verdict": verdict})
+
+
+def _too_few_draws(claim: Claim, res: ClaimResult) -> ClaimResult | None:
+    """A refutation of a statement about random instances decided over fewer than :data:`MIN_DRAWS` independent
+    draws is "inconclusive" (issue 33 item 2); None when the refutation may stand."""
+    if claim.scope != "random":
+        return None
+    draws = res.details.get("draws")
+    if draws is not None and int(draws) >= MIN_DRAWS:
+        return None
+    return replace(res, verdict="inconclusive",
+                   reason=(f"a statement about random instances is refuted only over ≥ {MIN_DRAWS} independent draws; "
+                           f"this check drew {draws if draws is not None else 'an unstated number'} ({res.reason})"))
 
 
 def _second_witness(claim: Claim, res: ClaimResult, budget: str, key) -> ClaimResult:
@@ -1058,7 +1232,7 @@ def run_claim(claim: Claim, budget: Budget = "quick", seed: int = 0, mesh=None) 
         else:
             res = _judge_deterministic(claim, budget, key)
         if res.verdict == "does not hold":
-            res = _second_witness(claim, res, budget, key)
+            res = _too_few_draws(claim, res) or _second_witness(claim, res, budget, key)
     res.details["seconds"] = round(time.perf_counter() - t0, 3)
     res.details["budget"] = budget
     res.details["seed"] = seed
@@ -1272,7 +1446,8 @@ def record_full_verdicts(results: Sequence[ClaimResult], path: str | Path = FULL
         rec[r.id] = _jsonable({"verdict": r.verdict, "reason": r.reason, "date": date, "commit": commit,
                                "source": r.source, "statement": r.statement, "margin": r.margin,
                                "margin_origin": r.margin_origin, "detectable_error": r.detectable_error,
-                               "n": r.n, "seconds": r.details.get("seconds"), "witnesses": list(r.witnesses)})
+                               "n": r.n, "seconds": r.details.get("seconds"), "witnesses": list(r.witnesses),
+                               **_draws_record(r)})
     known = {c.id for c in all_claims()}
     rec = {k: rec[k] for k in sorted(rec) if k in known}
     p.write_text(json.dumps({"budget": "full", "claims": rec}, indent=1, ensure_ascii=False) + "\n")
@@ -1303,62 +1478,171 @@ def _witness_line(w: dict, inequality: bool = False) -> str:
     return f"{w['method']}: {_fmt(w['estimate'])}{sem} against the printed {_fmt(w['predicted'])}"
 
 
-def erratum_summary(refuted: Mapping[str, Sequence[str]]) -> str:
-    """The Markdown summary block (per source: the ids of the printed statements that do not hold) that the
-    docs/findings.md carries between ``<!-- errata:begin -->`` and ``<!-- errata:end -->``."""
+_SECTIONS = (
+    ("Statements that do not hold", REFUTING_KINDS,
+     "The authors' statements, read as printed or as plainly meant, that two independent computations reject."),
+    ("Typos and notation", ("typo/notation",),
+     "The printed symbols say something false; the evident intended statement is checked and its verdict shown. "
+     "These are not statements that do not hold."),
+    ("Proof gaps", ("proof gap",),
+     "A step of a proof is false; the statement it serves is not refuted by it (its own verdict is shown where "
+     "checked). These are not statements that do not hold."),
+)
+_OWN = ("geomjax's own readings that do not hold",
+        "Statements the sources do not make (a reading geomjax gave a qualitative remark, a justification or a "
+        "recomputed constant of geomjax's): refuted, but never an error of the source.")
+
+
+_UNCLASSIFIED = ("Refutations not yet classified",
+                 "Refuted literal or intended readings whose claim names no kind of error or quotes no printed statement "
+                 "yet (Claim.error_kind, Claim.printed): not to be read as errors of the source until classified.")
+
+
+def _erratum_section(claim: "Claim | None") -> str:
+    """The erratum section of a refuted claim: its kind's section, :data:`_OWN` for geomjax's own readings, or
+    :data:`_UNCLASSIFIED` for an authors' reading without a kind or a quoted statement."""
+    if claim is None or claim.reading in ("corrected", "extension"):
+        return _OWN[0]
+    if not claim.error_kind or not claim.printed:
+        return _UNCLASSIFIED[0]
+    return next(title for title, kinds, _ in _SECTIONS if claim.error_kind in kinds)
+
+
+def erratum_groups(records: Mapping[str, Mapping]) -> dict[str, dict[str, list[str]]]:
+    """{section title: {source group: [ids]}} of the refuted records (verdict "does not hold"), each claim in the
+    section of its kind (:data:`ERRATUM_KINDS`; geomjax's own readings apart; a refuted literal or intended reading
+    without a kind or a quoted statement under "Refutations not yet classified")."""
+    by_id = {c.id: c for c in all_claims()}
+    out: dict[str, dict[str, list[str]]] = {t: {} for t, _, _ in _SECTIONS} | {_OWN[0]: {}, _UNCLASSIFIED[0]: {}}
+    for cid in sorted(records):
+        if records[cid]["verdict"] == "does not hold":
+            out[_erratum_section(by_id.get(cid))].setdefault(cid.split(".", 1)[0], []).append(cid)
+    return out
+
+
+def erratum_summary(groups: Mapping[str, Mapping[str, Sequence[str]]]) -> str:
+    """The Markdown summary block (:func:`erratum_groups`: per source, the ids of the printed statements that do
+    not hold; then the typos, proof gaps and geomjax's own readings) that docs/findings.md carries between
+    ``<!-- errata:begin -->`` and ``<!-- errata:end -->``."""
     lines = ["<!-- errata:begin (generated by `geomjax verify --budget full --erratum`; do not edit) -->"]
+    refuted = groups.get(_SECTIONS[0][0], {})
     for group in sorted(refuted):
         ids = sorted(refuted[group])
         lines.append(f"- {group}: {len(ids)} printed statement(s) do not hold — " + ", ".join(f"`{i}`" for i in ids))
+    for title, label in ((_SECTIONS[1][0], "typos (the intended statement checked)"),
+                         (_SECTIONS[2][0], "proof gaps (the statement served not refuted)"),
+                         (_OWN[0], "geomjax's own readings that do not hold (not the sources' statements)"),
+                         (_UNCLASSIFIED[0], "refutations not yet classified")):
+        ids = sorted(i for g in groups.get(title, {}).values() for i in g)
+        if ids:
+            lines.append(f"- {label}: " + ", ".join(f"`{i}`" for i in ids))
     lines.append("<!-- errata:end -->")
     return "\n".join(lines) + "\n"
 
 
+def _draws_line(r: Mapping, c: "Claim | None") -> str:
+    scope = c.scope if c is not None else "universal"
+    d = r.get("draws")
+    if scope != "random" or not d:
+        return f"{scope} — {SCOPES[scope]}"
+    lo, hi = d["interval"]
+    return (f"random — {d['failing']} of {d['draws']} independent draws certified to fail (fraction "
+            f"{_fmt(d['fraction_failing'])}, interval [{_fmt(lo)}, {_fmt(hi)}] at 5σ; allowed fraction "
+            f"{_fmt(d['allowed_fraction'])})")
+
+
+def _linked(records: Mapping[str, Mapping], by_id: Mapping[str, "Claim"], cid: str) -> str:
+    """'statement (`id`: verdict)' of a linked claim (intended or corrected form)."""
+    c, rv = by_id.get(cid), records.get(cid)
+    verdict = rv["verdict"] if rv is not None else "not recorded"
+    return f"{c.statement if c is not None else cid} (`{cid}`: **{verdict}**)"
+
+
+def _erratum_entry(cid: str, r: Mapping, c: "Claim | None", records, by_id, budget: str) -> list[str]:
+    """One paragraph of the erratum: where printed, the printed statement quoted, the kind, the reading tested,
+    the instances, the intended or corrected form with its verdict, both witnesses and the reproducing command."""
+    out = [f"#### `{cid}`", "", f"- **Where printed:** {r['source']}"]
+    if c is not None and c.printed:
+        out.append(f"- **As printed:** “{c.printed}”")
+    if c is not None and c.error_kind:
+        out.append(f"- **Kind:** {c.error_kind} — {ERRATUM_KINDS[c.error_kind]}")
+    reading = c.reading if c is not None else "literal"
+    out.append(f"- **Reading tested:** {reading} ({READINGS[reading]}): {r['statement']}")
+    out.append(f"- **Instances:** {_draws_line(r, c)}")
+    if c is not None and c.intended_by:
+        out.append(f"- **Intended statement:** {_linked(records, by_id, c.intended_by)}")
+    if c is not None and c.corrected_by:
+        corr = by_id.get(c.corrected_by)
+        if corr is not None and corr.reading == "corrected" and records.get(corr.id, {}).get("verdict") == "holds":
+            out.append(f"- **Corrected form:** {_linked(records, by_id, c.corrected_by)}")
+        else:
+            out.append(f"- **Corrected form:** none established ({_linked(records, by_id, c.corrected_by)})")
+    if c is not None and c.notes:
+        out.append(f"- **Remark:** {c.notes}")
+    out.append(f"- **Margin:** {_fmt(r.get('margin'))} ({r.get('margin_origin', '')})")
+    ineq = c is not None and isinstance(c.rule, Inequality)
+    out += [f"- **Witness {i}:** {_witness_line(w, ineq)}" for i, w in enumerate(r.get("witnesses", []), 1)]
+    return out + [f"- **Reproduce:** `geomjax verify --source {cid} --budget {budget}`", ""]
+
+
 def to_erratum(records: Mapping[str, Mapping], *, budget: str = "full") -> str:
     """The erratum (Markdown) from recorded results ({id: record}, as :func:`load_full_verdicts` returns or
-    :func:`results_as_records` builds): per source, each statement that does not hold — where it is printed,
-    the printed form, the corrected form (the ``corrected_by`` claim, else the claim's notes), both
-    witnesses' numbers and the command that reproduces it — then the summary block (:func:`erratum_summary`)."""
+    :func:`results_as_records` builds), grouped by kind (:func:`erratum_groups`): the statements that do not hold
+    (wrong statements, wrong constants, over-general statements), typos with the intended statement's verdict,
+    proof gaps, and geomjax's own readings that do not hold; each entry one paragraph (:func:`_erratum_entry`);
+    then the summary block (:func:`erratum_summary`)."""
     by_id = {c.id: c for c in all_claims()}
+    groups = erratum_groups(records)
     dates = sorted({str(r.get("date", "")) for r in records.values()} - {""})
     commits = sorted({str(r.get("commit", "")) for r in records.values()} - {""})
     out = ["# Errata of the source documents", "",
-           f"Generated by `geomjax verify --budget {budget} --erratum docs/ERRATA.md` from the recorded {budget} "
-           f"results (dates {', '.join(dates) or '—'}; commits {', '.join(commits) or '—'}). Each entry is a "
-           "statement as printed that does **not hold**: two independent computations (the witnesses) both reject "
-           "it beyond its margin at 5σ. Statements whose check is inconclusive are not listed.", ""]
-    refuted: dict[str, list[str]] = {}
-    for group in sorted({cid.split(".", 1)[0] for cid in records}):
-        rows = sorted(cid for cid, r in records.items() if cid.split(".", 1)[0] == group and r["verdict"] == "does not hold")
-        if not rows:
+           ("Generated by `geomjax verify --recorded --erratum docs/ERRATA.md` from the recorded full results"
+            if budget == "full" else f"Generated by `geomjax verify --budget {budget} --erratum` from this run's results")
+           + f" (dates {', '.join(dates) or '—'}; commits {', '.join(commits) or '—'}). Each entry quotes a "
+           "printed statement with its place, names the reading tested (literal: as printed; intended: as evidently "
+           "meant, where the print has a typo or an unspecified constant), what it quantifies over (every instance, "
+           f"a random instance — decided over at least {MIN_DRAWS} independent draws — or one particular instance) "
+           "and the kind of error, and gives the two independent computations (the witnesses) that both reject it "
+           "beyond its margin at 5σ. Statements whose check is inconclusive are not listed.", ""]
+    for title, kinds, blurb in _SECTIONS:
+        if not any(groups[title].values()):
             continue
-        refuted[group] = rows
-        out += [f"## {_SOURCE_TITLES.get(group, group)}", ""]
-        for cid in rows:
-            r, c = records[cid], by_id.get(cid)
-            corr = by_id.get(c.corrected_by) if c is not None and c.corrected_by else None
-            if corr is not None:
-                cv = records.get(corr.id)
-                corrected = f"{corr.statement} (`{corr.id}`" + (f": {cv['verdict']})" if cv is not None else ")")
-            else:
-                corrected = (c.notes if c is not None and c.notes else "—")
-            out += [f"### `{cid}`", "",
-                    f"- **Where printed:** {r['source']}",
-                    f"- **Printed form:** {r['statement']}",
-                    f"- **Corrected form:** {corrected}",
-                    f"- **Margin:** {_fmt(r.get('margin'))} ({r.get('margin_origin', '')})"]
-            ineq = c is not None and isinstance(c.rule, Inequality)
-            out += [f"- **Witness {i}:** {_witness_line(w, ineq)}" for i, w in enumerate(r.get("witnesses", []), 1)]
-            out += [f"- **Reproduce:** `geomjax verify --source {cid} --budget {budget}`", ""]
-    out += ["## Summary", "", erratum_summary(refuted)]
+        out += [f"## {title}", "", blurb, ""]
+        ids = sorted(i for g in groups[title].values() for i in g)
+        for kind in kinds:
+            mine = [i for i in ids if by_id[i].error_kind == kind]
+            if not mine:
+                continue
+            if len(kinds) > 1:
+                out += [f"### {kind[0].upper() + kind[1:]}s", ""]
+            for cid in mine:
+                out += _erratum_entry(cid, records[cid], by_id.get(cid), records, by_id, budget)
+    for title, blurb in (_OWN, _UNCLASSIFIED):
+        ids = sorted(i for g in groups[title].values() for i in g)
+        if ids:
+            out += [f"## {title}", "", blurb, ""]
+            for cid in ids:
+                out += _erratum_entry(cid, records[cid], by_id.get(cid), records, by_id, budget)
+    out += ["## Summary", "", erratum_summary(groups)]
     return "\n".join(out)
 
 
 def results_as_records(results: Sequence[ClaimResult]) -> dict:
     """{id: record} of results, the form :func:`to_erratum` reads (date/commit left empty)."""
     return {r.id: _jsonable({"verdict": r.verdict, "reason": r.reason, "source": r.source, "statement": r.statement,
-                             "margin": r.margin, "margin_origin": r.margin_origin, "witnesses": list(r.witnesses)})
+                             "margin": r.margin, "margin_origin": r.margin_origin, "witnesses": list(r.witnesses),
+                             **_draws_record(r)})
             for r in results}
+
+
+_DRAWS_KEYS = ("draws", "failing", "undecided", "fraction_failing", "interval", "allowed_fraction")
+
+
+def _draws_record(r: ClaimResult) -> dict:
+    """{"draws": {...}} for a result decided over random draws (:func:`over_draws`), else {}."""
+    if "interval" not in r.details or "draws" not in r.details:
+        return {}
+    return {"draws": {k: r.details[k] for k in _DRAWS_KEYS if k in r.details}}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from numpy.polynomial import hermite_e
 from geomjax.theory import geometry
 
 from geomjax.theory import smoothness as sm
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register, register_table
+from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, annotate, per_run, register, register_table
 
 _PAPER = "Song & Zhong"
 
@@ -271,7 +271,7 @@ register_table(
          "6/(8k)^m · ‖Δ^{(m,m)}G̃‖_max",
          _theorem1_eval("lhs_printed", "lhs_printed_lower", "rhs_printed", "coef_printed"),
          _theorem1_printed_witness,
-         "song_zhong.theorem1.corrected",
+         "",
          ("Eq. (6) prints (F_{≤k}B)ᵀF_{≤k}B, which is k×k; the T×T form (F_{≤k}B)(F_{≤k}B)ᵀ (as in eq. (17)) is "
           "checked. lhs uses the Frobenius-optimal PSD B (upper bound of the best op-norm error); lhs_lower = "
           "(1/T)‖(I−Π)G(I−Π)‖_op bounds the error of EVERY B from below, so a violation is certified.")),
@@ -286,16 +286,26 @@ register_table(
          "The printed constant, with the basis that eq. (4)'s reflection actually produces."),
         ("song_zhong.theorem1.corrected",
          f"{_PAPER} App. F.1, eqs. (16)-(17) (constants recomputed)",
-         ("(1/T)‖G − P_k G P_k‖_op ≤ 2[(4ab)^m + (4b²)^m]·‖Δ^{(m,m)}G̃‖_max ≤ 4/(4k)^m·‖Δ^{(m,m)}G̃‖_max, "
-          "a = 1/(2N sin(π/N)), b = 1/(2N sin(πk/N)), N = 2T; " + _T1_COMMON),
+         ("(1/T)‖G − P_k G P_k‖_op ≤ 2[(4ab)^m + (4b²)^m]·‖Δ^{(m,m)}G̃‖_max, a = 1/(2N sin(π/N)), "
+          "b = 1/(2N sin(πk/N)), N = 2T (the proof of App. F.1 with its constants recomputed: a sharper constant than "
+          "the printed 6/(8k)^m); " + _T1_COMMON),
          "corrected_constant(T, k, m) · ‖Δ^{(m,m)}G̃‖_max",
          _theorem1_eval("lhs_dct", "lhs_dct_lower", "rhs_corrected", "coef_corrected"),
          None,
          "",
-         "geomjax.theory.smoothness.corrected_constant; a proved bound, so a violation would be a bug."),
+         ("geomjax.theory.smoothness.corrected_constant; a proved bound, so a violation would be a bug. Not a correction "
+          "of eq. (6): the printed constant 6/(8k)^m is larger than this one for every (T, k, m) checked (details of "
+          "song_zhong.theorem1.proof_basis: it holds), so Theorem 1 needs no fix beyond its basis typo; the weaker "
+          "4/(4k)^m that this constant is bounded by is never offered as a fix.")),
     ],
     rule=Inequality(),
 )
+annotate("song_zhong.theorem1.printed", error_kind="typo/notation", intended_by="song_zhong.theorem1.proof_basis",
+         printed=("Define the low-frequency vector f_s = (1, cos((s − 0.5)π/T), …, cos((s − 0.5)(T − 1)π/T))ᵀ ∈ R^T where "
+                  "s = 1, …, k, and denote F_{≤k} = [f_1, …, f_k] ∈ R^{T×k}. Then there exists B ∈ R^{k×k} such that "
+                  "(1/T)‖G − (F_{≤k}B)ᵀF_{≤k}B‖_op ≤ 6/(8k)^m ‖Δ^{(m,m)}G̃‖_max. (6)"))
+annotate("song_zhong.theorem1.proof_basis", reading="intended")
+annotate("song_zhong.theorem1.corrected", reading="extension")
 
 # ----------------------------------------------------------------------------------------------
 # Lemmas of App. F.1
@@ -377,9 +387,12 @@ register(
         evaluate=_lemma2_evaluate,
         rule=Inequality(),
         witness=_lemma2_witness,
+        error_kind="wrong constant",
+        printed="Let γ_t be defined by Equation 15. For positive integer 1 < t ≤ N/2, we have |γ_{N−t+2}| = |γ_t| ≤ 1/(8(t−1)).",
         notes=(
             "|1 − e^{iθ}| = 2|sin(θ/2)| ≥ 2|θ|/π, not 4|θ|/π as the proof states, so |γ_t| ≤ 1/(4(t−1)); "
-            "|γ_2| → 1/(2π) ≈ 0.159 > 1/8."
+            "|γ_2| → 1/(2π) ≈ 0.159 > 1/8. Theorem 1, which the lemma serves, still holds with its printed constant "
+            "(song_zhong.theorem1.proof_basis)."
         ),
     )
 )
@@ -439,11 +452,51 @@ register(
         evaluate=_lemma3_evaluate,
         rule=Tolerance(rtol=0.0, atol=1e-10, origin="float64 rounding: 'the imaginary part cancels out' is exact"),
         witness=_lemma3_witness,
+        error_kind="typo/notation",
+        intended_by="song_zhong.lemma3.symmetric",
+        printed=("we identify N with T̃ (namely 2T), identify A with G̃, and identify I = {1, …, k} ∪ {T̃ − k + 1, …, T̃}. "
+                 "[Lemma 3:] There exists B ∈ R^{k×k} such that N⁻²[F*(Â_{I,I} 0; 0 0)(F*)ᵀ]_{1:T,1:T} = F_{≤k}B(F_{≤k}B)ᵀ (17) "
+                 "[proof:] When we add the four terms in 18, the imaginary part cancels out."),
         notes=(
             "value = max |imaginary part| / max|G| for k = 1..10 on the spiral Gram. The printed I holds DFT "
-            "frequencies 0..k−1 and −k..−1 (not closed under negation). With I = {|freq| ≤ k−1} the fit is real "
-            "and equals P_k G P_k (details)."
+            "frequencies 0..k−1 and −k..−1 (not closed under negation; an off-by-one in the index set, and the proof's "
+            "I₂ = {T − k + 1, …, T} writes T for T̃). With I = {|freq| ≤ k−1} the fit is real and equals P_k G P_k "
+            "(song_zhong.lemma3.symmetric)."
         ),
+    )
+)
+
+
+def _lemma3_symmetric_evaluate(budget: str, key) -> Evaluation:
+    """Lemma 3 with the symmetric index set: max(|imaginary part|, |real part − P_k G P_k|)/max|G| for k = 1..10."""
+    T = 64 if budget == "quick" else 128
+    out = []
+    with jax.enable_x64(True):
+        G = jnp.asarray(synthetic_grams(T)["spiral"])
+        scale = float(jnp.max(jnp.abs(G)))
+        Q = np.asarray(sm.low_frequency_basis(T, 10, convention="dct"))
+        Q = Q / np.linalg.norm(Q, axis=0, keepdims=True)
+        for k in range(1, 11):
+            sym = np.asarray(sm.proof_fit(G, k, index_set="symmetric"))
+            P = Q[:, :k] @ Q[:, :k].T
+            out.append(max(float(np.max(np.abs(np.imag(sym)))), float(np.max(np.abs(np.real(sym) - P @ np.asarray(G) @ P))))
+                       / scale)
+    return Evaluation(value=np.array(out), details={"T": T, "G": "spiral", "k": list(range(1, 11))})
+
+
+register(
+    Claim(
+        id="song_zhong.lemma3.symmetric",
+        source=f"{_PAPER} App. F.1, Lemma 3, eq. (17) (index set closed under negation)",
+        statement=(
+            "With I = {1..k} ∪ {2T−k+2..2T} (DFT frequencies |f| ≤ k−1), N⁻²[F*(Â_{I,I} ⊕ 0)F*ᵀ]_{1:T,1:T} is real and "
+            "equals P_k G P_k = F_{≤k}B(F_{≤k}B)ᵀ with F_{≤k} the DCT-II vectors"
+        ),
+        predicted=0.0,
+        evaluate=_lemma3_symmetric_evaluate,
+        rule=Tolerance(rtol=0.0, atol=1e-10, origin="float64 rounding: an exact identity"),
+        reading="intended",
+        notes="value = max(|imaginary part|, |real part − P_k G P_k|) / max|G| for k = 1..10 on the spiral Gram",
     )
 )
 
@@ -558,6 +611,12 @@ register_table(
     predicted=0.0,
     rule=Tolerance(rtol=0.0, atol=0.1, origin=_EQ5_MARGIN),
 )
+annotate("song_zhong.eq5.derivative_approx", error_kind="over-general statement",
+         printed=("We define the first-order finite difference by (using periodic extension G̃_{t±2T,t'±2T} = G̃_{t,t'}) "
+                  "[Δ^{(1,1)}G̃]_{t,t'} = T²(G̃_{t,t'} − G̃_{t−1,t'} − G̃_{t,t'−1} + G̃_{t−1,t'−1}), for all integers t, t' (5) "
+                  "[…] if G_{t,t'} = f(t/T, t'/T) for certain smooth function f(x, y) defined on [0, 1]², then "
+                  "[Δ^{(m,m)}G̃]_{t,t'} ≈ ∂_x^m∂_y^m f(t/T, t'/T)."))
+annotate("song_zhong.eq5.derivative_approx_interior", reading="corrected")
 
 # ----------------------------------------------------------------------------------------------
 # Incoherence baseline (§4, Table 1 "Incoh")

@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.claims import registry
 from geomjax.claims.registry import Claim, Evaluation, exact_witness, register
 
-__all__ = ["SOURCE", "QUICK_SAMPLES", "FULL_SAMPLES", "FLOAT64_ROUNDING", "x64", "mc_claim", "det_claim", "rng", "spd",
+__all__ = ["annotate", "SOURCE", "QUICK_SAMPLES", "FULL_SAMPLES", "FLOAT64_ROUNDING", "x64", "mc_claim", "det_claim", "rng", "spd",
            "outer_flat", "blocks", "unblocks"]
 
 SOURCE = "Wertich"
@@ -33,8 +34,11 @@ def x64(fn):
 
 
 def mc_claim(id, source, statement, predicted, sampler, *, quick=QUICK_SAMPLES, full=FULL_SAMPLES, notes="", chunk=4096,
-             exact=None, corrected_by="", witness=None):
+             exact=None, corrected_by="", witness=None, **meta):
     """Register a Monte Carlo claim (margin: the registry's exact-identity default, 1% of the scale).
+
+    ``meta``: the claim's reading, scope, error_kind, printed and intended_by (:class:`Claim`; an intended_by id
+    is given without the "wertich." prefix).
 
     ``exact``: a closed form ``() -> value`` of the sampled quantity's TRUE mean (the corrected statement,
     derived in :mod:`geomjax.theory.gaussian` and evaluated in float64) — the second witness of a printed form
@@ -52,18 +56,33 @@ def mc_claim(id, source, statement, predicted, sampler, *, quick=QUICK_SAMPLES, 
         witness = exact_witness(lambda budget: exact_fn(), "closed form of the corrected statement (float64)")
     return register(Claim(id=f"wertich.{id}", source=source, statement=statement, predicted=pred,
                           sampler=sampler, n_samples={"quick": quick, "full": full}, notes=notes, chunk=chunk,
-                          witness=witness, corrected_by=f"wertich.{corrected_by}" if corrected_by else ""))
+                          witness=witness, corrected_by=f"wertich.{corrected_by}" if corrected_by else "", **_meta(meta)))
+
+
+def _meta(meta: dict) -> dict:
+    """The Claim fields of ``meta`` with an intended_by id prefixed by "wertich."."""
+    return {**meta, **({"intended_by": f"wertich.{meta['intended_by']}"} if meta.get("intended_by") else {})}
 
 
 FLOAT64_ROUNDING = "float64 rounding of an exact evaluation"
 
 
-def det_claim(id, source, statement, predicted, evaluate, rule, notes="", witness=None, corrected_by=""):
-    """Register a deterministic claim: ``evaluate`` (and ``witness``) run with JAX x64 enabled."""
+def det_claim(id, source, statement, predicted, evaluate, rule, notes="", witness=None, corrected_by="", **meta):
+    """Register a deterministic claim: ``evaluate`` (and ``witness``) run with JAX x64 enabled; ``meta`` as in
+    :func:`mc_claim`."""
     return register(Claim(id=f"wertich.{id}", source=source, statement=statement, predicted=predicted,
                           evaluate=x64(evaluate), rule=rule, notes=notes,
                           witness=x64(witness) if witness is not None else None,
-                          corrected_by=f"wertich.{corrected_by}" if corrected_by else ""))
+                          corrected_by=f"wertich.{corrected_by}" if corrected_by else "", **_meta(meta)))
+
+
+def annotate(id, **fields):
+    """:func:`geomjax.claims.registry.annotate` of ``wertich.<id>`` (an intended_by or corrected_by id given without the
+    "wertich." prefix)."""
+    fields = _meta(fields)
+    if fields.get("corrected_by"):
+        fields["corrected_by"] = f"wertich.{fields['corrected_by']}"
+    return registry.annotate(f"wertich.{id}", **fields)
 
 
 def rng(seed):

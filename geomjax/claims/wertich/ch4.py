@@ -9,7 +9,7 @@ import numpy as np
 
 from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Evaluation, Tolerance
-from geomjax.claims.wertich._shared import (FLOAT64_ROUNDING, SOURCE, blocks, det_claim, mc_claim, outer_flat,
+from geomjax.claims.wertich._shared import (FLOAT64_ROUNDING, SOURCE, annotate, blocks, det_claim, mc_claim, outer_flat,
                                             rng, spd, unblocks, x64)
 
 # ==============================================================================================
@@ -140,3 +140,9 @@ det_claim("s4_3_2.approx_corrected", f"{SOURCE} §4.3.2",
      "corrected: if λ1 = λ2 = λ the eigenvalues are exactly λ²(1 ± α12)",
      np.stack([_LAM_APPROX[:, 0] ** 2 * (1 + _LAM_APPROX[:, 1]), _LAM_APPROX[:, 0] ** 2 * (1 - _LAM_APPROX[:, 1])], -1),
      _ev_block_approx, Tolerance(rtol=1e-9, atol=0.0, origin=FLOAT64_ROUNDING + " (eigvalsh of a 2×2 matrix)"))
+
+# Readings (issue 33): the printed statement, the kind of error a refutation is, the intended statement's claim.
+annotate("s4_3_2.approx_printed", error_kind="typo/notation", intended_by="s4_3_2.approx_corrected", corrected_by="",
+         printed=("The eigenvalues of the submatrix [λ_1², λ_1λ_2α_12; λ_1λ_2α_12, λ_2²] are given by […] This form may "
+                  "appear complex, but if λ_1 ≈ λ_2 = λ, then λ_{1,2} ≈ λ(1 ± α_12)"))
+annotate("s4_3_2.approx_corrected", reading="intended")

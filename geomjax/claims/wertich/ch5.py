@@ -13,7 +13,7 @@ import numpy as np
 
 from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
-from geomjax.claims.wertich._shared import FLOAT64_ROUNDING, SOURCE, det_claim, mc_claim, x64
+from geomjax.claims.wertich._shared import FLOAT64_ROUNDING, SOURCE, annotate, det_claim, mc_claim, x64
 
 # ==============================================================================================
 # §5.1.2: log-normal moments, Xavier Taylor approximations (eqs. 5.1-5.2)
@@ -290,8 +290,9 @@ det_claim("s5_2_4.conjecture_ce_exact", f"{SOURCE} §5.2.4 (conjecture, eqs. 5.5
 det_claim("s5_2_4.conjecture_kl_exact", f"{SOURCE} §5.2.4 (corollary)",
      "v ⟂ w on S^{n−1}: D_KL(Sm(w) ‖ Sm(SLERP(v, w, t))) = a·cos(πt/2 + b) + c exactly",
      0.0, _ev_slerp_exact("kl"), Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT_ORIGIN), witness=_slerp_exact_witness("kl"),
-     corrected_by="s5_2_4.fig5_1_averaged",
-     notes="same check for the KL divergence (it differs from the cross-entropy by the constant H(Sm(w)))")
+     notes="same check for the KL divergence (it differs from the cross-entropy by the constant H(Sm(w))). What the "
+           "thesis's Fig. 5.1 shows, the curve averaged over orthogonal pairs, is close to a cosine "
+           "(s5_2_4.fig5_1_averaged holds); that is not offered as a fix of the exact statement")
 
 FIG5_1_N, FIG5_1_PAIRS = 16, 1000
 
@@ -511,3 +512,35 @@ register(Claim(
     witness=lambda budget, key: _jensen_witness(),
     notes="lhs = σ⁴Σ_{i<j}λ_i²λ_j² (closed form, checked by s5_3_2.noise_var_corrected) over λ = softmax(βg), β ∈ {0.1, 1, 3, 10}, and λ = (½, ½, 0, …). "
           "Does not hold: uniform λ MINIMISES Σ_{i<j}λ_i²λ_j² among spread-out weights; concentrated weights exceed the bound"))
+
+# Readings (issue 33): the printed statement, the kind of error a refutation is, the intended statement's claim.
+_LOGNORMAL = "X ∈ N(μ, σ²), E[exp(X)] = exp((μ + σ²)/2)  Var(exp(X)) = (exp(σ²) − 1)·exp(2μ + σ²)"
+for _id, _kind, _printed, _intended in (
+    ("s5_1_2.lognormal_mean_printed", "wrong statement", _LOGNORMAL + " (§5.1.2; again in §5.3.1)", ""),
+    ("s5_3_1.ratio_mean_printed", "wrong statement", "E[p_i/p_j] = exp((μ_i − μ_j + σ_i² + σ_j² − 2σ_ij)/2) (5.20)", ""),
+    ("s5_2_3.slerp_weights_printed", "typo/notation",
+     "θ = ∠(v, w)  λ_1(t) = sin((t − 1)·θ)/sin(θ)  λ_2(t) = sin(t·θ)/sin(θ)", "s5_2_3.slerp_weights_corrected"),
+    ("s5_2_4.conjecture_ce_exact", "wrong statement",
+     "Conjecture: Let v, w ∈ S_1^{n−1} with ⟨v, w⟩ = 0. Then ∃a, b, c ∈ R, so that the cross-entropy "
+     "H(Softmax(w)|Softmax(SLERP(v, w, t))) = a·cos(π/2·x + b) + c for 0 ≤ t ≤ 1.", ""),
+    ("s5_2_4.conjecture_kl_exact", "wrong statement",
+     "Corollary: Let v, w ∈ S_1^{n−1} | ⟨v, w⟩ = 0. Then ∃a, b, c ∈ R, so that the KL divergence "
+     "D_KL(Softmax(w)‖Softmax(SLERP(v, w, t))) = a·cos(π/2·x + b) + c for 0 ≤ t ≤ 1. […] So the corollary is proven.", ""),
+    ("s5_2_4.eq5_5_printed", "typo/notation",
+     "dH(Sm(w)|Sm(v(t)))/dt = Σ_{i=1}^n (Sm(w)_i − Sm(v)_i)·dv_i(t)/dt (5.5)", "s5_2_4.eq5_5_corrected"),
+    ("s5_3_2.taylor_shift_printed", "typo/notation",
+     "exp(z) = exp(Σ_i λ_i·v_i) ≈ 1 + Σ_i(λ_i·v_i) + ½Σ_i(λ_i²·v_i²) + Σ_{i<j}(λ_i·λ_j·v_i·v_j) ≈ (n − 1) + Σ_i exp(λ_iv_i) + "
+     "Σ_{i<j}(λ_i·λ_j·v_i·v_j). We can see that the linear combinations get shifted by n − 1",
+     "s5_3_2.taylor_shift_corrected"),
+    ("s5_3_2.noise_var_printed", "wrong constant",
+     "Var(Σ_{i<j}(λ_i·λ_j·v_i·v_j)) ≤ Var(Σ_{i<j} (1/n)·(1/n)(v_i·v_j)) = Σ_{i<j} Var((1/n²)v_i·v_j) […] "
+     "≈ (n² − n)(1/n⁴)·(2l²/n²) ∈ O(l²/n⁴)", ""),
+    ("s5_3_2.noise_var_jensen_bound", "wrong statement",
+     "Utilizing Jensen's inequality Σ_{1≤i<j≤n}(λ_iλ_j)² ≤ Σ_{1≤i<j≤n}(1/n²)²: Var(Σ_{i<j}(λ_i·λ_j·v_i·v_j)) ≤ "
+     "Var(Σ_{i<j} (1/n)·(1/n)(v_i·v_j))", ""),
+):
+    annotate(_id, error_kind=_kind, printed=_printed, **({"intended_by": _intended, "corrected_by": ""} if _intended else {}))
+for _id in ("s5_2_3.slerp_weights_corrected", "s5_2_4.eq5_5_corrected", "s5_3_2.taylor_shift_corrected"):
+    annotate(_id, reading="intended")
+for _id in ("s5_1_2.lognormal_mean_corrected", "s5_3_1.ratio_mean_corrected", "s5_3_2.noise_var_corrected"):
+    annotate(_id, reading="corrected")

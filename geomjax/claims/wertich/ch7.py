@@ -11,7 +11,7 @@ import numpy as np
 
 from geomjax.theory import gaussian as G
 from geomjax.claims.registry import Evaluation, Tolerance
-from geomjax.claims.wertich._shared import (SOURCE, blocks, det_claim, mc_claim, outer_flat,
+from geomjax.claims.wertich._shared import (SOURCE, annotate, blocks, det_claim, mc_claim, outer_flat,
                                             rng, spd, unblocks, x64)
 
 # ==============================================================================================
@@ -102,3 +102,11 @@ det_claim("s7_2_3.uniform_mixture_skip_layernorm", f"{SOURCE} §7.2.3 (β varian
      "with skip X ← β·Attn(X) + (1−β)X (β = 0.5) and LayerNorm, the token distributions still converge to one",
      0.0, _ev_stack("beta0.5_ln"), Tolerance(rtol=0.0, atol=1e-3, origin=_CONVERGE),
      notes="same test with β = 0.5 and a parameter-free LayerNorm after each layer; other variants in the report")
+
+# Readings (issue 33): the printed statement, the kind of error a refutation is, the intended statement's claim.
+annotate("s7_1_1.mixture_reading", error_kind="typo/notation", intended_by="s7_1_1.weighted_sum_moments", corrected_by="",
+         printed=("The resulting embedding at position j becomes a linear combination of all previous value embeddings "
+                  "scaled by the respective attention score λ_i^{(j)} = A_ij with X̂_j = Σ_i λ_i^{(j)}X_i, resulting in "
+                  "numerous probability mixture models, specifically, Gaussian mixture models. The new joint Gaussian "
+                  "N(μ_X̂, Σ_X̂) is specified by: μ_X̂ = [Σ_i λ_i^{(1)}μ_i; …] […] Cov[X̂_k X̂_l] = Σ_{i,j} λ_i^{(k)}λ_j^{(l)}Σ_ij"))
+annotate("s7_1_1.weighted_sum_moments", reading="intended")
