@@ -671,8 +671,10 @@ def one_vs_rest_entropy(gap: Broadcastable, T: Broadcastable) -> Float[Array, "*
     """Entropy of softmax of T logits, one larger than the other T − 1 by ``gap`` (geomjax; Bao eq. (9)).
 
     H = ln(1 + (T−1)e^{−gap}) + gap·(T−1)e^{−gap}/(1 + (T−1)e^{−gap}); for large T this is
-    ln(1 + T e^{−ν}) + ν e^{−ν}/(T⁻¹ + e^{−ν}), i.e. eq. (9) with e^{−ν} in place of e^{−ν/2}. Any
-    softmax whose logits span a range <= gap has at least this entropy.
+    ln(1 + T e^{−ν}) + ν e^{−ν}/(T⁻¹ + e^{−ν}), i.e. eq. (9) with e^{−ν} in place of e^{−ν/2}. It is
+    NOT a lower bound over all softmaxes whose logits span a range <= gap: for gap 1, T = 16 five top
+    logits give entropy 2.650 < 2.721 (claim ``bao.eq9.one_vs_rest_span`` does not hold); the corrected
+    eq. (9) holds through the ℓ2-ball argument instead (``bao.eq9.l2_ball``).
     """
     if isinstance(T, (int, np.integer)):
         _check_T(int(T), "one_vs_rest_entropy")

@@ -465,8 +465,9 @@ def corrected_constant(T: int, k: int, m: int) -> float:
     c = 2[(4ab)^m + (4b²)^m], a = 1/(2N sin(π/N)), b = 1/(2N sin(πk/N)), N = 2T; the a-term is
     dropped for k = 1. Here Δ is eq. (5)'s (factor T² per order), P_k projects onto the DCT-II
     frequencies 0..k−1 (the proof's fit with the symmetric index set). Since N sin(π/N) ≥ 2 and
-    N sin(πk/N) ≥ 2k for k ≤ T, c ≤ 4/(4k)^m. Replaces 6/(8k)^m of Song & Zhong eq. (6), whose
-    proof uses the false Lemma 2 and the factor N² in Δ.
+    N sin(πk/N) ≥ 2k for k ≤ T, c ≤ 4/(4k)^m. A sharper constant than the printed 6/(8k)^m of Song &
+    Zhong eq. (6), not a fix of it: in the DCT-II basis the proof uses, the printed constant holds
+    (claim ``song_zhong.theorem1.proof_basis``; the printed basis is a typo), and is 2.5–7× this one.
 
     Args:
       T: positions, T >= 2.  k: 1 <= k <= T.  m: m >= 1.
