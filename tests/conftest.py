@@ -46,6 +46,18 @@ if os.environ.get("GEOMJAX_TEST_XCACHE", "1") == "1":
 import pytest  # noqa: E402
 
 
+def pytest_report_header(config):
+    """Say up front whether the PyTorch reference tests run: torch==2.13.0 is installed (the CPU build)
+    only on Python 3.11 (pyproject.toml, the test extra); elsewhere they skip."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    return (f"torch: not installed on Python {sys.version.split()[0]} (the CPU build of torch==2.13.0 is a "
+            "Python 3.11 wheel; pyproject.toml installs it there only): the PyTorch-reference tests skip")
+
+
 @pytest.fixture(scope="session")
 def n_devices() -> int:
     return jax.device_count()
