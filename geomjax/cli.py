@@ -49,7 +49,9 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
                    help="window length in tokens (before dropping the first)")
     g.add_argument("--batch-size", type=int, default=None)
     g.add_argument("--ood-corpus", default=defaults.ood_corpus,
-                   help="second corpus for Table 2 (out of distribution); 'none' to skip")
+                   help="second corpus for Table 2 (out of distribution; default 'stdlib', the shipped "
+                        "snapshot of CPython 3.11.7's library source; 'stdlib-live': this interpreter's); "
+                        "'none' to skip")
     g.add_argument("--cluster-windows", type=int, default=defaults.n_cluster_windows,
                    help="windows per document for the token-level cvec/raw compactness "
                         "(App. C); 0 to skip")

@@ -48,7 +48,8 @@ class GeometryConfig:
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).
       ood_corpus: second corpus for Table 2 (rank and relative norm out of distribution; the
-        paper used GitHub code: "stdlib" is the standard library's Python source); None: skip.
+        paper used GitHub code: "stdlib" is the shipped snapshot of CPython 3.11.7's standard
+        library source, the same on every interpreter; DATA.md); None: skip.
       n_cluster_windows: windows per document whose token-level cvec and raw states go into the
         App. C compactness (Figs. 24-26); 0: skip.
       theorem1: evaluate eq. (6) of Theorem 1 on every layer's pos Gram.
