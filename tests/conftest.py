@@ -46,6 +46,29 @@ if os.environ.get("GEOMJAX_TEST_XCACHE", "1") == "1":
 import pytest  # noqa: E402
 
 
+def _torch_note() -> str | None:
+    """Why the PyTorch-reference tests skip, when they do: torch==2.13.0 is installed (the CPU build)
+    only on Python 3.11 (pyproject.toml, the test extra)."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec("torch") is not None:
+        return None
+    return (f"torch: not installed on Python {sys.version.split()[0]} (the CPU build of torch==2.13.0 is a "
+            "Python 3.11 wheel; pyproject.toml installs it there only): the PyTorch-reference tests skip")
+
+
+def pytest_report_header(config):
+    return _torch_note()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The same note at the end, where ``-q`` runs (the README's command) show it."""
+    note = _torch_note()
+    if note:
+        terminalreporter.write_line(note)
+
+
 @pytest.fixture(scope="session")
 def n_devices() -> int:
     return jax.device_count()

@@ -85,7 +85,7 @@ def test_wikitext2_articles_small():
 
 
 def test_stdlib_and_pydoc():
-    docs = data.stdlib_python(max_files=5)
+    docs = data.load_corpus("stdlib-live", max_files=5)
     root = Path(sysconfig.get_paths()["stdlib"])
     assert len(docs) == 5 and all(n.endswith(".py") for n, _ in docs)
     assert [n for n, _ in docs] == sorted(n for n, _ in docs)
@@ -94,6 +94,45 @@ def test_stdlib_and_pydoc():
 
     p = data.load_corpus("pydoc")
     assert dict(p) == {k: v for k, v in topics.items() if v.strip()}
+
+
+def test_stdlib_snapshot(tmp_path, monkeypatch):
+    """The ``stdlib`` corpus is the shipped CPython 3.11.7 snapshot on every interpreter."""
+    import json
+    import lzma
+    import platform
+
+    from geomjax.data import corpora
+    from geomjax.errors import GeomjaxError
+
+    monkeypatch.setenv("GEOMJAX_DATA", str(tmp_path))  # the data-folder override does not apply to it
+    docs = data.load_corpus("stdlib")
+    assert len(docs) == 73 and all(n.endswith(".py") and t for n, t in docs)
+    assert [n for n, _ in docs] == sorted(n for n, _ in docs)
+    assert docs == data.load_corpus("code") == data.stdlib_snapshot()
+    assert data.corpus_kind("stdlib-live") == "stdlib-live"
+    assert sum(len(t) for _, t in docs) > 1_000_000
+    src = data.corpus_source("stdlib")
+    assert "cpython-3.11.7" in src and data.BUNDLED_FILES[data.STDLIB_SNAPSHOT][:12] in src
+    assert platform.python_version() in data.corpus_source("pydoc")
+    assert platform.python_version() in data.corpus_source("stdlib-live")
+    if platform.python_version() == "3.11.7":
+        # Provenance: every 8th file of this interpreter's standard library, read independently.
+        root = Path(sysconfig.get_paths()["stdlib"])
+        live = data.stdlib_python()
+        assert docs == live[::8]
+        assert all((root / n).read_text(encoding="utf-8") == t for n, t in docs[:5])
+    # A snapshot that is not the recorded text, or not a snapshot, is refused with the fix.
+    (tmp_path / "stdlib").mkdir()
+    monkeypatch.setattr(corpora, "_BUNDLED_ROOT", tmp_path)
+    (tmp_path / (data.STDLIB_SNAPSHOT + ".xz")).write_bytes(lzma.compress(json.dumps({"files": []}).encode()))
+    with pytest.raises(GeomjaxError, match="corrupted"):
+        data.load_corpus("stdlib")
+    text = json.dumps({"nofiles": 1}).encode()
+    monkeypatch.setitem(corpora.BUNDLED_FILES, data.STDLIB_SNAPSHOT, __import__("hashlib").sha256(text).hexdigest())
+    (tmp_path / (data.STDLIB_SNAPSHOT + ".xz")).write_bytes(lzma.compress(text))
+    with pytest.raises(GeomjaxError, match="not a snapshot"):
+        data.load_corpus("stdlib")
 
 
 def test_local_text_and_dispatch(tmp_path):

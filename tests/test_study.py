@@ -143,6 +143,9 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
         assert np.isfinite(m[key]), key
     report = (out / "report.md").read_text()
     assert "Table 2: out of distribution (stdlib)" in report
+    # the OOD text is the shipped snapshot, recorded in metrics.json and the report (issue 38)
+    assert metrics["corpora"]["stdlib"].startswith("stdlib/cpython-3.11.7-lib.json shipped with geomjax")
+    assert metrics["corpora"]["stdlib"] in report
     assert "GPT-2 arch." in report
     assert cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(tmp_path / "b"),
                      "-T", "65", "--no-progress"]) == 2  # a user error: one line, exit status 2

@@ -583,6 +583,7 @@ def _ood_section(r) -> Section:
         f"The same model and sizes on {cfg.ood_corpus} windows (random, non-overlapping): "
         "the low rank and the relative norm of the positional basis should not depend on "
         "the text (paper: 'positional basis is agnostic to contexts')."
+        + (f" Its text: {r.corpora[cfg.ood_corpus]}." if cfg.ood_corpus in r.corpora else "")
         + (f" Characters outside the character model's vocabulary were removed from the "
            f"{cfg.ood_corpus} text first: {100 * r.ood_dropped:.2f}% of its characters."
            if r.ood_dropped else ""))

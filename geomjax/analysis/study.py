@@ -693,6 +693,9 @@ class StudyResult:
         (:func:`geometry.mean_abs_cos_isotropic`), the scale of the incoherence.
       ood_dropped: fraction of the OOD text's characters a character model could not encode.
       seconds_forward: forward + decomposition wall time; seconds_total: the whole study's.
+      corpora: corpus name -> which text it read (:func:`geomjax.data.corpus_source`: the shipped
+        file and its hash, or the Python version of an interpreter-dependent corpus), for the
+        corpus and the OOD corpus.
     """
 
     config: GeometryConfig
@@ -714,6 +717,7 @@ class StudyResult:
     ood_dropped: float
     seconds_forward: float
     seconds_total: float
+    corpora: dict = dataclasses.field(default_factory=dict)
 
     @property
     def layer_names(self) -> list[str]:
@@ -752,6 +756,7 @@ class StudyResult:
             "ood_fraction_of_characters_dropped": self.ood_dropped,
             "not_available": self.not_available,
             "model_conventions": self.conventions,
+            "corpora": self.corpora,
         }
 
 
@@ -972,4 +977,5 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
         gram_mid=np.asarray(geometry.normalized_gram(jnp.asarray(X, jnp.float32))),
         not_available=_unavailable(cfg, multi_doc, T, d),
         incoherence_baseline=geometry.mean_abs_cos_isotropic(X.shape[1]), ood_dropped=inputs.ood_dropped,
-        seconds_forward=t_extract, seconds_total=t_total)
+        seconds_forward=t_extract, seconds_total=t_total,
+        corpora={name: data.corpus_source(name, cfg.data_dir) for name in (cfg.corpus, cfg.ood_corpus) if name})

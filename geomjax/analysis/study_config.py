@@ -85,7 +85,8 @@ class GeometryConfig:
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).
       ood_corpus: second corpus for Table 2 (rank and relative norm out of distribution; the
-        paper used GitHub code: "stdlib" is the standard library's Python source); None: skip.
+        paper used GitHub code: "stdlib" is the shipped snapshot of CPython 3.11.7's standard
+        library source, the same on every interpreter; DATA.md); None: skip.
       n_cluster_windows: windows per document whose token-level cvec and raw states go into the
         App. C compactness (Figs. 24-26); 0: skip.
       theorem1: evaluate eq. (6) of Theorem 1 on every layer's pos Gram.
@@ -124,8 +125,9 @@ class GeometryConfig:
     n_cvec: int = 10
     devices: int | None = _opt(None, group="execution",
                                help="shard windows over this many devices of a 1-D 'data' mesh")
-    ood_corpus: str | None = _opt("stdlib", none_word="none",
-                                  help="second corpus for Table 2 (out of distribution); 'none' to skip")
+    ood_corpus: str | None = _opt("stdlib", none_word="none", help=(
+        "second corpus for Table 2 (out of distribution; default 'stdlib', the shipped snapshot of CPython "
+        "3.11.7's library source; 'stdlib-live': this interpreter's); 'none' to skip"))
     n_cluster_windows: int = _opt(8, flag="--cluster-windows", help=(
         "windows per document for the token-level cvec/raw compactness (App. C); 0 to skip"))
     theorem1: bool = _opt(True, flag="--no-theorem1", negate=True,

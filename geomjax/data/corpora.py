@@ -5,8 +5,11 @@ Sources (docs/DESIGN.md, "Data"; provenance and licences in DATA.md):
 * tiny Shakespeare (``tinyshakespeare/input.txt``, shipped in the package; one document),
 * WikiText-2 ``valid`` / ``test`` (``wikitext-2/*.txt``, shipped in the package: the tokenized
   release, ``<unk>`` kept), split into articles on the top-level ``" = Title = "`` headings,
-* the Python standard library's own source files (a code corpus; one document per file),
-* ``pydoc_data.topics`` (English prose; one document per help topic),
+* ``stdlib``: a fixed snapshot of CPython 3.11.7's standard library source (a code corpus, one
+  document per file; shipped in the package, ``stdlib/cpython-3.11.7-lib.json``), the same text on
+  every interpreter; ``stdlib-live``: the running interpreter's own standard library (changes with
+  the Python version),
+* ``pydoc_data.topics`` of the running interpreter (English prose; one document per help topic),
 * any local text file or directory, and Hugging Face ``datasets`` when installed and online.
 
 Everything is host-side I/O (not jittable) and deterministic: files are read in sorted order.
@@ -17,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import lzma
+import json
 import os
+import platform
 import re
 import sysconfig
 from collections.abc import Callable, Iterable, Sequence
@@ -36,10 +41,13 @@ __all__ = [
     "pydoc_topics",
     "BUNDLED_FILES",
     "corpus_kind",
+    "corpus_source",
     "data_dir_override",
+    "read_bundled_file",
     "read_data_file",
     "split_text",
     "stdlib_python",
+    "stdlib_snapshot",
     "tiny_shakespeare",
     "tokenize_documents",
     "as_token_array",
@@ -53,12 +61,16 @@ Document = tuple[str, str]
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
+STDLIB_SNAPSHOT = "stdlib/cpython-3.11.7-lib.json"
+"""The ``stdlib`` corpus: every 8th file of CPython 3.11.7's ``Lib/`` (scripts/make_stdlib_snapshot.py; DATA.md)."""
+
 # The offline corpora shipped inside the package (geomjax/data/files/, xz-compressed; DATA.md
 # gives their provenance and licences): relative name -> SHA-256 of the uncompressed text.
 BUNDLED_FILES: dict[str, str] = {
     "tinyshakespeare/input.txt": "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed",
     "wikitext-2/valid.txt": "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8",
     "wikitext-2/test.txt": "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0",
+    STDLIB_SNAPSHOT: "0d5dd278e6ba68863dc97230b875ea8c5d0373b31bb1d166f6aae7f82c0dc5e3",
 }
 _BUNDLED_ROOT = Path(__file__).resolve().parent / "files"
 
@@ -106,6 +118,15 @@ def read_data_file(name: str, data_dir: str | os.PathLike | None = None) -> str:
                 f"{name} is not in the data folder {str(folder)!r} (--data-dir / GEOMJAX_DATA); "
                 f"add it there or unset the override to use the copy shipped with geomjax")
         return _read_text(plain if plain.is_file() else packed)
+    return read_bundled_file(name)
+
+
+def read_bundled_file(name: str) -> str:
+    """Text of one corpus file shipped in the package (``BUNDLED_FILES``), checked against its SHA-256.
+
+    Raises:
+      GeomjaxError: the name is not shipped, or the file is missing, corrupted or not UTF-8.
+    """
     if name not in BUNDLED_FILES:
         raise GeomjaxError(
             f"{name} is not shipped with geomjax (shipped: {', '.join(sorted(BUNDLED_FILES))}); "
@@ -264,6 +285,31 @@ def stdlib_python(
     return _nonempty(docs, f"stdlib_python({str(base)!r})")
 
 
+def stdlib_snapshot() -> list[Document]:
+    """Load the ``stdlib`` corpus: the shipped snapshot of CPython 3.11.7's standard library source.
+
+    The snapshot (``STDLIB_SNAPSHOT``, checked against its SHA-256 in ``BUNDLED_FILES``) holds every
+    8th file, in sorted path order, of what :func:`stdlib_python` reads from CPython 3.11.7's ``Lib/``
+    (73 files, 1.3 MB of source; written by scripts/make_stdlib_snapshot.py; PSF licence, DATA.md).
+    It is the same on every interpreter, so Table 2's out-of-distribution rows do not change with
+    the Python version. The ``--data-dir`` override does not apply to it.
+
+    Returns:
+      ``[(relative_path, source), ...]`` sorted by path (e.g. ``("asyncio/base_events.py", ...)``).
+
+    Raises:
+      GeomjaxError: the snapshot is missing, corrupted, or not the expected layout.
+    """
+    text = read_bundled_file(STDLIB_SNAPSHOT)
+    try:
+        files = json.loads(text)["files"]
+        docs = [(str(name), str(src)) for name, src in files]
+    except (ValueError, KeyError, TypeError) as e:
+        raise GeomjaxError(f"the bundled corpus {STDLIB_SNAPSHOT!r} is not a snapshot file ({e}); "
+                           "reinstall geomjax") from None
+    return _nonempty(docs, "stdlib_snapshot()")
+
+
 def pydoc_topics() -> list[Document]:
     """Load ``pydoc_data.topics.topics`` (Python's help topics, English prose), one document each.
 
@@ -357,7 +403,7 @@ _CORPUS_ALIASES = {
     "shakespeare": "shakespeare", "tinyshakespeare": "shakespeare", "tiny_shakespeare": "shakespeare",
     "wikitext2": "wikitext2-valid", "wikitext-2": "wikitext2-valid", "wikitext2-valid": "wikitext2-valid",
     "wikitext2-test": "wikitext2-test",
-    "stdlib": "stdlib", "code": "stdlib", "python": "stdlib",
+    "stdlib": "stdlib", "code": "stdlib", "python": "stdlib", "stdlib-live": "stdlib-live",
     "pydoc": "pydoc", "pydoc_topics": "pydoc", "topics": "pydoc",
 }
 
@@ -366,8 +412,8 @@ def corpus_kind(name: str) -> str:
     """Which loader a corpus name selects, without loading anything (cheap validation).
 
     Returns:
-      ``"shakespeare"``, ``"wikitext2-valid"``, ``"wikitext2-test"``, ``"stdlib"``, ``"pydoc"``,
-      ``"hf"`` or ``"path"``.
+      ``"shakespeare"``, ``"wikitext2-valid"``, ``"wikitext2-test"``, ``"stdlib"``, ``"stdlib-live"``,
+      ``"pydoc"``, ``"hf"`` or ``"path"``.
 
     Raises:
       GeomjaxError: the name is neither a known corpus, ``hf:...``, nor an existing path.
@@ -383,7 +429,7 @@ def corpus_kind(name: str) -> str:
         return "path"
     raise GeomjaxError(
         f"unknown corpus {name!r}: use 'shakespeare', 'wikitext2', 'wikitext2-test', 'stdlib', "
-        "'pydoc', 'hf:NAME[:CONFIG[:SPLIT]]', or an existing file/directory path"
+        "'stdlib-live', 'pydoc', 'hf:NAME[:CONFIG[:SPLIT]]', or an existing file/directory path"
     )
 
 
@@ -391,7 +437,9 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, **kwargs) 
     """Load a corpus by name: the single entry point used by the CLI and experiments.
 
     Names: ``"shakespeare"`` (alias ``"tinyshakespeare"``), ``"wikitext2"`` (valid split; also
-    ``"wikitext2-valid"``, ``"wikitext2-test"``), ``"stdlib"`` (alias ``"code"``), ``"pydoc"``,
+    ``"wikitext2-valid"``, ``"wikitext2-test"``), ``"stdlib"`` (alias ``"code"``: the shipped
+    snapshot, :func:`stdlib_snapshot`), ``"stdlib-live"`` (the running interpreter's standard library,
+    :func:`stdlib_python`), ``"pydoc"``,
     ``"hf:NAME[:CONFIG[:SPLIT]]"`` (Hugging Face datasets), or a path to a local file/directory
     (see :func:`corpus_kind`).
 
@@ -409,6 +457,8 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, **kwargs) 
     if kind.startswith("wikitext2"):
         return wikitext2(kind.split("-")[1], data_dir, **kwargs)
     if kind == "stdlib":
+        return stdlib_snapshot(**kwargs)
+    if kind == "stdlib-live":
         return stdlib_python(**kwargs)
     if kind == "pydoc":
         return pydoc_topics(**kwargs)
@@ -417,6 +467,35 @@ def load_corpus(name: str, data_dir: str | os.PathLike | None = None, **kwargs) 
         return hf_dataset(parts[0], parts[1] if len(parts) > 1 and parts[1] else None,
                           split=parts[2] if len(parts) > 2 else "train", **kwargs)
     return local_text(name, **kwargs)
+
+
+_BUNDLED_OF_KIND = {"shakespeare": "tinyshakespeare/input.txt", "wikitext2-valid": "wikitext-2/valid.txt",
+                    "wikitext2-test": "wikitext-2/test.txt", "stdlib": STDLIB_SNAPSHOT}
+
+
+def corpus_source(name: str, data_dir: str | os.PathLike | None = None) -> str:
+    """Which text a corpus name reads, in one line (metrics.json and the report record it; nothing is loaded).
+
+    A shipped corpus is named with the first 12 hex digits of its SHA-256 (``BUNDLED_FILES``); the
+    corpora read from the running interpreter (``stdlib-live``, ``pydoc``) name its Python version,
+    since their text changes with it.
+
+    Raises:
+      GeomjaxError: as :func:`corpus_kind`.
+    """
+    kind = corpus_kind(name)
+    version = platform.python_version()
+    if kind in _BUNDLED_OF_KIND:
+        file = _BUNDLED_OF_KIND[kind]
+        folder = data_dir_override(data_dir) if kind != "stdlib" else None
+        if folder is not None:
+            return f"{file} from the data folder {str(folder)!r}"
+        return f"{file} shipped with geomjax (sha256 {BUNDLED_FILES[file][:12]})"
+    if kind == "stdlib-live":
+        return f"the running interpreter's standard library (Python {version}; changes with the version)"
+    if kind == "pydoc":
+        return f"pydoc_data.topics of the running interpreter (Python {version}; changes with the version)"
+    return f"Hugging Face dataset {name[3:]}" if kind == "hf" else f"local text {name}"
 
 
 @dataclasses.dataclass(frozen=True)
