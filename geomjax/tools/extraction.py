@@ -3,12 +3,15 @@
 Each batch of token windows (B, T) goes through the jitted model and straight into the
 streaming sufficient statistics of Song & Zhong eqs. (2)-(3) for all L+1 hidden states at once
 (vmapped over layers). Only one batch of hidden states, (L+1, B, T, d), ever exists; C x T x d x L
-is never materialised. With a ``"data"`` mesh, windows are sharded over devices, parameters are
-replicated, and the sums are combined with ``psum`` inside ``jax.shard_map``.
+is never materialised. With a ``"data"`` mesh, windows are sharded over devices and each device
+accumulates its own partial sums inside ``jax.shard_map``, added once at the end, layer by layer. A
+causal decoder runs as a :class:`ScanForward`: its blocks stacked and scanned, their weights FSDP-sharded
+(one layer gathered at a time) and each layer's statistics updated inside the scan.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
@@ -25,11 +28,14 @@ from geomjax.theory.decomposition import (
     stream_init,
     stream_update,
 )
+from geomjax.models.common import CausalLM, attention_mask_4d
 from geomjax.models.interface import model_interface
-from geomjax.base.parallel import AXIS, check_divisible, replicate, shard_batch, to_host
+from geomjax.base.parallel import (AXIS, check_divisible, data_mesh, fsdp_spec, replicate, shard_batch,
+                                   shard_params, to_host)
 from geomjax.typing import Array, Int, PyTree
 
-__all__ = ["COMPUTE_DTYPES", "ForwardFn", "decompose_model_stream", "hidden_state_forward", "mixed_precision"]
+__all__ = ["COMPUTE_DTYPES", "ForwardFn", "ScanForward", "decompose_model_stream", "hidden_state_forward",
+           "mixed_precision", "param_specs", "place_params", "scan_forward"]
 
 ForwardFn = Callable[..., Sequence[Array]]
 """forward(params, ids (B, T) int32) -> sequence of L+1 hidden states, each (B, T, d)."""
@@ -83,40 +89,253 @@ def hidden_state_forward(model, which: str = "hidden_states", compute_dtype: str
     return mixed_precision(forward, compute_dtype)
 
 
-def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype, axis_name):
-    """One batch of windows: the forward pass, then :func:`~geomjax.theory.decomposition.stream_update` of
-    every hidden state (vmapped over layers); the first batch also sets the shifts
-    (:func:`~geomjax.theory.decomposition.stream_init`)."""
-    states = forward(params, ids)
-    x = jnp.stack(list(states))  # (L, B, T, d)
-    if drop_first:
-        x = x[:, :, 1:, :]
-    fresh = jax.vmap(partial(stream_init, accum_dtype=dtype, axis_name=axis_name))(x)
-    state = jax.tree.map(lambda f, s: jnp.where(is_first, f, s), fresh, state)
-    state, m, finite = jax.vmap(partial(stream_update, axis_name=axis_name))(state, x)
-    return state, m, jnp.all(finite)
+@dataclasses.dataclass(frozen=True)
+class ScanForward:
+    """A causal decoder's study forward as embed -> ``lax.scan`` over its stacked blocks -> final norm.
+
+    The same L+1 hidden states as the model's ``study_forward`` (embedding output, then each block; the
+    last after the final norm when ``final_norm``), but the blocks' parameters are stacked over layers
+    (:meth:`stack`) and scanned, so a sharded (FSDP) model gathers one layer's weights at a time and
+    :func:`decompose_model_stream` updates each layer's statistics inside the scan (one layer's
+    states at a time, never (L+1, B, T, d)). Build it with :func:`scan_forward`.
+
+    Attributes:
+      model: a ``geomjax.models.common.CausalLM`` (GPT-2, BLOOM, Llama / Mistral).
+      final_norm: the last state after the final norm (Hugging Face's ``output_hidden_states``).
+      bos: token id prepended to every window, or None.
+      compute_dtype: dtype of the forward's floating parameters (``"float32"``: as given).
+    """
+
+    model: CausalLM
+    final_norm: bool
+    bos: int | None = None
+    compute_dtype: str = "float32"
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.model.config.num_layers)
+
+    @property
+    def prefix(self) -> str:
+        return self.model.PARTS["blocks"]
+
+    def stack(self, params: PyTree) -> dict:
+        """``{"rest": every parameter outside the blocks, "blocks": the blocks' parameters stacked on a
+        leading layer axis (L, ...)}`` (NumPy in, NumPy out; JAX arrays are stacked with jnp)."""
+        keys = [f"{self.prefix}_{i}" for i in range(self.n_layers)]
+        missing = [k for k in keys if k not in params]
+        if missing:
+            raise ValueError(f"ScanForward.stack: parameters lack {missing[:3]} (not a {self.prefix}_<l> layout)")
+        stack = np.stack if all(isinstance(a, np.ndarray) for a in jax.tree.leaves(params[keys[0]])) else jnp.stack
+        blocks = jax.tree.map(lambda *a: stack(a), *[params[k] for k in keys])
+        return {"rest": {k: v for k, v in params.items() if k not in keys}, "blocks": blocks}
+
+    def cast(self, tree: PyTree) -> PyTree:
+        """Floating leaves in ``compute_dtype`` (unchanged for float32: the checkpoint's dtype runs)."""
+        if self.compute_dtype == "float32":
+            return tree
+        low = jnp.dtype(self.compute_dtype)
+        return jax.tree.map(lambda a: a.astype(low) if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+
+    def embed(self, rest: PyTree, ids: Int[Array, "B T"]):
+        """x_0 (B, T', d) and the arguments every block takes (mask, rotary tables / ALiBi bias)."""
+        if self.bos is not None:
+            ids = jnp.concatenate([jnp.full((ids.shape[0], 1), self.bos, ids.dtype), ids], axis=1)
+        mask = attention_mask_4d(ids.shape[1], None, causal=True)
+        return self.model.apply({"params": rest}, ids, mask, method=type(self.model).embed)
+
+    def block(self, p_layer: PyTree, x, block_args):
+        """Block l's output (B, T', d) from its parameters (one layer of the stacked tree)."""
+        return _parts(self.model)[0].apply({"params": p_layer}, x, *block_args)[0]
+
+    def norm(self, rest: PyTree, x):
+        """The final norm of x (B, T', d)."""
+        return _parts(self.model)[1].apply({"params": rest[self.model.PARTS["final_norm"]]}, x)
+
+    def __call__(self, params: PyTree, ids: Int[Array, "B T"]) -> tuple:
+        """forward(stacked params, ids) -> the L+1 states (B, T', d) as float32, scanned (no statistics)."""
+        params = self.cast(params)
+        x, args = self.embed(params["rest"], ids)
+
+        def body(x, p_l):
+            x = self.block(p_l, x, args)
+            return x, x
+
+        _, xs = jax.lax.scan(body, x, params["blocks"])
+        states = [x] + [xs[i] for i in range(self.n_layers)]
+        if self.final_norm:
+            states[-1] = self.norm(params["rest"], states[-1])
+        return tuple(h.astype(jnp.float32) for h in states)
 
 
-def _empty_state(n_states: int, T: int, d: int, dtype: str) -> StreamState:
-    """Zero state of the right shapes for ``n_states`` stacked layers (replaced on the first step)."""
-    return jax.vmap(partial(stream_init, accum_dtype=dtype))(jnp.zeros((n_states, 1, T, d), dtype))
+@compiled_cache(maxsize=16)
+def _parts(model):
+    return model.scan_parts()
 
 
 @compiled_cache(maxsize=32)
-def _make_step(forward, drop_first, dtype, mesh):
-    """The jitted step for (forward, conventions, mesh); cached so a repeated call with the same
-    forward function reuses its compilation instead of re-tracing."""
-    if mesh is None:
-        body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, axis_name=None)
-        return jax.jit(body, donate_argnums=(0,))
-    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, axis_name=AXIS)
+def scan_forward(model: CausalLM, final_norm: bool, bos: int | None = None,
+                 compute_dtype: str = "float32") -> ScanForward:
+    """The :class:`ScanForward` of a causal decoder (cached: equal arguments give the same object, so
+    compiled steps are reused)."""
+    if not isinstance(model, CausalLM):
+        raise ValueError(f"scan_forward needs a causal decoder (GPT-2, BLOOM, Llama / Mistral), got "
+                         f"{type(model).__name__}")
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
+    return ScanForward(model, bool(final_norm), None if bos is None else int(bos), compute_dtype)
+
+
+def _gather(tree: PyTree, specs: PyTree, skip: int = 0) -> PyTree:
+    """Inside ``shard_map``: every FSDP-sharded leaf all-gathered along its sharded axis (``skip``:
+    leading axes of the spec that the leaf no longer has, e.g. the layer axis of a scanned slice)."""
+    def one(a, spec):
+        axes = [i for i, s in enumerate(tuple(spec)) if s == AXIS]
+        if not axes:
+            return a
+        return jax.lax.all_gather(a, AXIS, axis=axes[0] - skip, tiled=True)
+
+    return jax.tree.map(one, tree, specs, is_leaf=lambda x: isinstance(x, P))
+
+
+def _layer_stats(state: StreamState, y, is_first, *, drop_first, dtype):
+    """One layer's :func:`stream_update` of states y (B, T, d), accumulated on this device only; the
+    first batch sets the shifts (averaged over the devices, so every device shares them)."""
+    if drop_first:
+        y = y[:, 1:, :]
+    fresh = stream_init(y, accum_dtype=dtype, axis_name=AXIS)
+    state = jax.tree.map(lambda f, s: jnp.where(is_first, f, s), fresh, state)
+    return stream_update(state, y)
+
+
+def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype, specs):
+    """One batch on one device: the forward pass, then every hidden state's statistics accumulated
+    locally (no cross-device reduction until :func:`_reduce_layer`). ``state`` carries a leading
+    device axis of size 1 here (the device's own sums)."""
+    state = jax.tree.map(lambda a: a[0], state)
+    stats = partial(_layer_stats, is_first=is_first, drop_first=drop_first, dtype=dtype)
+    if isinstance(forward, ScanForward):
+        params = forward.cast(params)
+        rest = _gather(params["rest"], specs["rest"])
+        x, args = forward.embed(rest, ids)
+        st0, m0, f0 = stats(jax.tree.map(lambda a: a[0], state), x.astype(jnp.float32))
+        last = jnp.arange(forward.n_layers) == forward.n_layers - 1
+
+        def body(x, xs):
+            p_l, st_l, is_last = xs
+            x = forward.block(_gather(p_l, specs["blocks"], skip=1), x, args)
+            y = x
+            if forward.final_norm:
+                y = jnp.where(is_last, forward.norm(rest, x), x)
+            st_l, m_l, f_l = stats(st_l, y.astype(jnp.float32))
+            return x, (st_l, m_l, f_l)
+
+        rest_state = jax.tree.map(lambda a: a[1:], state)
+        _, (st, m, fin) = jax.lax.scan(body, x, (params["blocks"], rest_state, last))
+        state = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), st0, st)
+        m = jnp.concatenate([m0[None], m])
+        finite = f0 & jnp.all(fin)
+    else:
+        x = jnp.stack(list(forward(params, ids)))  # (L, B, T, d)
+        state, m, fin = jax.vmap(stats)(state, x)
+        finite = jnp.all(fin)
+    finite = jax.lax.pmin(finite.astype(jnp.int32), AXIS) > 0
+    return jax.tree.map(lambda a: a[None], state), m, finite
+
+
+def _empty_state(n_dev: int, n_states: int, T: int, d: int, dtype: str) -> StreamState:
+    """Zero state (n_dev, n_states, ...) of the right shapes (replaced on the first step): one slot of
+    partial sums per device."""
+    one = jax.vmap(partial(stream_init, accum_dtype=dtype))(jnp.zeros((n_states, 1, T, d), dtype))
+    return jax.tree.map(lambda a: jnp.broadcast_to(a, (n_dev,) + a.shape), one)
+
+
+def param_specs(forward, params: PyTree, n: int) -> PyTree:
+    """The ``PartitionSpec`` of every parameter for :func:`decompose_model_stream` on ``n`` devices:
+    FSDP (:func:`geomjax.base.parallel.fsdp_spec`) for a :class:`ScanForward`'s stacked tree (the layer
+    axis whole), replicated (``P()``) for any other forward."""
+    if not isinstance(forward, ScanForward):
+        return jax.tree.map(lambda a: P(), params)
+    return {"rest": jax.tree.map(lambda a: fsdp_spec(np.shape(a), n), params["rest"]),
+            "blocks": jax.tree.map(lambda a: fsdp_spec(np.shape(a), n, from_axis=1), params["blocks"])}
+
+
+def _tree_key(specs: PyTree):
+    """A hashable key of a spec tree (structure and specs), for the compiled-step cache."""
+    leaves, treedef = jax.tree.flatten(specs, is_leaf=lambda x: isinstance(x, P))
+    return treedef, tuple(leaves)
+
+
+@compiled_cache(maxsize=32)
+def _make_step(forward, drop_first, dtype, mesh, spec_key):
+    """The jitted step for (forward, conventions, mesh, parameter layout): ``shard_map`` over the
+    ``"data"`` axis (one device: a 1-device mesh, the same program), the state donated."""
+    treedef, leaves = spec_key
+    specs = jax.tree.unflatten(treedef, leaves)
+    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, specs=specs)
     mapped = jax.shard_map(
         body, mesh=mesh,
-        in_specs=(P(), P(), P(AXIS), P()),
-        out_specs=(P(), P(None, AXIS), P()),
+        in_specs=(P(AXIS), specs, P(AXIS), P()),
+        out_specs=(P(AXIS), P(None, AXIS), P()),
         check_vma=False,
     )
     return jax.jit(mapped, donate_argnums=(0,))
+
+
+@jax.jit
+def _reduce_layer(state: StreamState, layer) -> StreamState:
+    """Layer ``layer``'s state with the partial sums of every device added (the one reduction of a
+    stream; shifts are shared): run layer by layer, so only one layer's d×d sum is ever gathered."""
+    st = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, layer, axis=1, keepdims=False), state)
+    st = st.replace(n_contexts=jnp.sum(st.n_contexts), sum_ctx=jnp.sum(st.sum_ctx, 0),
+                    sum_within=jnp.sum(st.sum_within, 0), s_within=jnp.sum(st.s_within, 0),
+                        shift=st.shift[0], pos_shift=st.pos_shift[0])
+    return st
+
+
+def _device_ids(ids, i: int, T_in, drop_first: bool, mesh: Mesh, process_local: bool):
+    """Batch ``i`` checked (integer (B, T), T fixed) and placed on the mesh, sharded over ``"data"``."""
+    ids_np = np.asarray(ids)
+    if ids_np.ndim != 2 or not np.issubdtype(ids_np.dtype, np.integer):
+        raise ValueError(f"decompose_model_stream: batch {i} must be integer token ids of shape (B, T), "
+                         f"got {ids_np.dtype} {ids_np.shape}")
+    if T_in is None and ids_np.shape[1] - int(drop_first) < 2:
+        raise ValueError(f"decompose_model_stream: windows of length {ids_np.shape[1]} leave "
+                         f"fewer than 2 positions (drop_first={drop_first})")
+    if T_in is not None and ids_np.shape[1] != T_in:
+        raise ValueError(f"decompose_model_stream: batch {i} has T={ids_np.shape[1]}, earlier batches T={T_in}")
+    if ids_np.dtype != np.int32:
+        if ids_np.min(initial=0) < 0 or ids_np.max(initial=0) > np.iinfo(np.int32).max:
+            raise ValueError(f"decompose_model_stream: batch {i} has ids outside int32")
+        ids_np = ids_np.astype(np.int32)
+    if not process_local:
+        check_divisible(ids_np.shape[0], mesh, f"decompose_model_stream: batch {i} size")
+    return shard_batch(ids_np, mesh, process_local=process_local)
+
+
+def place_params(forward, params: PyTree, mesh: Mesh) -> PyTree:
+    """Parameters as :func:`decompose_model_stream` runs them on ``mesh``: a :class:`ScanForward`'s
+    stacked (:meth:`ScanForward.stack`, unless already) and FSDP-sharded (each device holds 1/n of every
+    matrix); any other forward's replicated."""
+    if isinstance(forward, ScanForward):
+        if not (isinstance(params, dict) and set(params) == {"rest", "blocks"}):
+            params = forward.stack(params)
+        return {"rest": shard_params(params["rest"], mesh),
+                "blocks": shard_params(params["blocks"], mesh, from_axis=1)}
+    return replicate(params, mesh)
+
+
+def _finalize_layers(state: StreamState, ctx_chunks, T_used: int, accum_dtype: str) -> list[DecompositionStats]:
+    """Reduce the devices' partial sums and finalize, layer by layer (one layer's d×d sum at a time)."""
+    out = []
+    for layer in range(state.shift.shape[1]):
+        st_l = _reduce_layer(state, layer)
+        ctx = jnp.concatenate([m[layer] for m in ctx_chunks], axis=0)
+        if jax.process_count() > 1:  # global arrays -> the same host values in every process
+            st_l = jax.tree.map(to_host, st_l)
+            ctx = to_host(ctx)
+        out.append(stream_finalize(st_l, ctx, T_used, accum_dtype))
+    return out
 
 
 def decompose_model_stream(
@@ -133,10 +352,17 @@ def decompose_model_stream(
 ) -> list[DecompositionStats]:
     """Run a model over token windows and decompose every layer in one pass (eqs. (2)-(3)).
 
+    One code path for 1 device, n devices and several processes: a ``shard_map`` over the ``"data"``
+    mesh (None: a 1-device mesh) in which every device runs the forward on its rows of each batch and
+    accumulates its own partial sums of every layer (no cross-device reduction per batch); at the end
+    the partial sums are added once, layer by layer (:func:`_reduce_layer`), and finalized.
+
     Args:
-      forward: ``forward(params, ids) -> L+1 hidden states (B, T, d)``; see
-        :func:`hidden_state_forward`.
-      params: model parameters (replicated on the mesh when one is given).
+      forward: ``forward(params, ids) -> L+1 hidden states (B, T, d)`` (:func:`hidden_state_forward`;
+        its parameters are replicated), or a :class:`ScanForward` (:func:`scan_forward`; the blocks
+        are scanned, their parameters stacked and FSDP-sharded: one layer gathered at a time, each
+        layer's statistics updated inside the scan).
+      params: model parameters (host or device arrays; placed by :func:`place_params`).
       id_batches: iterable of int token windows (B, T); B may vary, T may not.
       drop_first: drop position 0 from every window. Default False, as in :func:`geomjax.decompose` and
         :func:`geomjax.decompose_stream` (library functions drop nothing unless asked); the geometry
@@ -165,67 +391,34 @@ def decompose_model_stream(
 
         iterator = iter(tqdm(iterator, total=total, unit="batch",
                              desc=progress if isinstance(progress, str) else "extract"))
-    step = None
-    state = None
+    mesh = mesh if mesh is not None else data_mesh(1)
+    n_dev = mesh.shape[AXIS]
+    params = place_params(forward, params, mesh)
+    specs = param_specs(forward, params, n_dev)
+    step, state, T_in = None, None, None
     ctx_chunks, flags = [], []
-    T_in = None
-    if mesh is not None:
-        params = replicate(params, mesh)
     with x64_context(accum_dtype):
         for i, ids in enumerate(iterator):
-            ids_np = np.asarray(ids)
-            if ids_np.ndim != 2 or not np.issubdtype(ids_np.dtype, np.integer):
-                raise ValueError(
-                    f"decompose_model_stream: batch {i} must be integer token ids of shape (B, T), "
-                    f"got {ids_np.dtype} {ids_np.shape}"
-                )
-            if T_in is None:
-                T_in = ids_np.shape[1]
-                if T_in - int(drop_first) < 2:
-                    raise ValueError(f"decompose_model_stream: windows of length {T_in} leave "
-                                     f"fewer than 2 positions (drop_first={drop_first})")
-            elif ids_np.shape[1] != T_in:
-                raise ValueError(f"decompose_model_stream: batch {i} has T={ids_np.shape[1]}, "
-                                 f"earlier batches T={T_in}")
-            if ids_np.dtype != np.int32:
-                if ids_np.min(initial=0) < 0 or ids_np.max(initial=0) > np.iinfo(np.int32).max:
-                    raise ValueError(f"decompose_model_stream: batch {i} has ids outside int32")
-                ids_np = ids_np.astype(np.int32)
-            if mesh is not None:
-                if not process_local:
-                    check_divisible(ids_np.shape[0], mesh, f"decompose_model_stream: batch {i} size")
-                ids_dev = shard_batch(ids_np, mesh, process_local=process_local)
-            else:
-                ids_dev = jnp.asarray(ids_np)
+            ids_dev = _device_ids(ids, i, T_in, drop_first, mesh, process_local)
             if step is None:
-                shapes = jax.eval_shape(forward, params, ids_dev)
-                n_states, d = len(shapes), shapes[0].shape[-1]
-                state = _empty_state(n_states, T_in - int(drop_first), d, accum_dtype)
-                if mesh is not None:
-                    state = replicate(state, mesh)
-                step = _make_step(forward, drop_first, accum_dtype, mesh)
+                T_in = ids_dev.shape[1]
+                shapes = jax.eval_shape(forward, params, ids_dev)  # shapes only: nothing runs
+                n_states, T_state, d = len(shapes), shapes[0].shape[1] - int(drop_first), shapes[0].shape[-1]
+                state = _empty_state(n_dev, n_states, T_state, d, accum_dtype)
+                state = jax.tree.map(lambda a: shard_batch(np.asarray(a), mesh), state)
+                step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs))
             state, m, finite = step(state, params, ids_dev, jnp.asarray(i == 0))
             ctx_chunks.append(m)
             flags.append(finite)
             if len(flags) >= 2:
                 flags[-2].block_until_ready()  # back-pressure: at most two steps in flight
-    if state is None:
-        raise ValueError("decompose_model_stream: the stream of token batches is empty")
-    ok = np.asarray([to_host(f) for f in flags])
-    if not ok.all():
-        raise ValueError(f"decompose_model_stream: batch {int(np.argmin(ok))} produced NaN/Inf "
-                         "hidden states")
-    if jax.process_count() > 1:  # global arrays -> the same host values in every process
-        state = jax.tree.map(to_host, state)
-        ctx_chunks = [to_host(m) for m in ctx_chunks]
-    n_ctx = int(state.n_contexts[0])
-    if n_ctx < 2:
-        raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")
-    with x64_context(accum_dtype):
-        ctx_all = jnp.concatenate(ctx_chunks, axis=1)  # (L, C, d)
-    T_used = T_in - int(drop_first)
-    out = []
-    for layer in range(ctx_all.shape[0]):
-        st_l = jax.tree.map(lambda a, layer=layer: a[layer], state)
-        out.append(stream_finalize(st_l, ctx_all[layer], T_used, accum_dtype))
-    return out
+        if state is None:
+            raise ValueError("decompose_model_stream: the stream of token batches is empty")
+        ok = np.asarray([to_host(f) for f in flags])
+        if not ok.all():
+            raise ValueError(f"decompose_model_stream: batch {int(np.argmin(ok))} produced NaN/Inf "
+                             "hidden states")
+        n_ctx = int(to_host(state.n_contexts[:, 0]).sum())
+        if n_ctx < 2:
+            raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")
+        return _finalize_layers(state, ctx_chunks, T_state, accum_dtype)
