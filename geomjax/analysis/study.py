@@ -34,14 +34,18 @@ from geomjax.theory import geometry
 from geomjax.theory import smoothness
 
 from geomjax.theory import spectral
-from geomjax.convert import minilm_path
+from geomjax.convert import load_config, load_pretrained, minilm_path
 from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
+from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
 from geomjax.base._checks import x64_context
-from geomjax.theory.decomposition import DecompositionStats
+from geomjax.theory.decomposition import DecompositionStats, class_scatter_init, class_scatter_update
+from geomjax.theory.geometry import compactness_from_scatter, pca_from_scatter
 from geomjax.errors import GeomjaxError
 from geomjax.base.io import cache_root
 from geomjax.analysis.lens import load
 from geomjax.models import ToyRun, model_interface, toy_forward
+from geomjax.models.common import CausalLM
+from geomjax.models.interface import model_from_config
 from geomjax.models.bert import BertConfig
 from geomjax.base.parallel import data_mesh
 from geomjax.analysis.study_config import PRESETS, GeometryConfig
@@ -313,14 +317,15 @@ class TokenClusters:
 
     Attributes:
       compactness_cvec, compactness_raw: Tr(Σ_B Σ_W⁺) by document.
-      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs).
+      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs); in a study
+        (:func:`run`) only for the layers the figures scatter (first, middle, last), None elsewhere.
       token_labels: (N·T,) document of every token.
     """
 
     compactness_cvec: float
     compactness_raw: float
-    pca_cvec: np.ndarray
-    pca_raw: np.ndarray
+    pca_cvec: np.ndarray | None
+    pca_raw: np.ndarray | None
     token_labels: np.ndarray
 
 
@@ -584,8 +589,14 @@ def prepare_inputs(cfg: GeometryConfig, tokenizer, *, vocab=None, progress: bool
 
 
 def _mesh(devices: int | None):
+    """The study's 1-D "data" mesh over ``devices`` devices (None: one device)."""
     if not devices:
         return None
+    if devices > jax.device_count():
+        raise GeomjaxError(
+            f"--devices {devices}: only {jax.device_count()} {jax.default_backend()} device(s) are visible"
+            + ("; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before starting"
+               if jax.default_backend() == "cpu" else ""))
     return data_mesh(devices)
 
 
@@ -732,9 +743,10 @@ class StudyResult:
         }
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Loaded:
-    """A loaded model with the study's forward (internal to :func:`run`)."""
+    """A model with its tokenizer and the study's forward (internal to :func:`run`); ``params`` stay
+    None until :func:`_load_weights` (after the corpus's capacity is checked)."""
 
     model: object
     params: object
@@ -742,13 +754,41 @@ class _Loaded:
     path: Path
     conventions: dict
     forward: object
+    mesh: object = None
+
+
+def _model_without_weights(name: str):
+    """(model, tokenizer, path, params or None): a Hugging Face model built from its config.json and its
+    tokenizer, no weights read; a toy run whole (it is small)."""
+    if name.startswith("toy:"):
+        model, params, tok, path = load_model_and_tokenizer(name)
+        return model, tok, path, params
+    path = minilm_path() if name == "minilm" else resolve_checkpoint(name)
+    config = load_config(path)
+    tok = model_tokenizer(path, config)
+    check_tokenizer(tok, config)
+    return model_from_config(config), tok, Path(path), None
+
+
+def _study_forward(cfg: GeometryConfig, model, conv: dict):
+    """The study's forward of ``model``: a causal decoder's scanned over its stacked blocks
+    (:func:`~geomjax.tools.extraction.scan_forward`), any other model's whole (mixed precision)."""
+    try:
+        fwd_raw = _forward(model, final_ln=conv["final_norm_applied"], causal=cfg.causal,
+                           bos=conv["bos_prepended"])
+    except ValueError as e:  # an option the model does not support (--causal, --final-ln)
+        raise GeomjaxError(str(e)) from None
+    if isinstance(model, CausalLM):
+        return extraction.scan_forward(model, conv["final_norm_applied"], conv["bos_prepended"], cfg.compute_dtype)
+    return extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
 
 
 def _load(cfg: GeometryConfig, progress: bool) -> _Loaded:
-    """The model, its tokenizer and the study's forward; model-only checks come first."""
-    status_line(f"loading {cfg.model}", progress)
+    """The model (config only), its tokenizer and the study's forward; model-only checks come first.
+    The weights are read later by :func:`_load_weights`."""
+    status_line(f"reading the config and tokenizer of {cfg.model}", progress)
     try:
-        model, params, tok, path = load_model_and_tokenizer(cfg.model, param_dtype=cfg.param_dtype)
+        model, tok, path, params = _model_without_weights(cfg.model)
     except GeomjaxError:
         raise
     except (FileNotFoundError, ValueError) as e:  # missing/corrupted files, unsupported config
@@ -759,21 +799,34 @@ def _load(cfg: GeometryConfig, progress: bool) -> _Loaded:
     if max_pos is not None and cfg.seq_len + n_bos > max_pos:
         raise GeomjaxError(f"-T {cfg.seq_len}{' plus the BOS token' if n_bos else ''} exceeds the model's "
                            f"{max_pos} positions; use -T <= {max_pos - n_bos}")
-    try:
-        fwd_raw = _forward(model, final_ln=conv["final_norm_applied"], causal=cfg.causal,
-                           bos=conv["bos_prepended"])
-    except ValueError as e:  # an option the model does not support (--causal, --final-ln)
-        raise GeomjaxError(str(e)) from None
-    forward = extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
-    return _Loaded(model, params, tok, path, conv, forward)
+    mesh = _mesh(cfg.devices)
+    return _Loaded(model, params, tok, path, conv, _study_forward(cfg, model, conv), mesh)
+
+
+def _load_weights(cfg: GeometryConfig, m: _Loaded, progress: bool) -> None:
+    """Read the weights (host memory), stack and shard them on the study's mesh (a causal decoder: FSDP,
+    each device 1/n of every matrix), and record the dtype the forward runs in."""
+    if m.params is None:
+        status_line(f"loading the weights of {cfg.model}", progress)
+        try:
+            m.model, m.params = load_pretrained(m.path, dtype=cfg.param_dtype, host=True)
+        except GeomjaxError:
+            raise
+        except (FileNotFoundError, ValueError) as e:
+            raise GeomjaxError(f"--model {cfg.model!r} cannot be loaded: {e}") from None
+        m.forward = _study_forward(cfg, m.model, m.conventions)
+    floats = {str(np.dtype(a.dtype)) for a in jax.tree.leaves(m.params) if jnp.issubdtype(a.dtype, jnp.floating)}
+    m.conventions = m.conventions | {"forward_dtype": cfg.compute_dtype if cfg.compute_dtype != "float32"
+                                     else "/".join(sorted(floats))}
+    m.params = extraction.place_params(m.forward, m.params, m.mesh or data_mesh(1))
 
 
 def _stream(cfg: GeometryConfig, m: _Loaded, ids, desc: str, progress: bool):
     """Every layer's streaming decomposition (eqs. (2)-(3)) of the windows ``ids`` (C, T)."""
-    batches = [ids[i: i + cfg.batch_size] for i in range(0, cfg.n_contexts, cfg.batch_size)]
+    batches = [ids[i: i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)]
     return extraction.decompose_model_stream(
         m.forward, m.params, batches, drop_first=cfg.drop_first, accum_dtype=cfg.accum_dtype,
-        mesh=_mesh(cfg.devices), progress=desc if progress else False, total=len(batches))
+        mesh=m.mesh, progress=desc if progress else False, total=len(batches))
 
 
 def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[LayerMetrics]:
@@ -806,20 +859,88 @@ def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     return [theorem1_on_pos(st.pos, ks=ks) for st in _bar(stats, "Theorem 1, eq. (6)", progress)]
 
 
+APPC_STATE_BYTES = 16 * 2 ** 30
+"""Budget of the App. C accumulators (two float64 d×d scatters per layer) held at once: layers beyond
+it are accumulated in further passes over the App. C windows (a 70B model: 81 layers × 2 × 537 MB)."""
+
+
+@jax.jit
+def _appc_update(accs, states, codes, mean, pos):
+    """Add one batch to the App. C accumulators of a group of layers: ``states`` (G, B, T, d) float32,
+    token classes ``codes`` (B·T,), μ (G, d) and pos (G, T, d); raw states and cvec = h − μ − pos."""
+    acc_cvec, acc_raw = accs
+    G, B, T, d = states.shape
+    h = states.astype(acc_raw.within.dtype)
+    cvec = h - mean[:, None, None, :] - pos[:, None, :, :]
+    upd = jax.vmap(class_scatter_update, in_axes=(0, 0, None))
+    return upd(acc_cvec, cvec.reshape(G, B * T, d), codes), upd(acc_raw, h.reshape(G, B * T, d), codes)
+
+
+@jax.jit
+def _appc_project(states, mean, pos, grand, comps):
+    """Principal coordinates (G, B·T, 2) of cvec and raw states of one batch (``grand`` (2, G, d) and
+    ``comps`` (2, G, 2, d): the clouds' grand means and top-2 directions, cvec first)."""
+    G, B, T, d = states.shape
+    h = states.astype(grand.dtype)
+    clouds = ((h - mean[:, None, None, :] - pos[:, None, :, :]).reshape(G, B * T, d), h.reshape(G, B * T, d))
+    return tuple(jnp.einsum("gnd,gkd->gnk", x - grand[i][:, None, :], comps[i], precision="highest")
+                 for i, x in enumerate(clouds))
+
+
+def _appc_groups(n_layers: int, d: int) -> list[list[int]]:
+    """Layers whose App. C accumulators are held together (:data:`APPC_STATE_BYTES`)."""
+    per = max(1, APPC_STATE_BYTES // (2 * d * d * 8))
+    return [list(range(i, min(i + per, n_layers))) for i in range(0, n_layers, per)]
+
+
 def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> list[TokenClusters]:
-    """App. C / Figs. 24-26: token-level cvec vs raw states of ``n_cluster_windows`` windows per document."""
+    """App. C / Figs. 24-26 streamed: token-level cvec vs raw states of ``n_cluster_windows`` windows per
+    document, as class counts, means and the d×d within-class scatter of every layer (float64, Chan's
+    update; :func:`~geomjax.theory.decomposition.class_scatter_update`), the compactness and the PCA from
+    the d×d scatters (:func:`~geomjax.theory.geometry.compactness_from_scatter`, ``pca_from_scatter``),
+    then a second pass projecting the tokens of the scatter layers (first, middle, last) on their top-2
+    directions. Holds O(L·d² + K·d) and one batch of states; never the windows' (N, T, d) states.
+    Equal to :func:`token_cluster_metrics` of the same windows (tests/test_study_scale.py)."""
     s0 = int(cfg.drop_first)
     sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
-    parts = [[] for _ in stats]
-    for i in range(0, sel.size, cfg.batch_size):
-        for layer, a in enumerate(fwd(params, jnp.asarray(ids[sel[i: i + cfg.batch_size]]))):
-            parts[layer].append(np.asarray(a[:, s0:], np.float32))
-    out = []
-    for layer in _bar(range(len(stats)), "token clusters (App. C)", progress):
-        out.append(token_cluster_metrics(np.concatenate(parts[layer]), labels[sel], stats[layer].mean,
-                                         stats[layer].pos))
-        parts[layer] = None
-    return out
+    _, codes = np.unique(labels[sel], return_inverse=True)
+    K, L = int(codes.max()) + 1, len(stats)
+    T, d = stats[0].n_positions, int(stats[0].pos.shape[-1])
+    starts = range(0, sel.size, cfg.batch_size)
+
+    def group_states(i, layers):  # (G, B, T, d) states of the windows sel[i: i + B], these layers only
+        hs = fwd(params, jnp.asarray(ids[sel[i: i + cfg.batch_size]]))
+        return jnp.stack([hs[layer][:, s0:] for layer in layers])
+
+    scatter = sorted({0, L // 2, L - 1})
+    out: dict[int, dict] = {}
+    with x64_context("float64"):
+        mean = jnp.asarray(np.stack([np.asarray(st.mean, np.float64) for st in stats]))
+        pos = jnp.asarray(np.stack([np.asarray(st.pos, np.float64) for st in stats]))
+        for group in _appc_groups(L, d):
+            g = np.asarray(group)
+            accs = tuple(jax.vmap(lambda _: class_scatter_init(K, d, "float64"))(g) for _ in range(2))
+            for i in _bar(starts, f"token clusters (App. C), layers {group[0]}-{group[-1]}", progress, "batch"):
+                tok = jnp.asarray(np.repeat(codes[i: i + cfg.batch_size], T))
+                accs = _appc_update(accs, group_states(i, group), tok, mean[g], pos[g])
+            res = [compactness_from_scatter(a.counts, a.means, a.within) for a in accs]  # cvec, raw
+            comps = [pca_from_scatter(r[1], 2) for r in res]
+            for j, layer in enumerate(group):
+                out[layer] = {"compactness": [float(r[0][j]) for r in res],
+                              "grand": [r[2][j] for r in res], "comps": [c[j] for c in comps]}
+            del accs, res
+        g = np.asarray(scatter)
+        grand = jnp.stack([jnp.stack([out[i]["grand"][c] for i in scatter]) for c in range(2)])
+        comps = jnp.stack([jnp.stack([out[i]["comps"][c] for i in scatter]) for c in range(2)])
+        coords = [[], []]
+        for i in _bar(starts, "token clusters (App. C), projections", progress, "batch"):
+            for c, xy in enumerate(_appc_project(group_states(i, scatter), mean[g], pos[g], grand, comps)):
+                coords[c].append(np.asarray(xy))
+    coords = [np.concatenate(c, axis=1) for c in coords]
+    tok_labels = np.repeat(labels[sel], T)
+    return [TokenClusters(out[i]["compactness"][0], out[i]["compactness"][1],
+                          coords[0][scatter.index(i)] if i in scatter else None,
+                          coords[1][scatter.index(i)] if i in scatter else None, tok_labels) for i in range(L)]
 
 
 def _ood(cfg, m: _Loaded, ood_ids, options, progress: bool) -> list[LayerMetrics]:
@@ -913,9 +1034,10 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     """
     t0 = time.perf_counter()
     validate_geometry(cfg)
-    m = _load(cfg, progress)  # checks that need only the model come before the corpus sampling
+    m = _load(cfg, progress)  # checks that need only the model's config come before the corpus sampling
     vocab = getattr(getattr(m.model, "tokenizer", None), "chars", None)  # a ToyRun's characters
-    inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)
+    inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)  # capacity: before the weights
+    _load_weights(cfg, m, progress)
     w = inputs.windows
     t1 = time.perf_counter()
     stats = _stream(cfg, m, w.ids, "forward + decomposition", progress)

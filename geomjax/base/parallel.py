@@ -102,7 +102,7 @@ def data_mesh(n_devices: int | None = None) -> Mesh:
     available = jax.device_count()
     n = available if n_devices is None else int(n_devices)
     if n < 1 or n > available:
-        raise ValueError(
+        raise GeomjaxError(
             f"data_mesh: asked for {n} devices but {available} are available "
             "(on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax)"
         )
@@ -170,6 +170,8 @@ def replicate(tree, mesh: Mesh):
         return jax.device_put(tree, sharding)
 
     def put(a):
+        if isinstance(a, jax.Array) and a.sharding == sharding:
+            return a  # already placed
         a = np.asarray(a)
         return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
 
@@ -203,6 +205,8 @@ def shard_params(tree, mesh: Mesh, *, from_axis: int = 0):
 
     def put(a):
         sharding = NamedSharding(mesh, fsdp_spec(np.shape(a), n, from_axis))
+        if isinstance(a, jax.Array) and a.sharding == sharding:
+            return a  # already placed
         if jax.process_count() == 1:
             return jax.device_put(a, sharding)
         a = np.asarray(a)

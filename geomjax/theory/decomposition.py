@@ -58,7 +58,7 @@ from geomjax.base._checks import (
 from geomjax.base._repr import with_compact_repr
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.base.parallel import AXIS, check_divisible, shard_batch
-from geomjax.typing import Array, Float
+from geomjax.typing import Array, Float, Int
 
 __all__ = [
     "Decomposition",
@@ -71,6 +71,9 @@ __all__ = [
     "stream_update",
     "stream_merge",
     "stream_finalize",
+    "ClassScatter",
+    "class_scatter_init",
+    "class_scatter_update",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -437,6 +440,54 @@ def stream_finalize(
         n_positions=int(n_positions),
         accum_dtype=accum_dtype,
     )
+
+
+@with_compact_repr
+@struct.dataclass
+class ClassScatter:
+    """Streamed class statistics of a point cloud (Song & Zhong App. C): enough for the cluster
+    compactness Tr(Σ_B Σ_W⁺) and the PCA without keeping the (N, d) points.
+
+    Attributes:
+      counts: (K,) points per class.
+      means:  (K, d) class means.
+      within: (d, d) within-class scatter Σ_k Σ_{i∈k} (x_i − m_k)(x_i − m_k)ᵀ.
+    With a leading layer axis when vmapped over layers.
+    """
+
+    counts: Array
+    means: Array
+    within: Array
+
+
+def class_scatter_init(num_classes: int, d: int, accum_dtype: str = "float64") -> ClassScatter:
+    """Empty :class:`ClassScatter` of K classes in R^d (call under ``x64_context`` for float64)."""
+    dtype = check_accum_dtype(accum_dtype, "class_scatter_init")
+    z = jnp.zeros
+    return ClassScatter(counts=z((num_classes,), dtype), means=z((num_classes, d), dtype), within=z((d, d), dtype))
+
+
+def class_scatter_update(acc: ClassScatter, x: Float[Array, "N d"], codes: Int[Array, " N"]) -> ClassScatter:
+    """Add N points x (N, d) of classes ``codes`` (N,) in [0, K) (Chan et al.'s pairwise update).
+
+    The batch's points are centred on their own class means before their Gram is taken, and the
+    batch is merged with W += W_b + Σ_k n_k n_bk / (n_k + n_bk) (m_bk − m_k)(m_bk − m_k)ᵀ, so no sum
+    of squares of uncentred points (and no cancellation) occurs in any dtype. Pure and traceable.
+    """
+    dtype = acc.within.dtype
+    x = x.astype(dtype)
+    onehot = (codes[:, None] == jnp.arange(acc.counts.shape[0])[None, :]).astype(dtype)  # (N, K)
+    n_b = jnp.sum(onehot, axis=0)
+    safe = jnp.where(n_b > 0, n_b, jnp.ones((), dtype))
+    m_b = jnp.matmul(onehot.T, x, precision=HIGHEST) / safe[:, None]
+    centred = x - jnp.matmul(onehot, m_b, precision=HIGHEST)
+    n_new = acc.counts + n_b
+    w = jnp.where(n_new > 0, acc.counts * n_b / jnp.where(n_new > 0, n_new, 1), 0)
+    delta = m_b - acc.means
+    dev = delta * jnp.sqrt(w)[:, None]
+    within = acc.within + _gram(centred) + jnp.matmul(dev.T, dev, precision=HIGHEST)
+    means = acc.means + delta * jnp.where(n_new > 0, n_b / jnp.where(n_new > 0, n_new, 1), 0)[:, None]
+    return ClassScatter(counts=n_new, means=means, within=within)
 
 
 def decompose_stream(
