@@ -18,7 +18,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from geomjax.base._checks import check_accum_dtype, compiled_cache, x64_context
 from geomjax.theory.decomposition import (
@@ -35,7 +35,7 @@ from geomjax.base.parallel import (AXIS, check_divisible, data_mesh, fsdp_spec, 
 from geomjax.typing import Array, Int, PyTree
 
 __all__ = ["COMPUTE_DTYPES", "ForwardFn", "ScanForward", "decompose_model_stream", "hidden_state_forward",
-           "mixed_precision", "param_specs", "place_params", "scan_forward"]
+           "mixed_precision", "param_specs", "place_params", "scan_forward", "StepPlan", "plan_step"]
 
 ForwardFn = Callable[..., Sequence[Array]]
 """forward(params, ids (B, T) int32) -> sequence of L+1 hidden states, each (B, T, d)."""
@@ -104,12 +104,14 @@ class ScanForward:
       final_norm: the last state after the final norm (Hugging Face's ``output_hidden_states``).
       bos: token id prepended to every window, or None.
       compute_dtype: dtype of the forward's floating parameters (``"float32"``: as given).
+      unroll: unroll the scan (only to count FLOPs: XLA's cost analysis counts a loop body once).
     """
 
     model: CausalLM
     final_norm: bool
     bos: int | None = None
     compute_dtype: str = "float32"
+    unroll: bool = False
 
     @property
     def n_layers(self) -> int:
@@ -126,7 +128,12 @@ class ScanForward:
         missing = [k for k in keys if k not in params]
         if missing:
             raise ValueError(f"ScanForward.stack: parameters lack {missing[:3]} (not a {self.prefix}_<l> layout)")
-        stack = np.stack if all(isinstance(a, np.ndarray) for a in jax.tree.leaves(params[keys[0]])) else jnp.stack
+        first = jax.tree.leaves(params[keys[0]])
+        if all(isinstance(a, jax.ShapeDtypeStruct) for a in first):  # shapes only (a plan)
+            def stack(a):
+                return jax.ShapeDtypeStruct((len(a),) + a[0].shape, a[0].dtype)
+        else:
+            stack = np.stack if all(isinstance(a, np.ndarray) for a in first) else jnp.stack
         blocks = jax.tree.map(lambda *a: stack(a), *[params[k] for k in keys])
         return {"rest": {k: v for k, v in params.items() if k not in keys}, "blocks": blocks}
 
@@ -218,23 +225,29 @@ def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first
         params = forward.cast(params)
         rest = _gather(params["rest"], specs["rest"])
         x, args = forward.embed(rest, ids)
-        st0, m0, f0 = stats(jax.tree.map(lambda a: a[0], state), x.astype(jnp.float32))
-        last = jnp.arange(forward.n_layers) == forward.n_layers - 1
 
-        def body(x, xs):
-            p_l, st_l, is_last = xs
-            x = forward.block(_gather(p_l, specs["blocks"], skip=1), x, args)
+        def update(state, layer, y):  # layer `layer`'s statistics updated in place (no copy of the state)
+            st, m, f = stats(jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, layer, 0, False), state), y)
+            state = jax.tree.map(lambda a, b: jax.lax.dynamic_update_index_in_dim(a, b, layer, 0), state, st)
+            return state, m, f
+
+        def run_block(x, layer):  # block `layer` (1..L), its weights gathered inside the loop body
+            p_l = jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, layer - 1, 0, False), params["blocks"])
+            return forward.block(_gather(p_l, specs["blocks"], skip=1), x, args)
+
+        def body(carry, layer):  # layer 0: the embedding output; layer l >= 1: block l
+            x, state = carry
+            x = jax.lax.cond(layer == 0, lambda x, _: x, run_block, x, layer)
             y = x
             if forward.final_norm:
-                y = jnp.where(is_last, forward.norm(rest, x), x)
-            st_l, m_l, f_l = stats(st_l, y.astype(jnp.float32))
-            return x, (st_l, m_l, f_l)
+                y = jnp.where(layer == forward.n_layers, forward.norm(rest, x), x)
+            state, m_l, f_l = update(state, layer, y.astype(jnp.float32))
+            return (x, state), (m_l, f_l)
 
-        rest_state = jax.tree.map(lambda a: a[1:], state)
-        _, (st, m, fin) = jax.lax.scan(body, x, (params["blocks"], rest_state, last))
-        state = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), st0, st)
-        m = jnp.concatenate([m0[None], m])
-        finite = f0 & jnp.all(fin)
+        # The whole state is the loop's carry, updated in place layer by layer (no copy of it).
+        (_, state), (m, fin) = jax.lax.scan(body, (x, state), jnp.arange(forward.n_layers + 1),
+                                             unroll=forward.n_layers + 1 if forward.unroll else 1)
+        finite = jnp.all(fin)
     else:
         x = jnp.stack(list(forward(params, ids)))  # (L, B, T, d)
         state, m, fin = jax.vmap(stats)(state, x)
@@ -256,8 +269,8 @@ def param_specs(forward, params: PyTree, n: int) -> PyTree:
     axis whole), replicated (``P()``) for any other forward."""
     if not isinstance(forward, ScanForward):
         return jax.tree.map(lambda a: P(), params)
-    return {"rest": jax.tree.map(lambda a: fsdp_spec(np.shape(a), n), params["rest"]),
-            "blocks": jax.tree.map(lambda a: fsdp_spec(np.shape(a), n, from_axis=1), params["blocks"])}
+    return {"rest": jax.tree.map(lambda a: fsdp_spec(a.shape, n), params["rest"]),
+            "blocks": jax.tree.map(lambda a: fsdp_spec(a.shape, n, from_axis=1), params["blocks"])}
 
 
 def _tree_key(specs: PyTree):
@@ -422,3 +435,80 @@ def decompose_model_stream(
         if n_ctx < 2:
             raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")
         return _finalize_layers(state, ctx_chunks, T_state, accum_dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """XLA's analysis of the compiled step of :func:`decompose_model_stream` (per device), from shapes.
+
+    Attributes:
+      n_devices: devices of the mesh; batch, seq_len: one step's (B, T) token windows (global).
+      argument_bytes, output_bytes, alias_bytes, temp_bytes: ``compiled.memory_analysis()`` per device
+        (arguments: this device's weight shards, statistics and ids; outputs alias the donated state).
+      flops: ``compiled.cost_analysis()["flops"]`` per device and step.
+      gram_flops: the statistics' Grams in it, (L+1) · (B/n) · T' · 2d² (the rest is the forward).
+      n_states, d_model: L+1 and d.
+    """
+
+    n_devices: int
+    batch: int
+    seq_len: int
+    argument_bytes: int
+    output_bytes: int
+    alias_bytes: int
+    temp_bytes: int
+    flops: float
+    gram_flops: float
+    n_states: int
+    d_model: int
+
+    @property
+    def peak_bytes(self) -> int:
+        """Arguments + outputs − aliased + temporaries: the device memory the step needs while it runs."""
+        return self.argument_bytes + self.output_bytes - self.alias_bytes + self.temp_bytes
+
+
+def _sds(tree: PyTree, mesh: Mesh, specs: PyTree) -> PyTree:
+    """ShapeDtypeStructs of ``tree`` carrying their NamedShardings on ``mesh``."""
+    return jax.tree.map(lambda a, sp: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, sp)),
+                        tree, specs, is_leaf=lambda x: isinstance(x, P))
+
+
+def plan_step(forward, param_shapes: PyTree, batch: int, seq_len: int, mesh: Mesh | None = None, *,
+              accum_dtype: str = "float32", drop_first: bool = True) -> StepPlan:
+    """Compile :func:`decompose_model_stream`'s step for these shapes and read XLA's analysis of it.
+
+    Nothing is allocated: parameters, statistics and ids are ``jax.ShapeDtypeStruct`` with the same
+    shardings the real run uses (:func:`param_specs`), so a 70B model's step is compiled on a CPU.
+
+    Args:
+      forward: as for :func:`decompose_model_stream` (a :class:`ScanForward` for causal decoders).
+      param_shapes: the model's parameters as ShapeDtypeStructs (``jax.eval_shape`` of its init), in the
+        model's own layout (stacked here for a ScanForward).
+      batch, seq_len: windows per step (global; a multiple of the mesh's devices) and their length.
+      mesh: the ``"data"`` mesh (None: one device).
+
+    Returns:
+      :class:`StepPlan` (memory per device, FLOPs per device and step).
+    """
+    mesh = mesh if mesh is not None else data_mesh(1)
+    n = mesh.shape[AXIS]
+    check_divisible(batch, mesh, "plan_step: batch")
+    if isinstance(forward, ScanForward):
+        param_shapes = forward.stack(param_shapes)
+    specs = param_specs(forward, param_shapes, n)
+    with x64_context(accum_dtype):
+        params = _sds(param_shapes, mesh, specs)
+        ids = jax.ShapeDtypeStruct((batch, seq_len), jnp.int32, sharding=NamedSharding(mesh, P(AXIS)))
+        shapes = jax.eval_shape(forward, params, ids)
+        n_states, T_state, d = len(shapes), shapes[0].shape[1] - int(drop_first), shapes[0].shape[-1]
+        st = jax.eval_shape(lambda: _empty_state(n, n_states, T_state, d, accum_dtype))
+        state = _sds(st, mesh, jax.tree.map(lambda a: P(AXIS), st))
+        step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs))
+        compiled = step.lower(state, params, ids, jax.ShapeDtypeStruct((), jnp.bool_)).compile()
+    mem = compiled.memory_analysis()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return StepPlan(n, batch, seq_len, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
+                    int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), float(cost.get("flops", 0.0)),
+                    float(n_states * (batch // n) * T_state * 2 * d * d), n_states, d)
