@@ -31,7 +31,11 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
                         "Face name (gpt2, meta-llama/Llama-2-7b-hf, bigscience/bloom-560m: cached "
                         "or downloaded); GPT-2, BERT, Llama, Mistral, BLOOM")
     g.add_argument("--corpus", default=defaults.corpus,
-                   help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
+                   help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory (one document per file) "
+                        "| hf:NAME[:CONFIG[:SPLIT]] (e.g. hf:wikitext:wikitext-103-raw-v1:train, split into articles)")
+    g.add_argument("--join-lines", type=int, default=None, metavar="N",
+                   help="with --corpus hf:...: join every N consecutive records into one document (default: "
+                        "the dataset's own boundaries; WikiText is split into its articles)")
     g.add_argument("--data-dir", default=None,
                    help="folder replacing the bundled corpora: tinyshakespeare/input.txt, "
                         "wikitext-2/{valid,test}.txt (default: $GEOMJAX_DATA, else the copies "
@@ -82,6 +86,12 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     x = p.add_argument_group("execution")
     x.add_argument("--devices", type=int, default=None,
                    help="shard windows over this many devices of a 1-D 'data' mesh")
+    x.add_argument("--dry-run", action="store_true",
+                   help="print the per-device memory and FLOPs of the study's step (XLA's analysis of the "
+                        "compiled program, from shapes: no weights read) and exit; refuses a configuration "
+                        "that does not fit the device")
+    x.add_argument("--device-memory", type=float, default=None, metavar="GB",
+                   help="memory of one device for --dry-run (default: what the device reports; a CPU reports none)")
     x.add_argument("--out", default=None, help="run directory (default runs/<command>-<time>)")
     x.add_argument("--overwrite", action="store_true",
                    help="replace whatever --out holds (otherwise a foreign or different run is refused)")
@@ -190,7 +200,7 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     return GeometryConfig(
         model=args.model, corpus=args.corpus, data_dir=args.data_dir, **sizes,
         ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
-        seed=args.seed, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
+        seed=args.seed, join_lines=args.join_lines, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
         param_dtype=args.param_dtype,
         causal=args.causal, centered_relative_norm=not args.raw_relative_norm, cluster_mu=args.cluster_mu,
         accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,
@@ -235,11 +245,14 @@ def _run(args) -> int:
                              f"{jax.device_count()} devices of the {n_proc} processes")
         args.devices = jax.device_count()
         primary = pid == 0
-    elif getattr(args, "devices", None) and "XLA_FLAGS" not in os.environ:
+    elif getattr(args, "devices", None) and "xla_force_host_platform_device_count" not in os.environ.get(
+            "XLA_FLAGS", ""):
         import jax
 
-        if jax.default_backend() == "cpu":
+        try:  # CPU host devices (ignored by accelerators); before anything initializes a backend
             jax.config.update("jax_num_cpu_devices", int(args.devices))
+        except RuntimeError:  # a backend is up already: the mesh check says what is visible
+            pass
     from geomjax.base import parallel
     from geomjax.analysis import report
 
@@ -259,6 +272,11 @@ def _run(args) -> int:
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
         pipeline.validate_geometry(cfg)
+        if args.dry_run:
+            from geomjax.analysis import study  # command dispatch: imported on use
+
+            print("\n".join(study.plan(cfg, args.device_memory).lines()))
+            return 0
         options = dataclasses.asdict(cfg) | ({"budget": args.budget} if args.command == "demo" else {})
     elif args.command == "train":
         pipeline.validate_training(args.task, args.preset, args.data_dir)

@@ -53,7 +53,7 @@ from geomjax.analysis.study_config import PRESETS, GeometryConfig
 __all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "summarize_layers", "theorem1_on_pos",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
            "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
-           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run"]
+           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run", "StudyPlan", "plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -410,6 +410,9 @@ def validate_geometry(cfg: GeometryConfig) -> None:
     if cfg.devices and cfg.batch_size % cfg.devices:
         raise GeomjaxError(f"--batch-size {cfg.batch_size} must be a multiple of --devices {cfg.devices}")
     data.data_dir_override(cfg.data_dir)
+    if cfg.join_lines is not None and (data.corpus_kind(cfg.corpus) != "hf" or cfg.join_lines < 1):
+        raise GeomjaxError(f"--join-lines {cfg.join_lines}: needs N >= 1 and an hf: corpus (--corpus "
+                           f"hf:NAME[:CONFIG[:SPLIT]]), got --corpus {cfg.corpus!r}")
     data.corpus_kind(cfg.corpus)
     if cfg.ood_corpus:
         data.corpus_kind(cfg.ood_corpus)
@@ -447,8 +450,8 @@ def check_topic_capacity(lengths, cfg: GeometryConfig) -> None:
         bigger = (f" The bundled {cfg.corpus} has {int(lengths.sum()):,} tokens in {lengths.size} "
                   f"document(s), the longest {int(lengths[0]):,}; these sizes (e.g. the 'paper' preset) need "
                   "a larger corpus with long documents: a local folder of text files (--corpus DIR, one "
-                  "document per file) or --corpus hf:wikitext:wikitext-103-raw-v1 (needs `datasets` and a "
-                  "network).")
+                  "document per file; docs/scale.md) or --corpus hf:wikitext:wikitext-103-raw-v1:train (its "
+                  "articles; needs `datasets` and a network or its cache).")
     raise GeomjaxError(
         f"--n-docs {cfg.n_docs} x --windows-per-doc {cfg.windows_per_doc} x -T {cfg.seq_len} needs "
         f"{cfg.n_docs} document(s) of >= {need:,} tokens, but {cfg.corpus} has {n_ok}; use {hint} "
@@ -556,7 +559,7 @@ def prepare_inputs(cfg: GeometryConfig, tokenizer, *, vocab=None, progress: bool
       GeomjaxError: a corpus cannot supply the windows (the message says what fits).
     """
     status_line(f"tokenizing {cfg.corpus}", progress)
-    docs = data.load_corpus(cfg.corpus, cfg.data_dir)
+    docs = data.load_corpus(cfg.corpus, cfg.data_dir, **({"join_lines": cfg.join_lines} if cfg.join_lines else {}))
     corpus = data.tokenize_documents(docs, tokenizer, cache=cache_root() / "tokens")
     check_topic_capacity(corpus.lengths, cfg)
     key = jax.random.key(cfg.seed)
@@ -1017,6 +1020,92 @@ def _layer_results(stats, names, rows, cvec, thm1, clusters, ood) -> tuple[Layer
             pos_pca3=None if pr3 is None else np.asarray(pr3.pos),
             cvec_pca3=None if pr3 is None else np.asarray(pr3.others[0]), ctx_pca=ctx_pca))
     return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyPlan:
+    """What a study needs per device, from XLA's analysis of its compiled step (:func:`plan`).
+
+    Attributes:
+      step: :class:`geomjax.tools.extraction.StepPlan` of the forward + statistics step.
+      ctx_bytes: the per-window context means the stream keeps on the devices (C · (L+1) · d, split
+        over the devices).
+      appc_bytes: the App. C accumulators of one group of layers (float64, two d×d per layer; 0 without
+        App. C).
+      n_steps: batches of the main pass (the OOD pass runs as many again).
+      device_bytes: the memory of one device (None: unknown, e.g. a CPU without ``--device-memory``).
+    """
+
+    step: object
+    ctx_bytes: int
+    appc_bytes: int
+    n_steps: int
+    device_bytes: int | None
+
+    @property
+    def peak_bytes(self) -> int:
+        """The step's peak plus the context means: what the main pass needs on each device."""
+        return self.step.peak_bytes + self.ctx_bytes
+
+    def lines(self) -> list[str]:
+        """The plan as the lines ``geomjax geometry --dry-run`` prints."""
+        st, gb = self.step, 1e9
+        cap = "unknown (pass --device-memory GB)" if self.device_bytes is None else f"{self.device_bytes / gb:.1f} GB"
+        return [
+            f"devices: {st.n_devices}; step: {st.batch} windows x {st.seq_len} tokens; {self.n_steps} steps per pass",
+            f"per device (XLA memory_analysis of the compiled step): arguments {st.argument_bytes / gb:.2f} GB "
+            f"(weight shards, statistics, ids), temporaries {st.temp_bytes / gb:.2f} GB, outputs "
+            f"{st.output_bytes / gb:.2f} GB of which {st.alias_bytes / gb:.2f} GB alias the donated statistics",
+            f"per device: step peak {st.peak_bytes / gb:.2f} GB + context means {self.ctx_bytes / gb:.2f} GB = "
+            f"{self.peak_bytes / gb:.2f} GB; App. C accumulators {self.appc_bytes / gb:.2f} GB; device memory {cap}",
+            f"per device and step (XLA cost_analysis): {st.flops / 1e12:.3f} TFLOP, of which the statistics' "
+            f"Grams {st.gram_flops / 1e12:.3f} TFLOP; main pass {st.flops * self.n_steps / 1e15:.3f} PFLOP",
+        ]
+
+
+def _param_shapes(cfg: GeometryConfig, m: _Loaded):
+    """The model's parameters as ShapeDtypeStructs (nothing allocated) in the dtype the run loads."""
+    if m.params is not None:  # a toy run (already loaded)
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), m.params)
+    dtype = cfg.param_dtype or read_config(m.path).get("torch_dtype") or "float32"
+    ids = jnp.zeros((1, 8), jnp.int32)
+    shapes = jax.eval_shape(lambda: m.model.init(jax.random.key(0), ids)["params"])
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, jnp.dtype(dtype) if jnp.issubdtype(
+        a.dtype, jnp.floating) else a.dtype), shapes)
+
+
+def _device_bytes(override_gb: float | None) -> int | None:
+    if override_gb is not None:
+        return int(override_gb * 1e9)
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+def plan(cfg: GeometryConfig, device_memory_gb: float | None = None) -> StudyPlan:
+    """The study's per-device memory and FLOPs from XLA's analysis of its real step, compiled from shapes
+    (``geomjax geometry --dry-run``): no weights are read and nothing is allocated.
+
+    Raises:
+      GeomjaxError: the main pass does not fit the device (its memory known or ``device_memory_gb``
+        given), naming what it needs and what to change.
+    """
+    validate_geometry(cfg)
+    m = _load(cfg, progress=False)
+    mesh = m.mesh or data_mesh(1)
+    step = extraction.plan_step(m.forward, _param_shapes(cfg, m), cfg.batch_size, cfg.seq_len, mesh,
+                                accum_dtype=cfg.accum_dtype, drop_first=cfg.drop_first)
+    acc = np.dtype(cfg.accum_dtype).itemsize
+    n_dev = step.n_devices
+    ctx = cfg.n_contexts * step.n_states * step.d_model * acc // n_dev
+    appc = 0 if not cfg.n_cluster_windows else 2 * len(_appc_groups(step.n_states, step.d_model)[0]) \
+        * step.d_model ** 2 * 8
+    out = StudyPlan(step, int(ctx), int(appc), cfg.n_contexts // cfg.batch_size, _device_bytes(device_memory_gb))
+    if out.device_bytes is not None and max(out.peak_bytes, appc) > out.device_bytes:
+        raise GeomjaxError(
+            f"--dry-run: the study needs {max(out.peak_bytes, appc) / 1e9:.3g} GB per device (XLA's analysis of "
+            f"its step) but a device has {out.device_bytes / 1e9:.3g} GB; use more --devices, a smaller "
+            "--batch-size or --param-dtype bfloat16")
+    return out
 
 
 def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:

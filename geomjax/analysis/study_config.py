@@ -21,7 +21,11 @@ class GeometryConfig:
         cache entry holding config.json + model.safetensors, or a Hugging Face name ("gpt2",
         "meta-llama/Llama-2-7b-hf", "bigscience/bloom-560m"; cached or downloaded) — GPT-2, BERT,
         Llama / Mistral or BLOOM; or "toy:RUN_DIR".
-      corpus: wikitext2 | shakespeare | stdlib | pydoc | a text file or directory | hf:<name>.
+      corpus: wikitext2 | shakespeare | stdlib | pydoc | a text file or directory (one document per
+        file: the offline route to the paper's sizes) | hf:NAME[:CONFIG[:SPLIT]] (WikiText is split
+        into its articles on their " = Title = " headings; other datasets: one record per document).
+      join_lines: with an ``hf:`` corpus, join every N consecutive records into one document (None:
+        the dataset's own boundaries, as above).
       data_dir: folder replacing the bundled tinyshakespeare/ and wikitext-2/ (None:
         $GEOMJAX_DATA, else the copies shipped in the package; DATA.md).
       n_docs: documents (clusters) to draw windows from.
@@ -81,6 +85,7 @@ class GeometryConfig:
     bos: bool = False
     param_dtype: str | None = None
     cluster_mu: str = "topics"
+    join_lines: int | None = None
 
     @property
     def n_contexts(self) -> int:

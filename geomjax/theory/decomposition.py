@@ -36,6 +36,7 @@ The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; ever
 from __future__ import annotations
 
 import itertools
+import typing
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -206,6 +207,7 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
 # ----------------------------------------------------------------------------------------------
 
 
+@typing.no_type_check  # JAX rebuilds it with ShapeDtypeStruct leaves (plan_step); fields stay annotated
 @with_compact_repr
 @struct.dataclass
 class StreamState:

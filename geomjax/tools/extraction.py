@@ -122,8 +122,9 @@ class ScanForward:
         return self.model.PARTS["blocks"]
 
     def stack(self, params: PyTree) -> dict:
-        """``{"rest": every parameter outside the blocks, "blocks": the blocks' parameters stacked on a
-        leading layer axis (L, ...)}`` (NumPy in, NumPy out; JAX arrays are stacked with jnp)."""
+        """``{"rest": the parameters outside the blocks (the untied read-out ``lm_head`` dropped: the study
+        computes no logits), "blocks": the blocks' parameters stacked on a leading layer axis (L, ...)}``
+        (NumPy in, NumPy out; JAX arrays are stacked with jnp; ShapeDtypeStructs give ShapeDtypeStructs)."""
         keys = [f"{self.prefix}_{i}" for i in range(self.n_layers)]
         missing = [k for k in keys if k not in params]
         if missing:
@@ -135,7 +136,8 @@ class ScanForward:
         else:
             stack = np.stack if all(isinstance(a, np.ndarray) for a in first) else jnp.stack
         blocks = jax.tree.map(lambda *a: stack(a), *[params[k] for k in keys])
-        return {"rest": {k: v for k, v in params.items() if k not in keys}, "blocks": blocks}
+        # the read-out (lm_head) is never applied by the study: not placed on the devices
+        return {"rest": {k: v for k, v in params.items() if k not in keys and k != "lm_head"}, "blocks": blocks}
 
     def cast(self, tree: PyTree) -> PyTree:
         """Floating leaves in ``compute_dtype`` (unchanged for float32: the checkpoint's dtype runs)."""
@@ -445,7 +447,9 @@ class StepPlan:
       n_devices: devices of the mesh; batch, seq_len: one step's (B, T) token windows (global).
       argument_bytes, output_bytes, alias_bytes, temp_bytes: ``compiled.memory_analysis()`` per device
         (arguments: this device's weight shards, statistics and ids; outputs alias the donated state).
-      flops: ``compiled.cost_analysis()["flops"]`` per device and step.
+      flops: ``compiled.cost_analysis()["flops"]`` per device and step (for a :class:`ScanForward`, from
+        the 1- and 2-block models unrolled: XLA counts a loop body once, so the per-block FLOPs are
+        extrapolated to L blocks).
       gram_flops: the statistics' Grams in it, (L+1) · (B/n) · T' · 2d² (the rest is the forward).
       n_states, d_model: L+1 and d.
     """
@@ -492,8 +496,39 @@ def plan_step(forward, param_shapes: PyTree, batch: int, seq_len: int, mesh: Mes
       :class:`StepPlan` (memory per device, FLOPs per device and step).
     """
     mesh = mesh if mesh is not None else data_mesh(1)
-    n = mesh.shape[AXIS]
     check_divisible(batch, mesh, "plan_step: batch")
+    compiled, (n_states, T_state, d) = _compile_step(forward, param_shapes, batch, seq_len, mesh, accum_dtype,
+                                                     drop_first)
+    mem = compiled.memory_analysis()
+    flops = _flops(compiled)
+    if isinstance(forward, ScanForward):  # XLA counts a loop body once: count 1 and 2 unrolled layers
+        f1, f2 = (_flops(_compile_step(*_first_layers(forward, param_shapes, k), batch, seq_len, mesh,
+                                       accum_dtype, drop_first)[0]) for k in (1, 2))
+        flops = f1 + (forward.n_layers - 1) * (f2 - f1)
+    n = mesh.shape[AXIS]
+    return StepPlan(n, batch, seq_len, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
+                    int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), flops,
+                    float(n_states * (batch // n) * T_state * 2 * d * d), n_states, d)
+
+
+def _flops(compiled) -> float:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost.get("flops", 0.0))
+
+
+def _first_layers(forward: ScanForward, param_shapes: PyTree, k: int):
+    """The same model cut to its first k blocks, unrolled (for counting FLOPs), and its parameter shapes."""
+    model = forward.model.clone(config=dataclasses.replace(forward.model.config, num_hidden_layers=k))
+    keep = {f"{forward.prefix}_{i}" for i in range(k)}
+    shapes = {key: v for key, v in param_shapes.items() if key in keep or not key.startswith(f"{forward.prefix}_")}
+    return dataclasses.replace(forward, model=model, unroll=True), shapes
+
+
+def _compile_step(forward, param_shapes, batch, seq_len, mesh, accum_dtype, drop_first):
+    """The step of :func:`decompose_model_stream` compiled for shapes (nothing allocated), and
+    (L+1, T', d)."""
+    n = mesh.shape[AXIS]
     if isinstance(forward, ScanForward):
         param_shapes = forward.stack(param_shapes)
     specs = param_specs(forward, param_shapes, n)
@@ -505,10 +540,4 @@ def plan_step(forward, param_shapes: PyTree, batch: int, seq_len: int, mesh: Mes
         st = jax.eval_shape(lambda: _empty_state(n, n_states, T_state, d, accum_dtype))
         state = _sds(st, mesh, jax.tree.map(lambda a: P(AXIS), st))
         step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs))
-        compiled = step.lower(state, params, ids, jax.ShapeDtypeStruct((), jnp.bool_)).compile()
-    mem = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return StepPlan(n, batch, seq_len, int(mem.argument_size_in_bytes), int(mem.output_size_in_bytes),
-                    int(mem.alias_size_in_bytes), int(mem.temp_size_in_bytes), float(cost.get("flops", 0.0)),
-                    float(n_states * (batch // n) * T_state * 2 * d * d), n_states, d)
+        return step.lower(state, params, ids, jax.ShapeDtypeStruct((), jnp.bool_)).compile(), (n_states, T_state, d)
