@@ -265,7 +265,7 @@ def _empty_state(n_dev: int, n_states: int, T: int, d: int, dtype: str) -> Strea
     return jax.tree.map(lambda a: jnp.broadcast_to(a, (n_dev,) + a.shape), one)
 
 
-def param_specs(forward, params: PyTree, n: int) -> PyTree:
+def param_specs(forward: ForwardFn, params: PyTree, n: int) -> PyTree:
     """The ``PartitionSpec`` of every parameter for :func:`decompose_model_stream` on ``n`` devices:
     FSDP (:func:`geomjax.base.parallel.fsdp_spec`) for a :class:`ScanForward`'s stacked tree (the layer
     axis whole), replicated (``P()``) for any other forward."""
@@ -328,7 +328,7 @@ def _device_ids(ids, i: int, T_in, drop_first: bool, mesh: Mesh, process_local: 
     return shard_batch(ids_np, mesh, process_local=process_local)
 
 
-def place_params(forward, params: PyTree, mesh: Mesh) -> PyTree:
+def place_params(forward: ForwardFn, params: PyTree, mesh: Mesh) -> PyTree:
     """Parameters as :func:`decompose_model_stream` runs them on ``mesh``: a :class:`ScanForward`'s
     stacked (:meth:`ScanForward.stack`, unless already) and FSDP-sharded (each device holds 1/n of every
     matrix); any other forward's replicated."""
@@ -478,7 +478,7 @@ def _sds(tree: PyTree, mesh: Mesh, specs: PyTree) -> PyTree:
                         tree, specs, is_leaf=lambda x: isinstance(x, P))
 
 
-def plan_step(forward, param_shapes: PyTree, batch: int, seq_len: int, mesh: Mesh | None = None, *,
+def plan_step(forward: ForwardFn, param_shapes: PyTree, batch: int, seq_len: int, mesh: Mesh | None = None, *,
               accum_dtype: str = "float32", drop_first: bool = True) -> StepPlan:
     """Compile :func:`decompose_model_stream`'s step for these shapes and read XLA's analysis of it.
 
