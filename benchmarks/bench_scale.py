@@ -15,6 +15,8 @@ Sections (``--sections``, default all):
   mixed      MiniLM forward in bfloat16 / float16 (statistics still accumulated in float32)
              against float32: relative error of pos, ctx and the centred second moment per layer,
              of the per-layer ScreeNOT rank and relative norm, and the time ratio.
+  grams      the statistics' Grams as three bfloat16 products (float32 accumulation: tensor cores) vs
+             HIGHEST float32, both against float64 accumulation: MiniLM's second moments and metrics.
   plan       the paper-size study's step (B 32, T 512, bf16 weights, float32 statistics) of Llama-2-7B on
              1 device and Llama-2-70B on 8 (forced CPU host devices), compiled from shapes (no weights):
              XLA's per-device memory (memory_analysis) and FLOPs (cost_analysis), and the paper-size
@@ -212,6 +214,36 @@ LLAMA2 = {  # Hugging Face config.json sizes of meta-llama/Llama-2-{7b,70b}-hf
 }
 
 
+def child_grams(C: int, T: int, B: int) -> None:
+    """MiniLM statistics with HIGHEST float32 and bf16x3 Grams, errors against float64 accumulation."""
+    from geomjax.analysis import study
+    from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
+
+    model, params, ids = _minilm_windows(C, T, seed=4)
+    fwd = hidden_state_forward(model, "residual")
+    batches = [ids[i:i + B] for i in range(0, C, B)]
+    runs = {"float64": decompose_model_stream(fwd, params, batches, drop_first=True, accum_dtype="float64")}
+    for g in ("highest", "bf16x3"):
+        runs[g] = decompose_model_stream(fwd, params, batches, drop_first=True, gram=g)
+    out = {}
+    ref = [(s, study.layer_metrics(s)) for s in runs["float64"]]
+    for g in ("highest", "bf16x3"):
+        rows = []
+        for (r, rm), s in zip(ref, runs[g]):
+            m = study.layer_metrics(s)
+            err = {k: float(np.linalg.norm(np.asarray(getattr(s, k), np.float64) - np.asarray(getattr(r, k)))
+                            / np.linalg.norm(np.asarray(getattr(r, k)))) for k in ("centered_second_moment",
+                                                                                   "resid_second_moment")}
+            err["cvec_m2"] = float(np.linalg.norm(np.asarray(s.cvec_second_moment, np.float64)
+                                                  - np.asarray(r.cvec_second_moment)) / np.linalg.norm(np.asarray(r.cvec_second_moment)))
+            err["rank_changed"] = int(m.screenot_rank != rm.screenot_rank)
+            err["rel_norm"] = abs(m.relative_norm / rm.relative_norm - 1)
+            err["share_resid"] = abs(m.share_resid / rm.share_resid - 1)
+            rows.append(err)
+        out[g] = rows
+    print(json.dumps(out))
+
+
 def child_plan() -> None:
     """XLA's analysis of the study's real step for Llama-2-7B on 1 device and 70B on 8, from shapes."""
     import jax
@@ -319,6 +351,23 @@ def section_mixed(quick: bool) -> str:
 H100 = {"bf16": 989e12, "fp32": 67e12, "fp64": 67e12}  # dense peak FLOP/s (SXM: bf16 tensor, fp32 non-tensor, fp64 tensor)
 
 
+def section_grams(quick: bool) -> str:
+    C, T, B = (32, 64, 8) if quick else (64, 128, 16)
+    r = json.loads(_spawn(["--child-grams", str(C), str(T), str(B)], 1))
+    rows = []
+    for g in ("highest", "bf16x3"):
+        e = r[g]
+        rows.append([g, f"{max(x['centered_second_moment'] for x in e):.1e}",
+                     f"{max(x['resid_second_moment'] for x in e):.1e}", f"{max(x['cvec_m2'] for x in e):.1e}",
+                     f"{sum(x['rank_changed'] for x in e)} / {len(e)}", f"{max(x['rel_norm'] for x in e):.1e}",
+                     f"{max(x['share_resid'] for x in e):.1e}"])
+    return (f"### Grams: HIGHEST float32 vs three bfloat16 products (MiniLM C {C}, T {T}; against float64 "
+            "accumulation of the same float32 states)\n\nMax over the 7 states of the relative (Frobenius) error; "
+            "ranks = layers whose ScreeNOT rank changed.\n\n"
+            + _common.markdown_table(["Grams", "centred M2", "resid M2", "cvec M2", "ranks changed",
+                                      "rel. norm", "resid share"], rows))
+
+
 def section_plan() -> str:
     r = json.loads(_spawn(["--child-plan"], 8))
     gb = 1e9
@@ -354,13 +403,16 @@ def section_plan() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
-    ap.add_argument("--sections", default="devices,multihost,mixed,plan")
+    ap.add_argument("--sections", default="devices,multihost,mixed,grams,plan")
     ap.add_argument("--out", default=None, help="append the Markdown section to this file")
     ap.add_argument("--child-devices", nargs=6, help=argparse.SUPPRESS)
     ap.add_argument("--child-mixed", nargs=4, help=argparse.SUPPRESS)
     ap.add_argument("--child-mh-single", nargs=4, help=argparse.SUPPRESS)
     ap.add_argument("--child-plan", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-grams", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_grams:
+        return child_grams(*map(int, args.child_grams))
     if args.child_plan:
         return child_plan()
     if args.child_devices:
@@ -387,6 +439,8 @@ def main() -> None:
                 parts.append(section_multihost(args.quick, tmp))
             elif name == "mixed":
                 parts.append(section_mixed(args.quick))
+            elif name == "grams":
+                parts.append(section_grams(args.quick))
             elif name == "plan":
                 parts.append(section_plan())
             else:

@@ -82,6 +82,9 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     c.add_argument("--compute-dtype", choices=["float32", "bfloat16", "float16"],
                    default=defaults.compute_dtype,
                    help="dtype of the model forward (mixed precision; statistics stay in --accum-dtype)")
+    c.add_argument("--gram-precision", choices=["highest", "bf16x3"], default=defaults.gram,
+                   help="the statistics' Grams: float32 at HIGHEST precision (default) or three bfloat16 "
+                        "products with float32 accumulation (tensor cores; ~2e-6 relative, benchmarks/RESULTS.md)")
     c.add_argument("--screenot-k", type=int, default=defaults.screenot_k)
     x = p.add_argument_group("execution")
     x.add_argument("--devices", type=int, default=None,
@@ -200,7 +203,7 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     return GeometryConfig(
         model=args.model, corpus=args.corpus, data_dir=args.data_dir, **sizes,
         ood_corpus=ood, n_cluster_windows=args.cluster_windows, theorem1=not args.no_theorem1,
-        seed=args.seed, join_lines=args.join_lines, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
+        seed=args.seed, join_lines=args.join_lines, gram=args.gram_precision, drop_first=not args.keep_first, final_ln=args.final_ln, bos=args.bos,
         param_dtype=args.param_dtype,
         causal=args.causal, centered_relative_norm=not args.raw_relative_norm, cluster_mu=args.cluster_mu,
         accum_dtype=args.accum_dtype, compute_dtype=args.compute_dtype, screenot_k=args.screenot_k, devices=args.devices,

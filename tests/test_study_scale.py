@@ -245,3 +245,20 @@ def test_config_records_forward_dtype_and_devices_error_is_one_line(llama_dir, t
                                  "--windows-per-doc", "32"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--devices 64: only" in err[0]
+
+
+def test_bf16x3_grams_against_float64():
+    """The tensor-core Gram option: within 1e-5 of float64 accumulation (HIGHEST float32 within 1e-6), and
+    really a different computation."""
+    model, params = _tiny_llama()
+    ids = np.random.default_rng(5).integers(0, 64, (16, 12)).astype(np.int32)
+    fwd = extraction.hidden_state_forward(model, "hidden_states")
+    run = {g: extraction.decompose_model_stream(fwd, params, [ids[:8], ids[8:]], drop_first=True, gram=g)
+           for g in ("highest", "bf16x3")}
+    ref = extraction.decompose_model_stream(fwd, params, [ids[:8], ids[8:]], drop_first=True, accum_dtype="float64")
+    for k in ("centered_second_moment", "resid_second_moment"):
+        hi = max(_rel(getattr(a, k), getattr(r, k)) for a, r in zip(run["highest"], ref))
+        b3 = max(_rel(getattr(a, k), getattr(r, k)) for a, r in zip(run["bf16x3"], ref))
+        assert hi <= 1e-6 and 0 < b3 <= 1e-5, (k, hi, b3)
+    with pytest.raises(ValueError, match="gram"):
+        extraction.decompose_model_stream(fwd, params, [ids[:8]], gram="tf32")

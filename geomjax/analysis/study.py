@@ -409,6 +409,8 @@ def validate_geometry(cfg: GeometryConfig) -> None:
             "choose sizes that divide")
     if cfg.devices and cfg.batch_size % cfg.devices:
         raise GeomjaxError(f"--batch-size {cfg.batch_size} must be a multiple of --devices {cfg.devices}")
+    if cfg.gram not in ("highest", "bf16x3") or (cfg.gram == "bf16x3" and cfg.accum_dtype != "float32"):
+        raise GeomjaxError(f"--gram-precision {cfg.gram!r}: use 'highest', or 'bf16x3' with --accum-dtype float32")
     data.data_dir_override(cfg.data_dir)
     if cfg.join_lines is not None and (data.corpus_kind(cfg.corpus) != "hf" or cfg.join_lines < 1):
         raise GeomjaxError(f"--join-lines {cfg.join_lines}: needs N >= 1 and an hf: corpus (--corpus "
@@ -829,7 +831,7 @@ def _stream(cfg: GeometryConfig, m: _Loaded, ids, desc: str, progress: bool):
     batches = [ids[i: i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)]
     return extraction.decompose_model_stream(
         m.forward, m.params, batches, drop_first=cfg.drop_first, accum_dtype=cfg.accum_dtype,
-        mesh=m.mesh, progress=desc if progress else False, total=len(batches))
+        mesh=m.mesh, progress=desc if progress else False, total=len(batches), gram=cfg.gram)
 
 
 def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[LayerMetrics]:

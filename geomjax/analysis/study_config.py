@@ -48,6 +48,9 @@ class GeometryConfig:
       compute_dtype: dtype of the model forward: "float32" (default) or "bfloat16"/"float16"
         (mixed precision: the statistics still accumulate in ``accum_dtype``; see
         ``geomjax.tools.extraction.mixed_precision``).
+      gram: the statistics' Grams: "highest" (float32 at HIGHEST precision) or "bf16x3" (three bfloat16
+        products with float32 accumulation: tensor cores; MiniLM's second moments within 2.2e-6 of float64
+        against 1.1e-7, no ScreeNOT rank changed; benchmarks/RESULTS.md).
       screenot_k: ScreeNOT's upper bound on the rank (source: 20).
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).
@@ -86,6 +89,7 @@ class GeometryConfig:
     param_dtype: str | None = None
     cluster_mu: str = "topics"
     join_lines: int | None = None
+    gram: str = "highest"
 
     @property
     def n_contexts(self) -> int:

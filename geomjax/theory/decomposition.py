@@ -72,6 +72,7 @@ __all__ = [
     "stream_update",
     "stream_merge",
     "stream_finalize",
+    "GRAM_PRECISIONS",
     "ClassScatter",
     "class_scatter_init",
     "class_scatter_update",
@@ -291,6 +292,26 @@ def _gram(x: Array) -> Array:
     return jnp.matmul(flat.T, flat, precision=HIGHEST)
 
 
+GRAM_PRECISIONS = ("highest", "bf16x3")
+
+
+def _gram_bf16x3(x: Array) -> Array:
+    """x^T x from three bfloat16 products with float32 accumulation (tensor cores on GPU / TPU).
+
+    x = hi + lo with hi = bf16(x), lo = bf16(x − hi); x^T x ≈ hiᵀhi + hiᵀlo + loᵀhi (loᵀlo, ~2^-16 of
+    the result, dropped). benchmarks/RESULTS.md measures its error against float64.
+    """
+    flat = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
+    hi = flat.astype(jnp.bfloat16)
+    lo = (flat - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+
+    def dot(a, b):
+        return jnp.matmul(a.T, b, preferred_element_type=jnp.float32)
+
+    cross = dot(hi, lo)
+    return (dot(hi, hi) + (cross + cross.T)).astype(x.dtype)
+
+
 def _sum_leading(a: Array) -> Array:
     """Σ_i a[i] over the leading axis, as a GEMV with a ones vector.
 
@@ -359,7 +380,7 @@ def stream_merge(state: StreamState, other: StreamState) -> StreamState:
 
 
 def stream_update(
-    state: StreamState, batch: Float[Array, "B T d"], *, axis_name: str | None = None
+    state: StreamState, batch: Float[Array, "B T d"], *, axis_name: str | None = None, gram: str = "highest"
 ) -> tuple[StreamState, Float[Array, "B d"], Array]:
     """Add one batch of contexts (B, T, d) to the state (the per-batch sums of the module docstring).
 
@@ -367,7 +388,9 @@ def stream_update(
     means, which :func:`stream_finalize` needs in stream order), and whether the batch was all
     finite (a bool scalar). Inside ``shard_map`` over ``axis_name`` (each device holding its rows
     of the batch) the sums are ``psum``-reduced and ``finite`` covers every device, so the state
-    stays identical on all devices. Pure and traceable; the drivers jit it with the state donated.
+    stays identical on all devices. ``gram``: ``"highest"`` (float32 Grams at HIGHEST precision, the
+    default) or ``"bf16x3"`` (three bfloat16 products, float32 accumulation: tensor cores; float32 state
+    only). Pure and traceable; the drivers jit it with the state donated.
     """
     x = batch.astype(state.s_within.dtype) - state.shift[None, None, :]
     m = _mean_middle(x)  # (B, d): m_c - K
@@ -376,7 +399,7 @@ def stream_update(
         n_contexts=jnp.asarray(batch.shape[0], jnp.int32),
         sum_ctx=jnp.sum(m, axis=0),
         sum_within=_sum_leading(a),
-        s_within=_gram(a),
+        s_within=_gram_bf16x3(a) if gram == "bf16x3" and a.dtype == jnp.float32 else _gram(a),
     )
     finite = jnp.all(jnp.isfinite(batch))
     if axis_name is not None:

@@ -22,6 +22,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from geomjax.base._checks import check_accum_dtype, compiled_cache, x64_context
 from geomjax.theory.decomposition import (
+    GRAM_PRECISIONS,
     DecompositionStats,
     StreamState,
     stream_finalize,
@@ -207,22 +208,22 @@ def _gather(tree: PyTree, specs: PyTree, skip: int = 0) -> PyTree:
     return jax.tree.map(one, tree, specs, is_leaf=lambda x: isinstance(x, P))
 
 
-def _layer_stats(state: StreamState, y, is_first, *, drop_first, dtype):
+def _layer_stats(state: StreamState, y, is_first, *, drop_first, dtype, gram="highest"):
     """One layer's :func:`stream_update` of states y (B, T, d), accumulated on this device only; the
     first batch sets the shifts (averaged over the devices, so every device shares them)."""
     if drop_first:
         y = y[:, 1:, :]
     fresh = stream_init(y, accum_dtype=dtype, axis_name=AXIS)
     state = jax.tree.map(lambda f, s: jnp.where(is_first, f, s), fresh, state)
-    return stream_update(state, y)
+    return stream_update(state, y, gram=gram)
 
 
-def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype, specs):
+def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first, dtype, specs, gram):
     """One batch on one device: the forward pass, then every hidden state's statistics accumulated
     locally (no cross-device reduction until :func:`_reduce_layer`). ``state`` carries a leading
     device axis of size 1 here (the device's own sums)."""
     state = jax.tree.map(lambda a: a[0], state)
-    stats = partial(_layer_stats, is_first=is_first, drop_first=drop_first, dtype=dtype)
+    stats = partial(_layer_stats, is_first=is_first, drop_first=drop_first, dtype=dtype, gram=gram)
     if isinstance(forward, ScanForward):
         params = forward.cast(params)
         rest = _gather(params["rest"], specs["rest"])
@@ -282,12 +283,12 @@ def _tree_key(specs: PyTree):
 
 
 @compiled_cache(maxsize=32)
-def _make_step(forward, drop_first, dtype, mesh, spec_key):
+def _make_step(forward, drop_first, dtype, mesh, spec_key, gram="highest"):
     """The jitted step for (forward, conventions, mesh, parameter layout): ``shard_map`` over the
     ``"data"`` axis (one device: a 1-device mesh, the same program), the state donated."""
     treedef, leaves = spec_key
     specs = jax.tree.unflatten(treedef, leaves)
-    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, specs=specs)
+    body = partial(_step_body, forward=forward, drop_first=drop_first, dtype=dtype, specs=specs, gram=gram)
     mapped = jax.shard_map(
         body, mesh=mesh,
         in_specs=(P(AXIS), specs, P(AXIS), P()),
@@ -364,6 +365,7 @@ def decompose_model_stream(
     progress: bool | str = False,
     total: int | None = None,
     process_local: bool = False,
+    gram: str = "highest",
 ) -> list[DecompositionStats]:
     """Run a model over token windows and decompose every layer in one pass (eqs. (2)-(3)).
 
@@ -391,6 +393,9 @@ def decompose_model_stream(
         every process iterates the same global batches (each transfers its own devices' rows);
         True means each process passes only its own rows of every batch (B / n_processes of them).
         Every process receives the same, complete statistics.
+      gram: the statistics' Grams: ``"highest"`` (float32 at HIGHEST precision, default) or ``"bf16x3"``
+        (three bfloat16 products with float32 accumulation, tensor cores; float32 statistics only;
+        :func:`geomjax.theory.decomposition.stream_update`).
 
     Returns:
       One ``DecompositionStats`` per hidden state (L+1 of them), in layer order.
@@ -400,6 +405,8 @@ def decompose_model_stream(
         NaN/Inf hidden states (names the batch).
     """
     check_accum_dtype(accum_dtype, "decompose_model_stream")
+    if gram not in GRAM_PRECISIONS:
+        raise ValueError(f"decompose_model_stream: gram must be one of {GRAM_PRECISIONS}, got {gram!r}")
     iterator = iter(id_batches)
     if progress:
         from tqdm.auto import tqdm
@@ -421,7 +428,7 @@ def decompose_model_stream(
                 n_states, T_state, d = len(shapes), shapes[0].shape[1] - int(drop_first), shapes[0].shape[-1]
                 state = _empty_state(n_dev, n_states, T_state, d, accum_dtype)
                 state = jax.tree.map(lambda a: shard_batch(np.asarray(a), mesh), state)
-                step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs))
+                step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs), gram)
             state, m, finite = step(state, params, ids_dev, jnp.asarray(i == 0))
             ctx_chunks.append(m)
             flags.append(finite)
