@@ -286,3 +286,32 @@ def test_bf16x3_grams_against_float64():
         assert hi <= 1e-6 and 0 < b3 <= 1e-5, (k, hi, b3)
     with pytest.raises(ValueError, match="gram"):
         extraction.decompose_model_stream(fwd, params, [ids[:8]], gram="tf32")
+
+
+def test_stream_checkpoint_resumes_an_interrupted_run(tmp_path):
+    """Partial statistics written every batch; a run interrupted after 3 of 4 batches resumes from them and
+    ends with the statistics of an uninterrupted run (8 devices)."""
+    model, params = _tiny_llama()
+    ids = np.random.default_rng(7).integers(0, 64, (32, 12)).astype(np.int32)
+    fwd = extraction.scan_forward(model, final_norm=True)
+    batches = [ids[i:i + 8] for i in range(0, 32, 8)]
+    ref = extraction.decompose_model_stream(fwd, params, batches, drop_first=True, mesh=data_mesh(8))
+
+    def interrupted():
+        yield from batches[:3]
+        raise KeyboardInterrupt
+
+    ck = tmp_path / "stream.npz"
+    with pytest.raises(KeyboardInterrupt):
+        extraction.decompose_model_stream(fwd, params, interrupted(), drop_first=True, mesh=data_mesh(8),
+                                          checkpoint=ck, checkpoint_every=1)
+    with np.load(ck) as z:
+        assert int(z["n_done"]) == 3
+    out = extraction.decompose_model_stream(fwd, params, batches, drop_first=True, mesh=data_mesh(8),
+                                            checkpoint=ck, checkpoint_every=1)
+    for a, r in zip(out, ref):
+        assert a.n_contexts == 32
+        for k in KEYS:
+            assert _rel(getattr(a, k), getattr(r, k)) <= 1e-6, k
+    with pytest.raises(ValueError, match="another stream"):
+        extraction.decompose_model_stream(fwd, params, batches, drop_first=False, mesh=data_mesh(8), checkpoint=ck)

@@ -16,6 +16,8 @@ exact.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import sys
 import time
 import warnings
@@ -826,12 +828,26 @@ def _load_weights(cfg: GeometryConfig, m: _Loaded, progress: bool) -> None:
     m.params = extraction.place_params(m.forward, m.params, m.mesh or data_mesh(1))
 
 
+STREAM_CHECKPOINT_EVERY = 50
+"""Batches between checkpoints of a pass's partial statistics (``<cache>/stream/<config hash>.npz``)."""
+
+
 def _stream(cfg: GeometryConfig, m: _Loaded, ids, desc: str, progress: bool):
-    """Every layer's streaming decomposition (eqs. (2)-(3)) of the windows ``ids`` (C, T)."""
+    """Every layer's streaming decomposition (eqs. (2)-(3)) of the windows ``ids`` (C, T). Passes longer
+    than :data:`STREAM_CHECKPOINT_EVERY` batches checkpoint their partial statistics, so an interrupted
+    study with the same configuration resumes where it stopped; the checkpoint is deleted when done."""
     batches = [ids[i: i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)]
-    return extraction.decompose_model_stream(
+    digest = hashlib.sha256(json.dumps([dataclasses.asdict(cfg), desc, np.asarray(ids).tobytes().hex()[:64],
+                                        int(np.asarray(ids, np.int64).sum())], sort_keys=True, default=str)
+                            .encode()).hexdigest()[:24]
+    ck = cache_root() / "stream" / f"{digest}.npz" if len(batches) > STREAM_CHECKPOINT_EVERY else None
+    out = extraction.decompose_model_stream(
         m.forward, m.params, batches, drop_first=cfg.drop_first, accum_dtype=cfg.accum_dtype,
-        mesh=m.mesh, progress=desc if progress else False, total=len(batches), gram=cfg.gram)
+        mesh=m.mesh, progress=desc if progress else False, total=len(batches), gram=cfg.gram,
+        checkpoint=ck, checkpoint_every=STREAM_CHECKPOINT_EVERY)
+    if ck is not None and jax.process_index() == 0:
+        ck.unlink(missing_ok=True)
+    return out
 
 
 def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[LayerMetrics]:

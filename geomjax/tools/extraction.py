@@ -12,8 +12,10 @@ causal decoder runs as a :class:`ScanForward`: its blocks stacked and scanned, t
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -366,6 +368,8 @@ def decompose_model_stream(
     total: int | None = None,
     process_local: bool = False,
     gram: str = "highest",
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 0,
 ) -> list[DecompositionStats]:
     """Run a model over token windows and decompose every layer in one pass (eqs. (2)-(3)).
 
@@ -396,6 +400,9 @@ def decompose_model_stream(
       gram: the statistics' Grams: ``"highest"`` (float32 at HIGHEST precision, default) or ``"bf16x3"``
         (three bfloat16 products with float32 accumulation, tensor cores; float32 statistics only;
         :func:`geomjax.theory.decomposition.stream_update`).
+      checkpoint, checkpoint_every: write the partial statistics (the devices' sums added) and the context
+        means to this .npz every N batches; a later call with the same path skips the batches it holds
+        and resumes (the same batches must be passed again, in the same order). The caller deletes it.
 
     Returns:
       One ``DecompositionStats`` per hidden state (L+1 of them), in layer order.
@@ -417,33 +424,101 @@ def decompose_model_stream(
     n_dev = mesh.shape[AXIS]
     params = place_params(forward, params, mesh)
     specs = param_specs(forward, params, n_dev)
-    step, state, T_in = None, None, None
+    step, state, T_in, key = None, None, None, None
     ctx_chunks, flags = [], []
+    resumed = _load_checkpoint(checkpoint, mesh) if checkpoint is not None else None
+    n_done = 0 if resumed is None else resumed[3]
     with x64_context(accum_dtype):
         for i, ids in enumerate(iterator):
+            if key is None:  # shapes only: nothing runs
+                shapes = jax.eval_shape(forward, params, jax.ShapeDtypeStruct(np.shape(ids), jnp.int32))
+                n_states, T_state, d = len(shapes), shapes[0].shape[1] - int(drop_first), shapes[0].shape[-1]
+                key = f"{n_states},{T_state},{d},{accum_dtype},{drop_first},{gram}"
+                if resumed is not None and resumed[2] != key:
+                    raise ValueError(f"decompose_model_stream: the checkpoint was written for another stream "
+                                     f"({resumed[2]}, this one is {key}); delete it or pass another path")
+            if i < n_done:
+                continue  # accumulated before the interruption (the checkpoint holds their sums)
             ids_dev = _device_ids(ids, i, T_in, drop_first, mesh, process_local)
             if step is None:
                 T_in = ids_dev.shape[1]
-                shapes = jax.eval_shape(forward, params, ids_dev)  # shapes only: nothing runs
-                n_states, T_state, d = len(shapes), shapes[0].shape[1] - int(drop_first), shapes[0].shape[-1]
-                state = _empty_state(n_dev, n_states, T_state, d, accum_dtype)
-                state = jax.tree.map(lambda a: shard_batch(np.asarray(a), mesh), state)
+                state, ctx_chunks = _start_state(resumed, n_dev, n_states, T_state, d, accum_dtype, mesh)
                 step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs), gram)
             state, m, finite = step(state, params, ids_dev, jnp.asarray(i == 0))
             ctx_chunks.append(m)
             flags.append(finite)
             if len(flags) >= 2:
                 flags[-2].block_until_ready()  # back-pressure: at most two steps in flight
+            if checkpoint is not None and checkpoint_every and (i + 1) % checkpoint_every == 0:
+                _save_checkpoint(checkpoint, key, state, ctx_chunks, flags, i + 1)
+        if state is None and resumed is not None:  # every batch was done before the interruption
+            state, ctx_chunks = resumed[0], [resumed[1]]
         if state is None:
             raise ValueError("decompose_model_stream: the stream of token batches is empty")
         ok = np.asarray([to_host(f) for f in flags])
         if not ok.all():
-            raise ValueError(f"decompose_model_stream: batch {int(np.argmin(ok))} produced NaN/Inf "
+            raise ValueError(f"decompose_model_stream: batch {n_done + int(np.argmin(ok))} produced NaN/Inf "
                              "hidden states")
         n_ctx = int(to_host(state.n_contexts[:, 0]).sum())
         if n_ctx < 2:
             raise ValueError(f"decompose_model_stream: need at least 2 windows, got {n_ctx}")
         return _finalize_layers(state, ctx_chunks, T_state, accum_dtype)
+
+
+_SUMS = ("n_contexts", "sum_ctx", "sum_within", "s_within")
+
+
+@jax.jit
+def _reduce_devices(state: StreamState) -> StreamState:
+    """Every layer's partial sums of all devices added (shifts shared): (L+1, ...) without the device axis."""
+    return state.replace(**{k: jnp.sum(getattr(state, k), 0) for k in _SUMS},
+                         shift=state.shift[0], pos_shift=state.pos_shift[0])
+
+
+def _save_checkpoint(path, key: str, state: StreamState, ctx_chunks, flags, n_done: int) -> None:
+    """The statistics after ``n_done`` batches (devices' sums added, one copy) and the context means so
+    far, written atomically to ``path`` (.npz; process 0 writes)."""
+    ok = np.asarray([to_host(f) for f in flags])
+    if not ok.all():
+        raise ValueError(f"decompose_model_stream: a batch before {n_done} produced NaN/Inf hidden states")
+    reduced = jax.tree.map(to_host, _reduce_devices(state))
+    ctx = np.concatenate([to_host(m) for m in ctx_chunks], axis=1)
+    if jax.process_index() == 0:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(f, key=np.asarray(key), n_done=np.asarray(n_done), ctx=ctx,
+                     **{f"state_{k}": getattr(reduced, k) for k in _SUMS + ("shift", "pos_shift")})
+        os.replace(tmp, path)
+
+
+def _load_checkpoint(path, mesh: Mesh):
+    """(state on the mesh, ctx (L+1, C_done, d), key, n_done) from a checkpoint, or None when there is none:
+    the added sums in device slot 0, zero sums elsewhere, the shared shifts everywhere."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    n_dev = mesh.shape[AXIS]
+    with np.load(path) as z:
+        a = {k: z[f"state_{k}"] for k in _SUMS + ("shift", "pos_shift")}
+        ctx, key, n_done = z["ctx"], str(z["key"]), int(z["n_done"])
+
+    def slots(v, shared):
+        out = np.broadcast_to(v, (n_dev,) + v.shape).copy() if shared else np.zeros((n_dev,) + v.shape, v.dtype)
+        out[0] = v
+        return shard_batch(out, mesh)
+
+    state = StreamState(**{k: slots(v, k in ("shift", "pos_shift")) for k, v in a.items()})
+    return state, ctx, key, n_done
+
+
+def _start_state(resumed, n_dev: int, n_states: int, T: int, d: int, dtype: str, mesh: Mesh):
+    """The stream's first state and context means: zeros, or a checkpoint's (its key already checked)."""
+    if resumed is not None:
+        return resumed[0], [resumed[1]]
+    state = _empty_state(n_dev, n_states, T, d, dtype)
+    return jax.tree.map(lambda a: shard_batch(np.asarray(a), mesh), state), []
 
 
 @dataclasses.dataclass(frozen=True)
