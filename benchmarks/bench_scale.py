@@ -15,6 +15,12 @@ Sections (``--sections``, default all):
   mixed      MiniLM forward in bfloat16 / float16 (statistics still accumulated in float32)
              against float32: relative error of pos, ctx and the centred second moment per layer,
              of the per-layer ScreeNOT rank and relative norm, and the time ratio.
+  grams      the statistics' Grams as three bfloat16 products (float32 accumulation: tensor cores) vs
+             HIGHEST float32, both against float64 accumulation: MiniLM's second moments and metrics.
+  plan       the paper-size study's step (B 32, T 512, bf16 weights, float32 statistics) of Llama-2-7B on
+             1 device and Llama-2-70B on 8 (forced CPU host devices), compiled from shapes (no weights):
+             XLA's per-device memory (memory_analysis) and FLOPs (cost_analysis), and the paper-size
+             study's time on one H100 predicted from the FLOPs at peak rates.
 
 Run:  .venv/bin/python benchmarks/bench_scale.py [--quick] [--out benchmarks/results/scale.md]
 """
@@ -200,11 +206,72 @@ def child_multihost_single(C: int, T: int, B: int, out: str) -> None:
     print(json.dumps({"stream_s": float(np.median(t))}))
 
 
+LLAMA2 = {  # Hugging Face config.json sizes of meta-llama/Llama-2-{7b,70b}-hf
+    "7B": dict(vocab_size=32000, hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+               intermediate_size=11008, max_position_embeddings=4096),
+    "70B": dict(vocab_size=32000, hidden_size=8192, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, intermediate_size=28672, max_position_embeddings=4096),
+}
+
+
+def child_grams(C: int, T: int, B: int) -> None:
+    """MiniLM statistics with HIGHEST float32 and bf16x3 Grams, errors against float64 accumulation."""
+    from geomjax.analysis import study
+    from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
+
+    model, params, ids = _minilm_windows(C, T, seed=4)
+    fwd = hidden_state_forward(model, "residual")
+    batches = [ids[i:i + B] for i in range(0, C, B)]
+    runs = {"float64": decompose_model_stream(fwd, params, batches, drop_first=True, accum_dtype="float64")}
+    for g in ("highest", "bf16x3"):
+        runs[g] = decompose_model_stream(fwd, params, batches, drop_first=True, gram=g)
+    out = {}
+    ref = [(s, study.layer_metrics(s)) for s in runs["float64"]]
+    for g in ("highest", "bf16x3"):
+        rows = []
+        for (r, rm), s in zip(ref, runs[g]):
+            m = study.layer_metrics(s)
+            err = {k: float(np.linalg.norm(np.asarray(getattr(s, k), np.float64) - np.asarray(getattr(r, k)))
+                            / np.linalg.norm(np.asarray(getattr(r, k)))) for k in ("centered_second_moment",
+                                                                                   "resid_second_moment")}
+            err["cvec_m2"] = float(np.linalg.norm(np.asarray(s.cvec_second_moment, np.float64)
+                                                  - np.asarray(r.cvec_second_moment)) / np.linalg.norm(np.asarray(r.cvec_second_moment)))
+            err["rank_changed"] = int(m.screenot_rank != rm.screenot_rank)
+            err["rel_norm"] = abs(m.relative_norm / rm.relative_norm - 1)
+            err["share_resid"] = abs(m.share_resid / rm.share_resid - 1)
+            rows.append(err)
+        out[g] = rows
+    print(json.dumps(out))
+
+
+def child_plan() -> None:
+    """XLA's analysis of the study's real step for Llama-2-7B on 1 device and 70B on 8, from shapes."""
+    import jax
+    import jax.numpy as jnp
+
+    from geomjax.base.parallel import data_mesh
+    from geomjax.models.llama import Llama, LlamaConfig
+    from geomjax.tools import extraction
+
+    out = {}
+    for name, n in (("7B", 1), ("70B", 8)):
+        model = Llama(LlamaConfig(**LLAMA2[name]))
+        shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+        shapes = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, jnp.bfloat16), shapes)
+        t0 = time.perf_counter()
+        p = extraction.plan_step(extraction.scan_forward(model, final_norm=True), shapes, 32, 512, data_mesh(n))
+        out[name] = {"devices": n, "argument": p.argument_bytes, "output": p.output_bytes, "alias": p.alias_bytes,
+                     "temp": p.temp_bytes, "peak": p.peak_bytes, "flops": p.flops, "gram_flops": p.gram_flops,
+                     "n_states": p.n_states, "d": p.d_model, "compile_s": time.perf_counter() - t0}
+    print(json.dumps(out))
+
+
 # ---------------------------------------------------------------------------------------- parent
 
 def _spawn(args: list[str], n_devices: int) -> str:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n_devices}"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [x for x in [env.get("PYTHONPATH")] if x])  # this checkout's geomjax
     r = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True,
                        cwd=ROOT)
     if r.returncode:
@@ -281,15 +348,73 @@ def section_mixed(quick: bool) -> str:
                                       "rel. norm err", "time ratio"], rows))
 
 
+H100 = {"bf16": 989e12, "fp32": 67e12, "fp64": 67e12}  # dense peak FLOP/s (SXM: bf16 tensor, fp32 non-tensor, fp64 tensor)
+
+
+def section_grams(quick: bool) -> str:
+    C, T, B = (32, 64, 8) if quick else (64, 128, 16)
+    r = json.loads(_spawn(["--child-grams", str(C), str(T), str(B)], 1))
+    rows = []
+    for g in ("highest", "bf16x3"):
+        e = r[g]
+        rows.append([g, f"{max(x['centered_second_moment'] for x in e):.1e}",
+                     f"{max(x['resid_second_moment'] for x in e):.1e}", f"{max(x['cvec_m2'] for x in e):.1e}",
+                     f"{sum(x['rank_changed'] for x in e)} / {len(e)}", f"{max(x['rel_norm'] for x in e):.1e}",
+                     f"{max(x['share_resid'] for x in e):.1e}"])
+    return (f"### Grams: HIGHEST float32 vs three bfloat16 products (MiniLM C {C}, T {T}; against float64 "
+            "accumulation of the same float32 states)\n\nMax over the 7 states of the relative (Frobenius) error; "
+            "ranks = layers whose ScreeNOT rank changed.\n\n"
+            + _common.markdown_table(["Grams", "centred M2", "resid M2", "cvec M2", "ranks changed",
+                                      "rel. norm", "resid share"], rows))
+
+
+def section_plan() -> str:
+    r = json.loads(_spawn(["--child-plan"], 8))
+    gb = 1e9
+    rows = []
+    for name, p in r.items():
+        rows.append([f"Llama-2-{name}", p["devices"], f"{p['argument'] / gb:.1f}", f"{p['temp'] / gb:.1f}",
+                     f"{(p['output'] - p['alias']) / gb:.2f}", f"**{p['peak'] / gb:.1f}**", f"{p['flops'] / 1e12:.1f}",
+                     f"{p['gram_flops'] / 1e12:.1f}", f"{p['compile_s']:.0f}"])
+    p7 = r["7B"]
+    steps, C, n_sub, T = 6400 // 32, 6400, 800, 511
+    fwd = (p7["flops"] - p7["gram_flops"]) * steps / H100["bf16"]
+    gram_hi = p7["gram_flops"] * steps / H100["fp32"]
+    gram_3x = 3 * p7["gram_flops"] * steps / H100["bf16"]
+    appc_fwd = 2 * fwd * n_sub / C  # the App. C pass and its projection pass over 8 windows x 100 documents
+    appc_gram = 2 * p7["n_states"] * n_sub * T * 2 * p7["d"] ** 2 / H100["fp64"]  # cvec and raw, float64
+    main = fwd + gram_hi
+    total = 2 * main + appc_fwd + appc_gram  # main pass, OOD pass (Table 2: as many windows), App. C
+    total_3x = 2 * (fwd + gram_3x) + appc_fwd + appc_gram
+    return ("### The paper-size study's step, compiled from shapes (B 32 windows x T 512, bf16 weights, float32 "
+            "statistics; `extraction.plan_step`: the scanned FSDP step `decompose_model_stream` runs)\n\n"
+            "Per device, from XLA's `memory_analysis()` / `cost_analysis()` of the programs compiled for CPU "
+            "(8 forced host devices); peak = arguments + temporaries + outputs not aliased to the donated "
+            "statistics. FLOPs per device and step (the loop body extrapolated from 1 and 2 unrolled blocks).\n\n"
+            + _common.markdown_table(["model", "devices", "arguments GB", "temporaries GB", "new outputs GB",
+                                      "peak GB", "TFLOP / step", "of which Grams", "compile s"], rows)
+            + f"\n\nPredicted paper-size 7B study on one H100 at peak rates (C 6400, {steps} steps; Table 2's "
+            f"OOD pass as many again; App. C: 800 windows twice, float64 scatters): forward {fwd:.0f} s + Grams "
+            f"{gram_hi:.0f} s (HIGHEST float32, non-tensor) per pass; study **{total:.0f} s** "
+            f"({total / 60:.1f} min); with 3-pass bf16 Grams (tensor cores) {total_3x:.0f} s "
+            f"({total_3x / 60:.1f} min).\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller sizes")
-    ap.add_argument("--sections", default="devices,multihost,mixed")
+    ap.add_argument("--sections", default="devices,multihost,mixed,grams,plan")
     ap.add_argument("--out", default=None, help="append the Markdown section to this file")
     ap.add_argument("--child-devices", nargs=6, help=argparse.SUPPRESS)
     ap.add_argument("--child-mixed", nargs=4, help=argparse.SUPPRESS)
     ap.add_argument("--child-mh-single", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--child-plan", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-grams", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_grams:
+        return child_grams(*map(int, args.child_grams))
+    if args.child_plan:
+        return child_plan()
     if args.child_devices:
         n, C, T, B, rep, out = args.child_devices
         return child_devices(int(n), int(C), int(T), int(B), int(rep), out)
@@ -314,6 +439,10 @@ def main() -> None:
                 parts.append(section_multihost(args.quick, tmp))
             elif name == "mixed":
                 parts.append(section_mixed(args.quick))
+            elif name == "grams":
+                parts.append(section_grams(args.quick))
+            elif name == "plan":
+                parts.append(section_plan())
             else:
                 raise SystemExit(f"unknown section {name!r}")
             parts.append(f"\n(section took {time.perf_counter() - t0:.0f} s; {_common.load_avg()})\n")

@@ -52,6 +52,12 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
              "as Song & Zhong; meant for a GPU and a large corpus); explicit size flags override the preset"
              % (defaults.n_docs, defaults.windows_per_doc, defaults.seq_len))
     x = groups["execution"]
+    x.add_argument("--dry-run", action="store_true",
+                   help="print the per-device memory and FLOPs of the study's step (XLA's analysis of the "
+                        "compiled program, from shapes: no weights read) and exit; refuses a configuration "
+                        "that does not fit the device")
+    x.add_argument("--device-memory", type=float, default=None, metavar="GB",
+                   help="memory of one device for --dry-run (default: what the device reports; a CPU reports none)")
     x.add_argument("--out", default=None, help="run directory (default runs/<command>-<time>)")
     x.add_argument("--overwrite", action="store_true",
                    help="replace whatever --out holds (otherwise a foreign or different run is refused)")
@@ -211,11 +217,14 @@ def _run(args) -> int:
                              f"{jax.device_count()} devices of the {n_proc} processes")
         args.devices = jax.device_count()
         primary = pid == 0
-    elif getattr(args, "devices", None) and "XLA_FLAGS" not in os.environ:
+    elif getattr(args, "devices", None) and "xla_force_host_platform_device_count" not in os.environ.get(
+            "XLA_FLAGS", ""):
         import jax
 
-        if jax.default_backend() == "cpu":
+        try:  # CPU host devices (ignored by accelerators); before anything initializes a backend
             jax.config.update("jax_num_cpu_devices", int(args.devices))
+        except RuntimeError:  # a backend is up already: the mesh check says what is visible
+            pass
     from geomjax.base import parallel
     from geomjax.analysis import report
 
@@ -245,6 +254,11 @@ def _run(args) -> int:
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
         pipeline.validate_geometry(cfg)
+        if args.dry_run:
+            from geomjax.analysis import study  # command dispatch: imported on use
+
+            print("\n".join(study.plan(cfg, args.device_memory).lines()))
+            return 0
         options = dataclasses.asdict(cfg) | ({"budget": args.budget} if args.command == "demo" else {})
     elif args.command == "train":
         pipeline.validate_training(args.task, args.preset, args.data_dir)

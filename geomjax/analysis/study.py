@@ -16,6 +16,8 @@ exact.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import sys
 import time
 import warnings
@@ -34,14 +36,18 @@ from geomjax.theory import geometry
 from geomjax.theory import smoothness
 
 from geomjax.theory import spectral
-from geomjax.convert import minilm_path
+from geomjax.convert import load_config, load_pretrained, minilm_path
 from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
+from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
 from geomjax.base._checks import x64_context
-from geomjax.theory.decomposition import DecompositionStats
+from geomjax.theory.decomposition import DecompositionStats, class_scatter_init, class_scatter_update
+from geomjax.theory.geometry import compactness_from_scatter, pca_from_scatter
 from geomjax.errors import GeomjaxError
 from geomjax.base.io import cache_root
 from geomjax.analysis.lens import load
 from geomjax.models import ToyRun, model_interface, toy_forward
+from geomjax.models.common import CausalLM
+from geomjax.models.interface import model_from_config
 from geomjax.models.bert import BertConfig
 from geomjax.base.parallel import data_mesh
 from geomjax.analysis.study_config import PRESETS, GeometryConfig
@@ -49,7 +55,7 @@ from geomjax.analysis.study_config import PRESETS, GeometryConfig
 __all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "summarize_layers", "theorem1_on_pos",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
            "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
-           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run"]
+           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run", "StudyPlan", "plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,14 +342,15 @@ class TokenClusters:
 
     Attributes:
       compactness_cvec, compactness_raw: Tr(Σ_B Σ_W⁺) by document.
-      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs).
+      pca_cvec, pca_raw: (N·T, 2) principal coordinates of each cloud (centred, top-2 PCs); in a study
+        (:func:`run`) only for the layers the figures scatter (first, middle, last), None elsewhere.
       token_labels: (N·T,) document of every token.
     """
 
     compactness_cvec: float
     compactness_raw: float
-    pca_cvec: np.ndarray
-    pca_raw: np.ndarray
+    pca_cvec: np.ndarray | None
+    pca_raw: np.ndarray | None
     token_labels: np.ndarray
 
 
@@ -427,7 +434,12 @@ def validate_geometry(cfg: GeometryConfig) -> None:
             "choose sizes that divide")
     if cfg.devices and cfg.batch_size % cfg.devices:
         raise GeomjaxError(f"--batch-size {cfg.batch_size} must be a multiple of --devices {cfg.devices}")
+    if cfg.gram not in ("highest", "bf16x3") or (cfg.gram == "bf16x3" and cfg.accum_dtype != "float32"):
+        raise GeomjaxError(f"--gram-precision {cfg.gram!r}: use 'highest', or 'bf16x3' with --accum-dtype float32")
     data.data_dir_override(cfg.data_dir)
+    if cfg.join_lines is not None and (data.corpus_kind(cfg.corpus) != "hf" or cfg.join_lines < 1):
+        raise GeomjaxError(f"--join-lines {cfg.join_lines}: needs N >= 1 and an hf: corpus (--corpus "
+                           f"hf:NAME[:CONFIG[:SPLIT]]), got --corpus {cfg.corpus!r}")
     data.corpus_kind(cfg.corpus)
     if cfg.ood_corpus:
         data.corpus_kind(cfg.ood_corpus)
@@ -465,8 +477,8 @@ def check_topic_capacity(lengths, cfg: GeometryConfig) -> None:
         bigger = (f" The bundled {cfg.corpus} has {int(lengths.sum()):,} tokens in {lengths.size} "
                   f"document(s), the longest {int(lengths[0]):,}; these sizes (e.g. the 'paper' preset) need "
                   "a larger corpus with long documents: a local folder of text files (--corpus DIR, one "
-                  "document per file) or --corpus hf:wikitext:wikitext-103-raw-v1 (needs `datasets` and a "
-                  "network).")
+                  "document per file; docs/scale.md) or --corpus hf:wikitext:wikitext-103-raw-v1:train (its "
+                  "articles; needs `datasets` and a network or its cache).")
     raise GeomjaxError(
         f"--n-docs {cfg.n_docs} x --windows-per-doc {cfg.windows_per_doc} x -T {cfg.seq_len} needs "
         f"{cfg.n_docs} document(s) of >= {need:,} tokens, but {cfg.corpus} has {n_ok}; use {hint} "
@@ -574,7 +586,7 @@ def prepare_inputs(cfg: GeometryConfig, tokenizer, *, vocab=None, progress: bool
       GeomjaxError: a corpus cannot supply the windows (the message says what fits).
     """
     status_line(f"tokenizing {cfg.corpus}", progress)
-    docs = data.load_corpus(cfg.corpus, cfg.data_dir)
+    docs = data.load_corpus(cfg.corpus, cfg.data_dir, **({"join_lines": cfg.join_lines} if cfg.join_lines else {}))
     corpus = data.tokenize_documents(docs, tokenizer, cache=cache_root() / "tokens")
     check_topic_capacity(corpus.lengths, cfg)
     key = jax.random.key(cfg.seed)
@@ -607,8 +619,14 @@ def prepare_inputs(cfg: GeometryConfig, tokenizer, *, vocab=None, progress: bool
 
 
 def _mesh(devices: int | None):
+    """The study's 1-D "data" mesh over ``devices`` devices (None: one device)."""
     if not devices:
         return None
+    if devices > jax.device_count():
+        raise GeomjaxError(
+            f"--devices {devices}: only {jax.device_count()} {jax.default_backend()} device(s) are visible"
+            + ("; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count=N before starting"
+               if jax.default_backend() == "cpu" else ""))
     return data_mesh(devices)
 
 
@@ -760,9 +778,10 @@ class StudyResult:
         }
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _Loaded:
-    """A loaded model with the study's forward (internal to :func:`run`)."""
+    """A model with its tokenizer and the study's forward (internal to :func:`run`); ``params`` stay
+    None until :func:`_load_weights` (after the corpus's capacity is checked)."""
 
     model: object
     params: object
@@ -770,13 +789,41 @@ class _Loaded:
     path: Path
     conventions: dict
     forward: object
+    mesh: object = None
+
+
+def _model_without_weights(name: str):
+    """(model, tokenizer, path, params or None): a Hugging Face model built from its config.json and its
+    tokenizer, no weights read; a toy run whole (it is small)."""
+    if name.startswith("toy:"):
+        model, params, tok, path = load_model_and_tokenizer(name)
+        return model, tok, path, params
+    path = minilm_path() if name == "minilm" else resolve_checkpoint(name)
+    config = load_config(path)
+    tok = model_tokenizer(path, config)
+    check_tokenizer(tok, config)
+    return model_from_config(config), tok, Path(path), None
+
+
+def _study_forward(cfg: GeometryConfig, model, conv: dict):
+    """The study's forward of ``model``: a causal decoder's scanned over its stacked blocks
+    (:func:`~geomjax.tools.extraction.scan_forward`), any other model's whole (mixed precision)."""
+    try:
+        fwd_raw = _forward(model, final_ln=conv["final_norm_applied"], causal=cfg.causal,
+                           bos=conv["bos_prepended"])
+    except ValueError as e:  # an option the model does not support (--causal, --final-ln)
+        raise GeomjaxError(str(e)) from None
+    if isinstance(model, CausalLM):
+        return extraction.scan_forward(model, conv["final_norm_applied"], conv["bos_prepended"], cfg.compute_dtype)
+    return extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
 
 
 def _load(cfg: GeometryConfig, progress: bool) -> _Loaded:
-    """The model, its tokenizer and the study's forward; model-only checks come first."""
-    status_line(f"loading {cfg.model}", progress)
+    """The model (config only), its tokenizer and the study's forward; model-only checks come first.
+    The weights are read later by :func:`_load_weights`."""
+    status_line(f"reading the config and tokenizer of {cfg.model}", progress)
     try:
-        model, params, tok, path = load_model_and_tokenizer(cfg.model, param_dtype=cfg.param_dtype)
+        model, tok, path, params = _model_without_weights(cfg.model)
     except GeomjaxError:
         raise
     except (FileNotFoundError, ValueError) as e:  # missing/corrupted files, unsupported config
@@ -787,21 +834,48 @@ def _load(cfg: GeometryConfig, progress: bool) -> _Loaded:
     if max_pos is not None and cfg.seq_len + n_bos > max_pos:
         raise GeomjaxError(f"-T {cfg.seq_len}{' plus the BOS token' if n_bos else ''} exceeds the model's "
                            f"{max_pos} positions; use -T <= {max_pos - n_bos}")
-    try:
-        fwd_raw = _forward(model, final_ln=conv["final_norm_applied"], causal=cfg.causal,
-                           bos=conv["bos_prepended"])
-    except ValueError as e:  # an option the model does not support (--causal, --final-ln)
-        raise GeomjaxError(str(e)) from None
-    forward = extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
-    return _Loaded(model, params, tok, path, conv, forward)
+    mesh = _mesh(cfg.devices)
+    return _Loaded(model, params, tok, path, conv, _study_forward(cfg, model, conv), mesh)
+
+
+def _load_weights(cfg: GeometryConfig, m: _Loaded, progress: bool) -> None:
+    """Read the weights (host memory), stack and shard them on the study's mesh (a causal decoder: FSDP,
+    each device 1/n of every matrix), and record the dtype the forward runs in."""
+    if m.params is None:
+        status_line(f"loading the weights of {cfg.model}", progress)
+        try:
+            m.model, m.params = load_pretrained(m.path, dtype=cfg.param_dtype, host=True)
+        except GeomjaxError:
+            raise
+        except (FileNotFoundError, ValueError) as e:
+            raise GeomjaxError(f"--model {cfg.model!r} cannot be loaded: {e}") from None
+        m.forward = _study_forward(cfg, m.model, m.conventions)
+    floats = {str(np.dtype(a.dtype)) for a in jax.tree.leaves(m.params) if jnp.issubdtype(a.dtype, jnp.floating)}
+    m.conventions = m.conventions | {"forward_dtype": cfg.compute_dtype if cfg.compute_dtype != "float32"
+                                     else "/".join(sorted(floats))}
+    m.params = extraction.place_params(m.forward, m.params, m.mesh or data_mesh(1))
+
+
+STREAM_CHECKPOINT_EVERY = 50
+"""Batches between checkpoints of a pass's partial statistics (``<cache>/stream/<config hash>.npz``)."""
 
 
 def _stream(cfg: GeometryConfig, m: _Loaded, ids, desc: str, progress: bool):
-    """Every layer's streaming decomposition (eqs. (2)-(3)) of the windows ``ids`` (C, T)."""
-    batches = [ids[i: i + cfg.batch_size] for i in range(0, cfg.n_contexts, cfg.batch_size)]
-    return extraction.decompose_model_stream(
+    """Every layer's streaming decomposition (eqs. (2)-(3)) of the windows ``ids`` (C, T). Passes longer
+    than :data:`STREAM_CHECKPOINT_EVERY` batches checkpoint their partial statistics, so an interrupted
+    study with the same configuration resumes where it stopped; the checkpoint is deleted when done."""
+    batches = [ids[i: i + cfg.batch_size] for i in range(0, len(ids), cfg.batch_size)]
+    digest = hashlib.sha256(json.dumps([dataclasses.asdict(cfg), desc, np.asarray(ids).tobytes().hex()[:64],
+                                        int(np.asarray(ids, np.int64).sum())], sort_keys=True, default=str)
+                            .encode()).hexdigest()[:24]
+    ck = cache_root() / "stream" / f"{digest}.npz" if len(batches) > STREAM_CHECKPOINT_EVERY else None
+    out = extraction.decompose_model_stream(
         m.forward, m.params, batches, drop_first=cfg.drop_first, accum_dtype=cfg.accum_dtype,
-        mesh=_mesh(cfg.devices), progress=desc if progress else False, total=len(batches))
+        mesh=m.mesh, progress=desc if progress else False, total=len(batches), gram=cfg.gram,
+        checkpoint=ck, checkpoint_every=STREAM_CHECKPOINT_EVERY)
+    if ck is not None and jax.process_index() == 0:
+        ck.unlink(missing_ok=True)
+    return out
 
 
 def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[LayerMetrics]:
@@ -834,20 +908,88 @@ def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     return [theorem1_on_pos(st.pos, ks=ks) for st in _bar(stats, "Theorem 1, eq. (6)", progress)]
 
 
+APPC_STATE_BYTES = 16 * 2 ** 30
+"""Budget of the App. C accumulators (two float64 d×d scatters per layer) held at once: layers beyond
+it are accumulated in further passes over the App. C windows (a 70B model: 81 layers × 2 × 537 MB)."""
+
+
+@jax.jit
+def _appc_update(accs, states, codes, mean, pos):
+    """Add one batch to the App. C accumulators of a group of layers: ``states`` (G, B, T, d) float32,
+    token classes ``codes`` (B·T,), μ (G, d) and pos (G, T, d); raw states and cvec = h − μ − pos."""
+    acc_cvec, acc_raw = accs
+    G, B, T, d = states.shape
+    h = states.astype(acc_raw.within.dtype)
+    cvec = h - mean[:, None, None, :] - pos[:, None, :, :]
+    upd = jax.vmap(class_scatter_update, in_axes=(0, 0, None))
+    return upd(acc_cvec, cvec.reshape(G, B * T, d), codes), upd(acc_raw, h.reshape(G, B * T, d), codes)
+
+
+@jax.jit
+def _appc_project(states, mean, pos, grand, comps):
+    """Principal coordinates (G, B·T, 2) of cvec and raw states of one batch (``grand`` (2, G, d) and
+    ``comps`` (2, G, 2, d): the clouds' grand means and top-2 directions, cvec first)."""
+    G, B, T, d = states.shape
+    h = states.astype(grand.dtype)
+    clouds = ((h - mean[:, None, None, :] - pos[:, None, :, :]).reshape(G, B * T, d), h.reshape(G, B * T, d))
+    return tuple(jnp.einsum("gnd,gkd->gnk", x - grand[i][:, None, :], comps[i], precision="highest")
+                 for i, x in enumerate(clouds))
+
+
+def _appc_groups(n_layers: int, d: int) -> list[list[int]]:
+    """Layers whose App. C accumulators are held together (:data:`APPC_STATE_BYTES`)."""
+    per = max(1, APPC_STATE_BYTES // (2 * d * d * 8))
+    return [list(range(i, min(i + per, n_layers))) for i in range(0, n_layers, per)]
+
+
 def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> list[TokenClusters]:
-    """App. C / Figs. 24-26: token-level cvec vs raw states of ``n_cluster_windows`` windows per document."""
+    """App. C / Figs. 24-26 streamed: token-level cvec vs raw states of ``n_cluster_windows`` windows per
+    document, as class counts, means and the d×d within-class scatter of every layer (float64, Chan's
+    update; :func:`~geomjax.theory.decomposition.class_scatter_update`), the compactness and the PCA from
+    the d×d scatters (:func:`~geomjax.theory.geometry.compactness_from_scatter`, ``pca_from_scatter``),
+    then a second pass projecting the tokens of the scatter layers (first, middle, last) on their top-2
+    directions. Holds O(L·d² + K·d) and one batch of states; never the windows' (N, T, d) states.
+    Equal to :func:`token_cluster_metrics` of the same windows (tests/test_study_scale.py)."""
     s0 = int(cfg.drop_first)
     sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
-    parts = [[] for _ in stats]
-    for i in range(0, sel.size, cfg.batch_size):
-        for layer, a in enumerate(fwd(params, jnp.asarray(ids[sel[i: i + cfg.batch_size]]))):
-            parts[layer].append(np.asarray(a[:, s0:], np.float32))
-    out = []
-    for layer in _bar(range(len(stats)), "token clusters (App. C)", progress):
-        out.append(token_cluster_metrics(np.concatenate(parts[layer]), labels[sel], stats[layer].mean,
-                                         stats[layer].pos))
-        parts[layer] = None
-    return out
+    _, codes = np.unique(labels[sel], return_inverse=True)
+    K, L = int(codes.max()) + 1, len(stats)
+    T, d = stats[0].n_positions, int(stats[0].pos.shape[-1])
+    starts = range(0, sel.size, cfg.batch_size)
+
+    def group_states(i, layers):  # (G, B, T, d) states of the windows sel[i: i + B], these layers only
+        hs = fwd(params, jnp.asarray(ids[sel[i: i + cfg.batch_size]]))
+        return jnp.stack([hs[layer][:, s0:] for layer in layers])
+
+    scatter = sorted({0, L // 2, L - 1})
+    out: dict[int, dict] = {}
+    with x64_context("float64"):
+        mean = jnp.asarray(np.stack([np.asarray(st.mean, np.float64) for st in stats]))
+        pos = jnp.asarray(np.stack([np.asarray(st.pos, np.float64) for st in stats]))
+        for group in _appc_groups(L, d):
+            g = np.asarray(group)
+            accs = tuple(jax.vmap(lambda _: class_scatter_init(K, d, "float64"))(g) for _ in range(2))
+            for i in _bar(starts, f"token clusters (App. C), layers {group[0]}-{group[-1]}", progress, "batch"):
+                tok = jnp.asarray(np.repeat(codes[i: i + cfg.batch_size], T))
+                accs = _appc_update(accs, group_states(i, group), tok, mean[g], pos[g])
+            res = [compactness_from_scatter(a.counts, a.means, a.within) for a in accs]  # cvec, raw
+            comps = [pca_from_scatter(r[1], 2) for r in res]
+            for j, layer in enumerate(group):
+                out[layer] = {"compactness": [float(r[0][j]) for r in res],
+                              "grand": [r[2][j] for r in res], "comps": [c[j] for c in comps]}
+            del accs, res
+        g = np.asarray(scatter)
+        grand = jnp.stack([jnp.stack([out[i]["grand"][c] for i in scatter]) for c in range(2)])
+        comps = jnp.stack([jnp.stack([out[i]["comps"][c] for i in scatter]) for c in range(2)])
+        coords = [[], []]
+        for i in _bar(starts, "token clusters (App. C), projections", progress, "batch"):
+            for c, xy in enumerate(_appc_project(group_states(i, scatter), mean[g], pos[g], grand, comps)):
+                coords[c].append(np.asarray(xy))
+    coords = [np.concatenate(c, axis=1) for c in coords]
+    tok_labels = np.repeat(labels[sel], T)
+    return [TokenClusters(out[i]["compactness"][0], out[i]["compactness"][1],
+                          coords[0][scatter.index(i)] if i in scatter else None,
+                          coords[1][scatter.index(i)] if i in scatter else None, tok_labels) for i in range(L)]
 
 
 def _ood(cfg, m: _Loaded, ood_ids, options, progress: bool) -> list[LayerMetrics]:
@@ -926,6 +1068,92 @@ def _layer_results(stats, names, rows, cvec, thm1, clusters, ood) -> tuple[Layer
     return tuple(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class StudyPlan:
+    """What a study needs per device, from XLA's analysis of its compiled step (:func:`plan`).
+
+    Attributes:
+      step: :class:`geomjax.tools.extraction.StepPlan` of the forward + statistics step.
+      ctx_bytes: the per-window context means the stream keeps on the devices (C · (L+1) · d, split
+        over the devices).
+      appc_bytes: the App. C accumulators of one group of layers (float64, two d×d per layer; 0 without
+        App. C).
+      n_steps: batches of the main pass (the OOD pass runs as many again).
+      device_bytes: the memory of one device (None: unknown, e.g. a CPU without ``--device-memory``).
+    """
+
+    step: object
+    ctx_bytes: int
+    appc_bytes: int
+    n_steps: int
+    device_bytes: int | None
+
+    @property
+    def peak_bytes(self) -> int:
+        """The step's peak plus the context means: what the main pass needs on each device."""
+        return self.step.peak_bytes + self.ctx_bytes
+
+    def lines(self) -> list[str]:
+        """The plan as the lines ``geomjax geometry --dry-run`` prints."""
+        st, gb = self.step, 1e9
+        cap = "unknown (pass --device-memory GB)" if self.device_bytes is None else f"{self.device_bytes / gb:.1f} GB"
+        return [
+            f"devices: {st.n_devices}; step: {st.batch} windows x {st.seq_len} tokens; {self.n_steps} steps per pass",
+            f"per device (XLA memory_analysis of the compiled step): arguments {st.argument_bytes / gb:.2f} GB "
+            f"(weight shards, statistics, ids), temporaries {st.temp_bytes / gb:.2f} GB, outputs "
+            f"{st.output_bytes / gb:.2f} GB of which {st.alias_bytes / gb:.2f} GB alias the donated statistics",
+            f"per device: step peak {st.peak_bytes / gb:.2f} GB + context means {self.ctx_bytes / gb:.2f} GB = "
+            f"{self.peak_bytes / gb:.2f} GB; App. C accumulators {self.appc_bytes / gb:.2f} GB; device memory {cap}",
+            f"per device and step (XLA cost_analysis): {st.flops / 1e12:.3f} TFLOP, of which the statistics' "
+            f"Grams {st.gram_flops / 1e12:.3f} TFLOP; main pass {st.flops * self.n_steps / 1e15:.3f} PFLOP",
+        ]
+
+
+def _param_shapes(cfg: GeometryConfig, m: _Loaded):
+    """The model's parameters as ShapeDtypeStructs (nothing allocated) in the dtype the run loads."""
+    if m.params is not None:  # a toy run (already loaded)
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype), m.params)
+    dtype = cfg.param_dtype or read_config(m.path).get("torch_dtype") or "float32"
+    ids = jnp.zeros((1, 8), jnp.int32)
+    shapes = jax.eval_shape(lambda: m.model.init(jax.random.key(0), ids)["params"])
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, jnp.dtype(dtype) if jnp.issubdtype(
+        a.dtype, jnp.floating) else a.dtype), shapes)
+
+
+def _device_bytes(override_gb: float | None) -> int | None:
+    if override_gb is not None:
+        return int(override_gb * 1e9)
+    stats = jax.devices()[0].memory_stats() or {}
+    return stats.get("bytes_limit")
+
+
+def plan(cfg: GeometryConfig, device_memory_gb: float | None = None) -> StudyPlan:
+    """The study's per-device memory and FLOPs from XLA's analysis of its real step, compiled from shapes
+    (``geomjax geometry --dry-run``): no weights are read and nothing is allocated.
+
+    Raises:
+      GeomjaxError: the main pass does not fit the device (its memory known or ``device_memory_gb``
+        given), naming what it needs and what to change.
+    """
+    validate_geometry(cfg)
+    m = _load(cfg, progress=False)
+    mesh = m.mesh or data_mesh(1)
+    step = extraction.plan_step(m.forward, _param_shapes(cfg, m), cfg.batch_size, cfg.seq_len, mesh,
+                                accum_dtype=cfg.accum_dtype, drop_first=cfg.drop_first)
+    acc = np.dtype(cfg.accum_dtype).itemsize
+    n_dev = step.n_devices
+    ctx = cfg.n_contexts * step.n_states * step.d_model * acc // n_dev
+    appc = 0 if not cfg.n_cluster_windows else 2 * len(_appc_groups(step.n_states, step.d_model)[0]) \
+        * step.d_model ** 2 * 8
+    out = StudyPlan(step, int(ctx), int(appc), cfg.n_contexts // cfg.batch_size, _device_bytes(device_memory_gb))
+    if out.device_bytes is not None and max(out.peak_bytes, appc) > out.device_bytes:
+        raise GeomjaxError(
+            f"--dry-run: the study needs {max(out.peak_bytes, appc) / 1e9:.3g} GB per device (XLA's analysis of "
+            f"its step) but a device has {out.device_bytes / 1e9:.3g} GB; use more --devices, a smaller "
+            "--batch-size or --param-dtype bfloat16")
+    return out
+
+
 def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     """Song & Zhong §2 on one (model, corpus) pair: the per-layer geometry study as data.
 
@@ -941,9 +1169,10 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     """
     t0 = time.perf_counter()
     validate_geometry(cfg)
-    m = _load(cfg, progress)  # checks that need only the model come before the corpus sampling
+    m = _load(cfg, progress)  # checks that need only the model's config come before the corpus sampling
     vocab = getattr(getattr(m.model, "tokenizer", None), "chars", None)  # a ToyRun's characters
-    inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)
+    inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)  # capacity: before the weights
+    _load_weights(cfg, m, progress)
     w = inputs.windows
     t1 = time.perf_counter()
     stats = _stream(cfg, m, w.ids, "forward + decomposition", progress)

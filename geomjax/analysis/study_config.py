@@ -58,7 +58,11 @@ class GeometryConfig:
         cache entry holding config.json + model.safetensors, or a Hugging Face name ("gpt2",
         "meta-llama/Llama-2-7b-hf", "bigscience/bloom-560m"; cached or downloaded) — GPT-2, BERT,
         Llama / Mistral or BLOOM; or "toy:RUN_DIR".
-      corpus: wikitext2 | shakespeare | stdlib | pydoc | a text file or directory | hf:<name>.
+      corpus: wikitext2 | shakespeare | stdlib | pydoc | a text file or directory (one document per
+        file: the offline route to the paper's sizes) | hf:NAME[:CONFIG[:SPLIT]] (WikiText is split
+        into its articles on their " = Title = " headings; other datasets: one record per document).
+      join_lines: with an ``hf:`` corpus, join every N consecutive records into one document (None:
+        the dataset's own boundaries, as above).
       data_dir: folder replacing the bundled tinyshakespeare/ and wikitext-2/ (None:
         $GEOMJAX_DATA, else the copies shipped in the package; DATA.md).
       n_docs: documents (clusters) to draw windows from.
@@ -81,6 +85,9 @@ class GeometryConfig:
       compute_dtype: dtype of the model forward: "float32" (default) or "bfloat16"/"float16"
         (mixed precision: the statistics still accumulate in ``accum_dtype``; see
         ``geomjax.tools.extraction.mixed_precision``).
+      gram: the statistics' Grams: "highest" (float32 at HIGHEST precision) or "bf16x3" (three bfloat16
+        products with float32 accumulation: tensor cores; MiniLM's second moments within 2.2e-6 of float64
+        against 1.1e-7, no ScreeNOT rank changed; benchmarks/RESULTS.md).
       screenot_k: ScreeNOT's upper bound on the rank (source: 20).
       n_cvec: sequences of the fresh draw used for cvec/resid figures (source: 32; 10 plotted).
       devices: shard the windows over this many devices (None: one device).
@@ -139,6 +146,12 @@ class GeometryConfig:
     cluster_mu: str = _opt("topics", group="conventions", choices=("topics", "general"), help=(
         "centre ctx on μ of the topic windows (default) or, as the Song & Zhong topics script, on μ of a "
         "separate general-corpus draw (Table 1 intra/inter similarity)"))
+    join_lines: int | None = _opt(None, help=(
+        "with --corpus hf:...: join every N consecutive records into one document (default: the dataset's own "
+        "boundaries; WikiText is split into its articles)"))
+    gram: str = _opt("highest", flag="--gram-precision", group="conventions", choices=("highest", "bf16x3"), help=(
+        "the statistics' Grams: float32 at HIGHEST precision (default) or three bfloat16 products with float32 "
+        "accumulation (tensor cores; ~2e-6 relative, benchmarks/RESULTS.md)"))
 
     @property
     def n_contexts(self) -> int:

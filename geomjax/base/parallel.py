@@ -28,7 +28,7 @@ from geomjax.base.io import cache_root
 AXIS = "data"
 
 __all__ = ["AXIS", "data_mesh", "batch_sharding", "replicated", "shard_batch", "check_divisible",
-           "initialize", "local_device_count", "to_host", "replicate", "shard_params", "enable_compilation_cache"]
+           "initialize", "local_device_count", "to_host", "replicate", "shard_params", "fsdp_spec", "enable_compilation_cache"]
 
 
 def enable_compilation_cache(path: str | None = None) -> str | None:
@@ -102,7 +102,7 @@ def data_mesh(n_devices: int | None = None) -> Mesh:
     available = jax.device_count()
     n = available if n_devices is None else int(n_devices)
     if n < 1 or n > available:
-        raise ValueError(
+        raise GeomjaxError(
             f"data_mesh: asked for {n} devices but {available} are available "
             "(on CPU, set XLA_FLAGS=--xla_force_host_platform_device_count=N before importing jax)"
         )
@@ -170,25 +170,47 @@ def replicate(tree, mesh: Mesh):
         return jax.device_put(tree, sharding)
 
     def put(a):
+        if isinstance(a, jax.Array) and a.sharding == sharding:
+            return a  # already placed
         a = np.asarray(a)
         return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
 
     return jax.tree.map(put, tree)
 
 
-def shard_params(tree, mesh: Mesh):
-    """Place model parameters on ``mesh`` with every matrix split over ``"data"`` (single process).
+def fsdp_spec(shape: tuple[int, ...], n: int, from_axis: int = 0) -> P:
+    """The FSDP sharding of one parameter over ``n`` devices: its first axis at or after ``from_axis``
+    whose size ``n`` divides, for arrays with at least two axes from ``from_axis`` on (matrices;
+    vectors and matrices with no divisible axis are replicated, ``P()``).
 
-    Each array of rank >= 2 is split along its first axis whose size the mesh divides (so a 7B
-    model's (d, H, K), (d, F) and (V, d) matrices spread over the devices); vectors and matrices
-    with no divisible axis are replicated. XLA inserts the collectives the forward needs.
+    ``from_axis=1`` for parameters stacked over layers (L, ...): the layer axis stays whole, so a scan
+    over it gathers one layer's weights at a time.
+    """
+    if len(shape) - from_axis < 2 or n == 1:
+        return P()
+    axis = next((i for i in range(from_axis, len(shape)) if shape[i] % n == 0), None)
+    return P() if axis is None else P(*([None] * axis + [AXIS]))
+
+
+def shard_params(tree, mesh: Mesh, *, from_axis: int = 0):
+    """Place model parameters on ``mesh`` with every matrix split over ``"data"`` (FSDP; :func:`fsdp_spec`).
+
+    Each array of rank >= 2 is split along its first axis (at or after ``from_axis``) whose size the
+    mesh divides (so a 7B model's (d, H, K), (d, F) and (V, d) matrices spread over the devices);
+    vectors and matrices with no divisible axis are replicated. Each device receives only its own
+    slice; with several processes every process passes the same host values and transfers only its
+    own devices' slices (``jax.make_array_from_callback``).
     """
     n = mesh.shape[AXIS]
 
     def put(a):
-        axis = next((i for i, s in enumerate(np.shape(a)) if np.ndim(a) >= 2 and s % n == 0), None)
-        spec = P() if axis is None else P(*([None] * axis + [AXIS]))
-        return jax.device_put(a, NamedSharding(mesh, spec))
+        sharding = NamedSharding(mesh, fsdp_spec(np.shape(a), n, from_axis))
+        if isinstance(a, jax.Array) and a.sharding == sharding:
+            return a  # already placed
+        if jax.process_count() == 1:
+            return jax.device_put(a, sharding)
+        a = np.asarray(a)
+        return jax.make_array_from_callback(a.shape, sharding, lambda idx: a[idx])
 
     return jax.tree.map(put, tree)
 

@@ -122,6 +122,7 @@ def load_pretrained(
     ignore_config_keys: Iterable[str] = (),
     revision: str | None = None,
     mesh: Mesh | None = None,
+    host: bool = False,
 ) -> tuple[CausalLM | Bert, Params]:
     """Load a Hugging Face GPT-2, BERT, Llama / Mistral or BLOOM checkpoint as ``(flax_module, params)``.
 
@@ -142,6 +143,8 @@ def load_pretrained(
       mesh: a ``jax.sharding.Mesh`` (:func:`geomjax.base.parallel.data_mesh`): place the parameters
         with every matrix split over its devices (:func:`geomjax.base.parallel.shard_params`); None puts
         them on the default device.
+      host: keep the parameters as NumPy arrays in host memory (placed later, e.g. stacked and sharded
+        by ``geomjax.tools.extraction.place_params``); ``mesh`` is then ignored.
 
     Returns:
       ``(model, params)``: ``model.apply({"params": params}, input_ids)`` gives
@@ -160,5 +163,7 @@ def load_pretrained(
         stripped = {k.removeprefix("bert."): v for k, v in tensors.items()}
         config = with_pooler(config, stripped)
     params = convert_tensors(tensors, config, dtype=dtype, ignore=ignore)
+    if host:
+        return model_from_config(config), params
     params = jax.tree.map(jnp.asarray, params) if mesh is None else shard_params(params, mesh)
     return model_from_config(config), params

@@ -612,6 +612,18 @@ class CausalLM(nn.Module):
         )
         return (self.unembed(final) if compute_logits else None), inter
 
+    def scan_parts(self) -> tuple[nn.Module, nn.Module]:
+        """Unbound copies of one block and of the final norm, for a forward that scans stacked blocks.
+
+        Every block of a causal decoder has the same configuration, so one module applied with each
+        layer's parameters (``block.apply({"params": params[f"{PARTS['blocks']}_{l}"]}, x, *block_args)``)
+        computes block l; ``geomjax.tools.extraction.ScanForward`` scans it over the stacked layers so
+        that one layer's weights are gathered at a time. Call on the unbound model (no parameters needed).
+        """
+        bound = self.bind({"params": {}})
+        blocks = getattr(bound, self.PARTS["blocks"])
+        return blocks[0].clone(parent=None), getattr(bound, self.PARTS["final_norm"]).clone(parent=None)
+
     def unembed(self, h: Float[Array, "B T d"]) -> Float[Array, "B T V"]:
         """Logits (B, T, V): h @ Eᵀ with the token embedding E when tied (a config without
         ``tie_word_embeddings``, as GPT-2's, always is), else ``lm_head(h)``."""

@@ -36,6 +36,7 @@ The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; ever
 from __future__ import annotations
 
 import itertools
+import typing
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -58,7 +59,7 @@ from geomjax.base._checks import (
 from geomjax.base._repr import with_compact_repr
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
 from geomjax.base.parallel import AXIS, check_divisible, shard_batch
-from geomjax.typing import Array, Float
+from geomjax.typing import Array, Float, Int
 
 __all__ = [
     "Decomposition",
@@ -71,6 +72,10 @@ __all__ = [
     "stream_update",
     "stream_merge",
     "stream_finalize",
+    "GRAM_PRECISIONS",
+    "ClassScatter",
+    "class_scatter_init",
+    "class_scatter_update",
 ]
 
 # ----------------------------------------------------------------------------------------------
@@ -203,6 +208,7 @@ def decompose(h: Float[Array, "C T d"], drop_first: bool = False) -> Decompositi
 # ----------------------------------------------------------------------------------------------
 
 
+@typing.no_type_check  # JAX rebuilds it with ShapeDtypeStruct leaves (plan_step); fields stay annotated
 @with_compact_repr
 @struct.dataclass
 class StreamState:
@@ -286,6 +292,26 @@ def _gram(x: Array) -> Array:
     return jnp.matmul(flat.T, flat, precision=HIGHEST)
 
 
+GRAM_PRECISIONS = ("highest", "bf16x3")
+
+
+def _gram_bf16x3(x: Array) -> Array:
+    """x^T x from three bfloat16 products with float32 accumulation (tensor cores on GPU / TPU).
+
+    x = hi + lo with hi = bf16(x), lo = bf16(x − hi); x^T x ≈ hiᵀhi + hiᵀlo + loᵀhi (loᵀlo, ~2^-16 of
+    the result, dropped). benchmarks/RESULTS.md measures its error against float64.
+    """
+    flat = x.reshape(-1, x.shape[-1]).astype(jnp.float32)
+    hi = flat.astype(jnp.bfloat16)
+    lo = (flat - hi.astype(jnp.float32)).astype(jnp.bfloat16)
+
+    def dot(a, b):
+        return jnp.matmul(a.T, b, preferred_element_type=jnp.float32)
+
+    cross = dot(hi, lo)
+    return (dot(hi, hi) + (cross + cross.T)).astype(x.dtype)
+
+
 def _sum_leading(a: Array) -> Array:
     """Σ_i a[i] over the leading axis, as a GEMV with a ones vector.
 
@@ -354,7 +380,7 @@ def stream_merge(state: StreamState, other: StreamState) -> StreamState:
 
 
 def stream_update(
-    state: StreamState, batch: Float[Array, "B T d"], *, axis_name: str | None = None
+    state: StreamState, batch: Float[Array, "B T d"], *, axis_name: str | None = None, gram: str = "highest"
 ) -> tuple[StreamState, Float[Array, "B d"], Array]:
     """Add one batch of contexts (B, T, d) to the state (the per-batch sums of the module docstring).
 
@@ -362,7 +388,9 @@ def stream_update(
     means, which :func:`stream_finalize` needs in stream order), and whether the batch was all
     finite (a bool scalar). Inside ``shard_map`` over ``axis_name`` (each device holding its rows
     of the batch) the sums are ``psum``-reduced and ``finite`` covers every device, so the state
-    stays identical on all devices. Pure and traceable; the drivers jit it with the state donated.
+    stays identical on all devices. ``gram``: ``"highest"`` (float32 Grams at HIGHEST precision, the
+    default) or ``"bf16x3"`` (three bfloat16 products, float32 accumulation: tensor cores; float32 state
+    only). Pure and traceable; the drivers jit it with the state donated.
     """
     x = batch.astype(state.s_within.dtype) - state.shift[None, None, :]
     m = _mean_middle(x)  # (B, d): m_c - K
@@ -371,7 +399,7 @@ def stream_update(
         n_contexts=jnp.asarray(batch.shape[0], jnp.int32),
         sum_ctx=jnp.sum(m, axis=0),
         sum_within=_sum_leading(a),
-        s_within=_gram(a),
+        s_within=_gram_bf16x3(a) if gram == "bf16x3" and a.dtype == jnp.float32 else _gram(a),
     )
     finite = jnp.all(jnp.isfinite(batch))
     if axis_name is not None:
@@ -437,6 +465,54 @@ def stream_finalize(
         n_positions=int(n_positions),
         accum_dtype=accum_dtype,
     )
+
+
+@with_compact_repr
+@struct.dataclass
+class ClassScatter:
+    """Streamed class statistics of a point cloud (Song & Zhong App. C): enough for the cluster
+    compactness Tr(Σ_B Σ_W⁺) and the PCA without keeping the (N, d) points.
+
+    Attributes:
+      counts: (K,) points per class.
+      means:  (K, d) class means.
+      within: (d, d) within-class scatter Σ_k Σ_{i∈k} (x_i − m_k)(x_i − m_k)ᵀ.
+    With a leading layer axis when vmapped over layers.
+    """
+
+    counts: Array
+    means: Array
+    within: Array
+
+
+def class_scatter_init(num_classes: int, d: int, accum_dtype: str = "float64") -> ClassScatter:
+    """Empty :class:`ClassScatter` of K classes in R^d (call under ``x64_context`` for float64)."""
+    dtype = check_accum_dtype(accum_dtype, "class_scatter_init")
+    z = jnp.zeros
+    return ClassScatter(counts=z((num_classes,), dtype), means=z((num_classes, d), dtype), within=z((d, d), dtype))
+
+
+def class_scatter_update(acc: ClassScatter, x: Float[Array, "N d"], codes: Int[Array, " N"]) -> ClassScatter:
+    """Add N points x (N, d) of classes ``codes`` (N,) in [0, K) (Chan et al.'s pairwise update).
+
+    The batch's points are centred on their own class means before their Gram is taken, and the
+    batch is merged with W += W_b + Σ_k n_k n_bk / (n_k + n_bk) (m_bk − m_k)(m_bk − m_k)ᵀ, so no sum
+    of squares of uncentred points (and no cancellation) occurs in any dtype. Pure and traceable.
+    """
+    dtype = acc.within.dtype
+    x = x.astype(dtype)
+    onehot = (codes[:, None] == jnp.arange(acc.counts.shape[0])[None, :]).astype(dtype)  # (N, K)
+    n_b = jnp.sum(onehot, axis=0)
+    safe = jnp.where(n_b > 0, n_b, jnp.ones((), dtype))
+    m_b = jnp.matmul(onehot.T, x, precision=HIGHEST) / safe[:, None]
+    centred = x - jnp.matmul(onehot, m_b, precision=HIGHEST)
+    n_new = acc.counts + n_b
+    w = jnp.where(n_new > 0, acc.counts * n_b / jnp.where(n_new > 0, n_new, 1), 0)
+    delta = m_b - acc.means
+    dev = delta * jnp.sqrt(w)[:, None]
+    within = acc.within + _gram(centred) + jnp.matmul(dev.T, dev, precision=HIGHEST)
+    means = acc.means + delta * jnp.where(n_new > 0, n_b / jnp.where(n_new > 0, n_new, 1), 0)[:, None]
+    return ClassScatter(counts=n_new, means=means, within=within)
 
 
 def decompose_stream(

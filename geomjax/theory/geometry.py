@@ -49,6 +49,8 @@ __all__ = [
     "incoherence_stats",
     "cluster_similarity",
     "cluster_compactness",
+    "compactness_from_scatter",
+    "pca_from_scatter",
     "pca_projections",
     "mean_abs_cos_isotropic",
 ]
@@ -311,14 +313,64 @@ def _compactness(X, codes, num_classes, rtol):
     grand = jnp.mean(X, axis=0)
     within = X - jnp.matmul(onehot, means, precision=_HIGHEST)
     sigma_w = jnp.matmul(within.T, within, precision=_HIGHEST) / n
+    return _trace_ratio(sigma_w, _between(counts, means, grand) / n, rtol)
+
+
+def _between(counts, means, grand):
+    """Σ_k n_k (m_k − m)(m_k − m)ᵀ (d, d) from class sizes (K,), means (K, d) and the grand mean (d,)."""
     dev = (means - grand[None, :]) * jnp.sqrt(counts)[:, None]  # empty classes give 0 rows
-    sigma_b = jnp.matmul(dev.T, dev, precision=_HIGHEST) / n
+    return jnp.matmul(dev.T, dev, precision=_HIGHEST)
+
+
+def _trace_ratio(sigma_w, sigma_b, rtol):
+    """Tr(Σ_B Σ_W⁺) with eigenvalues of Σ_W at or below rtol·λ_max treated as zero."""
     lam, q = jnp.linalg.eigh(sigma_w)
     keep = lam > rtol * jnp.max(lam)
     inv = jnp.where(keep, 1.0 / jnp.where(keep, lam, jnp.ones((), lam.dtype)), 0.0)
     # Tr(Σ_B Σ_W⁺) = Σ_j q_jᵀ Σ_B q_j / λ_j over the kept eigenpairs of Σ_W.
     quad = jnp.sum(q * jnp.matmul(sigma_b, q, precision=_HIGHEST), axis=0)
     return jnp.sum(quad * inv.astype(quad.dtype))
+
+
+@jax.jit
+def _scatter_compactness(counts, means, within, rtol):
+    def one(counts, means, within):
+        n = jnp.sum(counts)
+        grand = jnp.matmul(counts, means, precision=_HIGHEST) / n
+        between = _between(counts, means, grand)
+        return _trace_ratio(within / n, between / n, rtol), within + between, grand
+
+    for _ in range(within.ndim - 2):
+        one = jax.vmap(one)
+    return one(counts, means, within)
+
+
+@float64_aware(arrays=("counts", "means", "within"))
+def compactness_from_scatter(
+    counts: Float[Array, "*L K"],
+    means: Float[Array, "*L K d"],
+    within: Float[Array, "*L d d"],
+    *,
+    rtol: float | None = None,
+) -> tuple[Float[Array, "*L"], Float[Array, "*L d d"], Float[Array, "*L d"]]:
+    """Cluster compactness Tr(Σ_B Σ_W⁺) (Song & Zhong App. C) from streamed class statistics.
+
+    The same number as :func:`cluster_compactness` of the samples, from their sufficient statistics:
+    class sizes n_k, class means m_k and the within-class scatter W = Σ_k Σ_{i∈k} (x_i − m_k)(x_i − m_k)ᵀ
+    (e.g. ``geomjax.theory.decomposition.class_scatter_update``), so no (N, d) sample matrix is needed.
+    Leading axes ``*L`` (e.g. layers) are mapped over.
+
+    Returns:
+      ``(compactness, total, grand)``: Tr(Σ_B Σ_W⁺) (same cut-off ``rtol`` as
+      :func:`cluster_compactness`), the total scatter W + Σ_k n_k (m_k − m)(m_k − m)ᵀ (d, d) (for the
+      PCA, :func:`pca_from_scatter`) and the grand mean m (d,).
+    """
+    within = as_float_array(within, "within", max(np.ndim(within), 2), "(*L, d, d)")
+    d = within.shape[-1]
+    if rtol is None:
+        rtol = 10.0 * d * float(jnp.finfo(within.dtype).eps)
+    counts = jnp.asarray(counts, within.dtype)
+    return _scatter_compactness(counts, jnp.asarray(means, within.dtype), within, jnp.asarray(rtol, within.dtype))
 
 
 @float64_aware(arrays=("X", "labels"))
@@ -415,16 +467,43 @@ class PCAProjection(NamedTuple):
     others: tuple
 
 
+def _fix_signs(v):
+    """Rows of v (k, d) with each row's entry of largest magnitude made positive."""
+    idx = jnp.argmax(jnp.abs(v), axis=1)
+    sign = jnp.sign(jnp.take_along_axis(v, idx[:, None], axis=1))  # (k, 1)
+    return v * jnp.where(sign == 0, jnp.ones((), v.dtype), sign)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _top_eigvecs(scatter, k):
+    _, q = jnp.linalg.eigh(0.5 * (scatter + jnp.swapaxes(scatter, -1, -2)))
+    v = jnp.swapaxes(q[..., ::-1][..., :k], -1, -2)
+    fix = _fix_signs
+    for _ in range(scatter.ndim - 2):
+        fix = jax.vmap(fix)
+    return fix(v)
+
+
+@float64_aware(arrays=("scatter",))
+def pca_from_scatter(scatter: Float[Array, "*L d d"], n_components: int = 2) -> Float[Array, "*L k d"]:
+    """The top principal directions (k, d) of a point cloud from its centred scatter matrix Σ (x−m)(x−m)ᵀ.
+
+    The same directions (and signs: each row's largest-|entry| positive) as
+    ``pca_projections(X, center=True).components``, from the d×d scatter instead of the (N, d) cloud:
+    the top-k eigenvectors of the scatter are the top-k right singular vectors of the centred X.
+    Leading axes ``*L`` are mapped over.
+    """
+    scatter = as_float_array(scatter, "scatter", max(np.ndim(scatter), 2), "(*L, d, d)")
+    return _top_eigvecs(scatter, int(n_components))
+
+
 @functools.partial(jax.jit, static_argnames=("n_components", "center"))
 def _pca(P, others, n_components, center):
     if center:
         mu = P.mean(axis=0)
         P, others = P - mu[None], tuple(x - mu.reshape((1,) * (x.ndim - 1) + mu.shape) for x in others)
     _, s, vt = jnp.linalg.svd(P, full_matrices=False)
-    v = vt[:n_components]
-    idx = jnp.argmax(jnp.abs(v), axis=1)
-    sign = jnp.sign(jnp.take_along_axis(v, idx[:, None], axis=1))  # (k, 1)
-    v = v * jnp.where(sign == 0, jnp.ones((), v.dtype), sign)
+    v = _fix_signs(vt[:n_components])
     proj = lambda x: jnp.einsum("...d,kd->...k", x, v, precision=_HIGHEST)  # noqa: E731
     return v, s[:n_components], proj(P), tuple(proj(x) for x in others)
 
