@@ -125,7 +125,9 @@ def load_checkpoint(path: str | os.PathLike, template: PyTree[Shaped[Array, "...
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint {str(p)!r} does not exist")
     try:
-        with np.load(p, allow_pickle=False) as z:
+        # the file is opened here, so it is closed even when np.load fails on a corrupted file
+        # (numpy 2.0 leaves its own handle open then: a ResourceWarning, an error in the tests)
+        with open(p, "rb") as f, np.load(f, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except Exception as e:  # zipfile.BadZipFile, EOFError, ValueError ...
         raise ValueError(f"checkpoint {str(p)!r} is corrupted or not a geomjax .npz ({type(e).__name__}: {e}); "
