@@ -59,9 +59,10 @@ def test_addition_budget_has_its_own_horizon():
     from experiments.addition.config import AdditionExperimentConfig, budget_config, get_config
 
     cpu = get_config("cpu")
-    assert cpu.budgets and cpu.train.optim.decay_steps == cpu.train.total_steps
+    assert cpu.budgets and cpu.train.optim.horizon(cpu.train.total_steps) == cpu.train.total_steps
     b = budget_config(cpu.train, 3000)
-    assert b.total_steps == 3000 and b.optim.decay_steps == 3000 and b.optim.lr == cpu.train.optim.lr
+    assert b.total_steps == 3000 and b.optim.horizon(b.total_steps) == 3000 and b.optim.lr == cpu.train.optim.lr
+    assert b.effective_schedule()["lr_end"] == pytest.approx(b.optim.end_lr, rel=1e-6)
     assert b.model == cpu.train.model and b.options == cpu.train.options
     with pytest.raises(ValueError, match="budgets"):
         AdditionExperimentConfig("x", cpu.train, budgets=(cpu.train.total_steps,))
@@ -133,9 +134,9 @@ def test_token_randomization_budget_has_its_own_horizon():
     from experiments.token_randomization.config import RandomizationConfig, budget_config, get_config
 
     cpu = get_config("cpu")
-    assert cpu.budgets and cpu.train.optim.decay_steps == cpu.train.total_steps
+    assert cpu.budgets and cpu.train.optim.horizon(cpu.train.total_steps) == cpu.train.total_steps
     b = budget_config(cpu, cpu.budgets[0])
-    assert b.train.total_steps == b.train.optim.decay_steps == cpu.budgets[0] and b.budgets == ()
+    assert b.train.total_steps == b.train.optim.horizon(b.train.total_steps) == cpu.budgets[0] and b.budgets == ()
     assert b.train.model == cpu.train.model and b.train.eval_batches == cpu.train.eval_batches
     with pytest.raises(ValueError, match="budgets"):
         RandomizationConfig("x", cpu.train, budgets=(cpu.train.total_steps,))

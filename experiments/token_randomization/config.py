@@ -63,10 +63,10 @@ class RandomizationConfig:
 
 
 def budget_config(cfg: RandomizationConfig, steps: int) -> RandomizationConfig:
-    """``cfg`` trained for ``steps`` steps, the cosine schedule's horizon set to ``steps`` explicitly
-    (``TrainConfig.replace(total_steps=...)`` alone would keep the old horizon), without budgets of its own."""
+    """``cfg`` trained for ``steps`` steps, the cosine schedule following the run's length (its horizon
+    unpinned, ``OptimConfig.decay_steps = None``, so it ends at ``steps``), without budgets of its own."""
     t = cfg.train
-    train = t.replace(total_steps=steps, optim=dataclasses.replace(t.optim, decay_steps=steps))
+    train = t.replace(total_steps=steps, optim=dataclasses.replace(t.optim, decay_steps=None))
     return dataclasses.replace(cfg, train=train, budgets=())
 
 
