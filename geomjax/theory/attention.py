@@ -57,7 +57,7 @@ from flax import struct
 
 from geomjax.base._checks import as_real_array, float64_aware
 from geomjax.errors import GeomjaxError
-from geomjax.theory.positional import rotary_from_inv_freq
+from geomjax.theory.positional import apply_rotary, rotary_from_inv_freq
 from geomjax.typing import Array, Float, Int, Key, Scalar
 
 __all__ = [
@@ -155,10 +155,7 @@ def causal_softmax(scores: Float[Array, "... T S"], causal: bool = True) -> Floa
 
 def _rotate(a: Float[Array, "T K"], cos: Array | None, sin: Array | None) -> Array:
     """Rotate row t of a by position t (rotary models); identity when cos is None."""
-    if cos is None:
-        return a
-    half = a.shape[-1] // 2
-    return a * cos + jnp.concatenate([-a[..., half:], a[..., :half]], axis=-1) * sin
+    return a if cos is None else apply_rotary(a, cos, sin)
 
 
 @float64_aware(arrays=('x', 'mean', 'pos', 'W_q', 'W_k', 'b_q', 'b_k', 'rope_inv_freq'))
@@ -195,7 +192,8 @@ def qk_decomposition(
       b_q, b_k: (K,) biases or None.
       remove_mean: True: μ is its own term (App. D.1 Fig. 27); False: μ stays inside cvec (Fig. 28).
       causal: mask keys after the query in ``attention``.
-      rope_inv_freq: (K/2,) rotary inverse frequencies (Llama / Mistral), or None.
+      rope_inv_freq: (R/2,) rotary inverse frequencies (Llama / Mistral / Qwen / Gemma: R = K; GPT-NeoX: R < K,
+        the first R coordinates rotated), or None.
       alibi_slope: the head's ALiBi slope (BLOOM), or None.
 
     Returns:

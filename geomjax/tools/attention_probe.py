@@ -29,7 +29,7 @@ from geomjax.theory.attention import AttentionBasis, QKParts, qk_decomposition
 from geomjax.errors import GeomjaxError
 from geomjax.models.common import check_input_ids
 from geomjax.models.interface import kv_expanded, model_interface
-from geomjax.theory.positional import alibi_slopes, rope_inv_freq
+from geomjax.theory.positional import alibi_slopes
 from geomjax.typing import Array, Float, Int
 
 __all__ = [
@@ -133,9 +133,9 @@ def qk_weights(model: Any, params: dict, layer: int) -> dict[str, Float[Array, "
     m = model_interface(model)
     w = kv_expanded(m.head_weights(params, layer))
     out = {k: w[k] for k in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "kv_head")}
-    K, H, c = spec.head_dim, spec.n_heads, m.config
-    out["rope_inv_freq"] = jnp.asarray(rope_inv_freq(c.head_dim, c.rope_theta, c.rope_type, c.rope_factor)
-                                       if spec.positions == "rotary" else np.zeros(K // 2, np.float32))
+    K, H = spec.head_dim, spec.n_heads
+    inv = m.rope_inv_freq(layer)
+    out["rope_inv_freq"] = jnp.asarray(np.zeros(K // 2, np.float32) if inv is None else inv)
     out["alibi_slope"] = jnp.asarray(alibi_slopes(H) if spec.positions == "alibi" else np.zeros(H, np.float32))
     return out
 
@@ -247,6 +247,11 @@ def head_qk_decomposition(model: Any, params: dict, basis: AttentionBasis, ids: 
     """
     spec = describe_model(model, causal=causal)
     layer, head = _check_layer(spec, layer), _check_head(spec, head)
+    facts = model_interface(model, causal=causal).facts
+    if not facts.bilinear_scores:
+        raise GeomjaxError(f"head_qk_decomposition: eq. (7) splits scores that are a bilinear form of the attention "
+                           f"input; the {facts.family} model's per-head q/k norms or score soft-capping make them "
+                           "not bilinear, so its heads are not decomposed")
     ids = np.asarray(ids)
     if ids.ndim != 1:
         raise GeomjaxError(f"head_qk_decomposition: ids must be one sequence (T,), got shape {ids.shape}")
