@@ -227,3 +227,57 @@ def test_unsupported_attributes_rejected_by_name(checkpoints):
     n = json.loads((checkpoints["gpt_neox"][0] / "config.json").read_text())
     with pytest.raises(GeomjaxError, match="rope type 'yarn'"):
         gj.convert.config_from_hf(n | {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}})
+
+
+def test_revision_names(checkpoints, tmp_path, monkeypatch):
+    """NAME@REVISION resolves a training checkpoint (a branch) through the Hugging Face cache, offline."""
+    import shutil
+
+    from geomjax.convert.safetensors_io import resolve_checkpoint, split_revision
+
+    assert split_revision("EleutherAI/pythia-70m@step1000") == ("EleutherAI/pythia-70m", "step1000")
+    assert split_revision("gpt2") == ("gpt2", None)
+    for bad in ("a@", "@b", "a@b@c"):
+        with pytest.raises(GeomjaxError, match="NAME@REVISION"):
+            split_revision(bad)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = tmp_path / "hf" / "hub" / "models--EleutherAI--pythia-tiny"
+    (entry / "refs").mkdir(parents=True)
+    for rev, commit, name in (("main", "c143000", "gpt_neox"), ("step1000", "c1000", "gpt_neox_sequential")):
+        shutil.copytree(checkpoints[name][0], entry / "snapshots" / commit)
+        (entry / "refs" / rev).write_text(commit)
+    assert resolve_checkpoint("EleutherAI/pythia-tiny@step1000").name == "c1000"
+    assert resolve_checkpoint("EleutherAI/pythia-tiny").name == "c143000"
+    m = gj.convert.load_pretrained("EleutherAI/pythia-tiny@step1000")[0]
+    assert m.config.use_parallel_residual is False
+    with pytest.raises(FileNotFoundError):
+        resolve_checkpoint("EleutherAI/pythia-tiny@step9")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt_neox", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"])
+def test_geometry_end_to_end(checkpoints, tmp_path, name):
+    """`geomjax geometry --model DIR` on each new family (a word-level tokenizer.json of the test corpus)."""
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from tests.test_families import SMALL, _corpus
+
+    corpus = _corpus(tmp_path)
+    d = tmp_path / name
+    shutil.copytree(checkpoints[name][0], d)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))  # word-level BPE of the corpus, within the model's V ids
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(p) for p in sorted(corpus.iterdir())],
+              trainers.BpeTrainer(vocab_size=V, special_tokens=["<pad>", "<s>", "<bos>"], show_progress=False))
+    tok.save(str(d / "tokenizer.json"))
+    out = tmp_path / "run"
+    assert cli.main(["geometry", "--model", str(d), "--corpus", str(corpus), "--out", str(out), *SMALL]) == 0
+    conv = json.loads((out / "config.json").read_text())["config"]["model_conventions"]
+    assert conv["positions"] == "rotary" and conv["final_norm_applied"] is True
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert len(metrics["per_layer"]) == model_interface(gj.convert.load_pretrained(d)[0]).facts.n_layers + 1
+    assert all(np.isfinite(m["relative_norm"]) for m in metrics["per_layer"])

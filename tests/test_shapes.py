@@ -65,6 +65,7 @@ NO_ARRAYS = {
     "geomjax.tools.extraction.hidden_state_forward": "model -> forward function",
     "geomjax.tools.extraction.mixed_precision": "forward function -> forward function",
     "geomjax.analysis.lens.load": "name -> Model",
+    "geomjax.analysis.lens.cache_size": "(Model, batch shape, names) -> CacheSize (bytes, from eval_shape)",
     "geomjax.theory.fourier.fourier_basis_names": "p -> the basis rows' names",
     "geomjax.tools.attention_probe.describe_model": "model -> AttentionModel (its sizes and conventions)",
     # models: configs, module factories, closures
@@ -124,6 +125,7 @@ NO_ARRAYS = {
     "geomjax.convert.safetensors_io.hub_offline": "-> bool",
     "geomjax.convert.safetensors_io.read_config": "path -> dict",
     "geomjax.convert.safetensors_io.resolve_checkpoint": "path -> path",
+    "geomjax.convert.safetensors_io.split_revision": "name -> (name, revision)",
     "geomjax.convert.tables.config_from_hf": "config.json dict -> config",
     "geomjax.convert.tables.expected_param_shapes": "config -> tree of ShapeDtypeStructs (no arrays)",
     "geomjax.convert.tokenizers.bert_tokenizer": "path -> TextTokenizer (whose encode/decode are annotated)",

@@ -151,7 +151,8 @@ class ModelInterface:
         return tuple(inter.hidden_states if final_norm else inter.residual)
 
     def study_forward(self, *, final_norm: bool, bos: int | None = None):
-        """``forward(params, ids (B, T)) -> L+1 (B, T[+1], d)`` for the streaming geometry study.
+        """``forward(params, ids (B, T)[, attention_mask (B, T)]) -> L+1 (B, T[+1], d)`` for the streaming
+        geometry study and the extraction (a padding mask gives the unpadded states at real tokens).
 
         ``bos``: prepend this token id to every window (then position 0 is the BOS). The same function
         object is returned for equal arguments, so ``jit`` reuses its compilation across calls.
@@ -276,10 +277,13 @@ class ModelInterface:
 
 @compiled_cache(maxsize=64)
 def _study_forward(iface: ModelInterface, final_norm: bool, bos: int | None):
-    def forward(params, ids):
+    def forward(params, ids, attention_mask=None):
         if bos is not None:
             ids = jnp.concatenate([jnp.full((ids.shape[0], 1), bos, ids.dtype), ids], axis=1)
-        return iface.hidden_states(params, ids, final_norm=final_norm)
+            if attention_mask is not None:
+                attention_mask = jnp.concatenate([jnp.ones((ids.shape[0], 1), attention_mask.dtype),
+                                                  attention_mask], axis=1)
+        return iface.hidden_states(params, ids, final_norm=final_norm, attention_mask=attention_mask)
 
     forward.__name__ = f"{iface.facts.family}_hidden_states"
     return forward
