@@ -40,7 +40,6 @@ from geomjax.convert.tables import (
     expected_param_shapes,
     gpt2_config_from_hf,
     llama_config_from_hf,
-    with_pooler,
 )
 from geomjax.models.bert import Bert
 from geomjax.models.common import CausalLM, HFConfig
