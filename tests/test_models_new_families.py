@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import geomjax as gj
+from geomjax import attention as A
 from geomjax import attention_probe as AP
 from geomjax import cli
 from geomjax.analysis import lens
@@ -174,27 +175,22 @@ def test_legend_names_of_each_family(checkpoints):
         assert "ln_final" in cache
 
 
-@pytest.mark.parametrize("name", slow_beyond_first(["gpt_neox", "qwen2", "gemma"]))
+@pytest.mark.parametrize("name", slow_beyond_first(["qwen3", "gpt_neox", "qwen2", "gemma", "gemma2", "gemma3"]))
 def test_qk_decomposition(checkpoints, name):
-    """eq. (7) parts of a partial-rotary (GPT-NeoX), biased (Qwen 2) or Gemma head add up to the model's
-    scores; their softmax is the model's attention."""
+    """eq. (7) parts of a partial-rotary (GPT-NeoX), biased (Qwen 2), q/k-normed (Qwen 3, Gemma 3), soft-capped
+    (Gemma 2) or Gemma head add up to the model's (pre-cap) scores; the (capped) softmax is the model's
+    attention, for one head and for every head of the layer."""
     model, params = gj.convert.load_pretrained(checkpoints[name][0])
     rng = np.random.default_rng(1)
     batches = [rng.integers(1, V, (4, 8)) for _ in range(2)]
     basis = AP.estimate_attention_basis(model, params, batches)
     ids = batches[0][0]
-    _, att = AP.attention_inputs_jit(model, params, ids[None])
+    xs, att = AP.attention_inputs_jit(model, params, ids[None])
     parts = AP.head_qk_decomposition(model, params, basis, ids, 1, 2)
     np.testing.assert_allclose(np.asarray(parts.sum_of_parts()), np.asarray(parts.total), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(np.asarray(parts.attention), np.asarray(att[1][0, 2]), atol=2e-6)
-
-
-@pytest.mark.parametrize("name", ["qwen3", "gemma2", "gemma3"])
-def test_qk_decomposition_refuses_non_bilinear(checkpoints, name):
-    model, params = gj.convert.load_pretrained(checkpoints[name][0])
-    basis = AP.estimate_attention_basis(model, params, [np.arange(1, 17).reshape(2, 8)])
-    with pytest.raises(GeomjaxError, match="not bilinear"):
-        AP.head_qk_decomposition(model, params, basis, np.arange(1, 9), 0, 0)
+    every = A.layer_qk_decomposition(xs[1][0], basis, AP.qk_weights(model, params, 1), 1)
+    np.testing.assert_allclose(np.asarray(every.attention), np.asarray(att[1][0]), atol=2e-6)
 
 
 def test_cache_size_and_stop_at_layer(checkpoints):

@@ -10,7 +10,7 @@ Gemma's block (GeGLU, 1 + w RMSNorms, √d-scaled embeddings) with
 * alternating local / global attention: ``layer_types`` (default: even layers sliding) — a sliding layer's
   query t attends keys t − W < s ≤ t (``sliding_window`` W), a full layer every s ≤ t.
 
-Soft-capping makes the scores non-bilinear: the eq. (7) decomposition refuses Gemma 2 heads.
+The eq. (7) decomposition splits the scores before the cap (``qk_decomposition(softcap=...)``).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ local / global ``layer_types``: default five sliding layers per full one) with p
 of queries and keys before the rotation, and two rotary bases: the full-attention layers rotate with
 ``rope_parameters["full_attention"]`` (θ = 10⁶, possibly linear scaling), the sliding layers with
 ``rope_parameters["sliding_attention"]`` (θ = 10⁴; older configs: ``rope_local_base_freq``). Soft-capping
-is off unless the config sets it. The q/k norms make the scores non-bilinear: the eq. (7) decomposition
-refuses Gemma 3 heads.
+is off unless the config sets it. The eq. (7) decomposition holds the q/k normalisers at the model's values
+(``qk_decomposition(q_norm=..., k_norm=...)``).
 """
 
 from __future__ import annotations

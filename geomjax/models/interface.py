@@ -67,9 +67,6 @@ class ModelFacts:
       norm: ``layernorm``, ``rmsnorm`` or ``none``; pre_norm: the attention input is norm(h).
       final_norm: the model has a final norm before the unembedding.
       bos_token_id: the id the family's tokenizer prepends to every text (Llama / Mistral / Gemma), else None.
-      bilinear_scores: the attention scores are a bilinear form of the attention input (plus position
-        terms), as Song & Zhong eq. (7) decomposes them; False with per-head q/k norms (Qwen 3, Gemma 3)
-        or score soft-capping (Gemma 2).
     """
 
     family: str
@@ -87,7 +84,6 @@ class ModelFacts:
     pre_norm: bool
     final_norm: bool
     bos_token_id: int | None = None
-    bilinear_scores: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,10 +303,9 @@ def _facts(m, causal: bool | None) -> ModelFacts:
             causal = True
         else:
             raise ValueError(f"{c.display_name} is always causal; leave causal=None")
-        bilinear = not (getattr(c, "qk_norm", False) or getattr(c, "attn_logit_softcapping", None))
         return ModelFacts(c.model_type, c.d_model, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.d_mlp,
                           c.vocab_size, c.max_positions, causal, fam.positions, fam.norm, fam.pre_norm, fam.pre_norm,
-                          c.bos_token_id if fam.prepends_bos else None, bilinear)
+                          c.bos_token_id if fam.prepends_bos else None)
     raise TypeError(f"unsupported model {type(m).__name__}; expected a geomjax port "
                     f"({', '.join(f.module_cls.__name__ for f in FAMILIES)}), ToyTransformer or ToyRun")
 

@@ -4,8 +4,8 @@ Face's Qwen3ForCausalLM (eager attention).
 Llama's block with a per-head RMSNorm of queries and keys (over the head dimension K, gains (K,)
 ``attn/q_norm/scale``, ``attn/k_norm/scale``) applied after the projection and before the rotation:
 q̃_h = R_t(rms(x W_q[h]) ⊙ g_q). ``attention_bias`` puts biases on q, k, v and o (Qwen 3 checkpoints have
-none). Sliding-window attention is rejected. The scores are then no longer a bilinear form of the attention
-input, so the eq. (7) decomposition refuses these heads (``ModelFacts.bilinear_scores``).
+none). Sliding-window attention is rejected. The eq. (7) decomposition holds the q/k normalisers at the
+model's values (``qk_decomposition(q_norm=..., k_norm=...)``).
 """
 
 from __future__ import annotations
