@@ -210,6 +210,18 @@ def test_cache_size_and_stop_at_layer(checkpoints):
         m.run_with_cache(ids, stop_at_layer=3)
 
 
+def test_cache_that_cannot_fit_is_refused_before_running(checkpoints, monkeypatch):
+    """A cache larger than the device's free memory is one GeomjaxError line before anything runs."""
+    m = lens.Model(*gj.convert.load_pretrained(checkpoints["gemma"][0]), tokenizer=None, name="gemma")
+    need = int(lens.cache_size(m, (2, 5)))
+    monkeypatch.setattr(lens, "_free_bytes", lambda: need - 1)
+    with pytest.raises(GeomjaxError, match=r"would take .* free; keep fewer names") as e:
+        m.run_with_cache(np.ones((2, 5), np.int64))
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(lens, "_free_bytes", lambda: need)
+    m.run_with_cache(np.ones((2, 5), np.int64))
+
+
 def test_unsupported_attributes_rejected_by_name(checkpoints):
     """Variants not implemented are rejected by name before any weight is read."""
     base = json.loads((checkpoints["qwen2"][0] / "config.json").read_text())

@@ -6,6 +6,8 @@
     ids = model.to_tokens("The cat sat.")          # (1, T) int32, special tokens as the family adds them
     model.to_str_tokens(ids)                       # ['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']
     out, cache = model.run_with_cache(ids, names="blocks.*.attn.pattern")
+    out, cache = model.run_with_cache(ids, attention_mask=mask)  # padded batch: real tokens as unpadded
+    print(gj.lens.cache_size(model, (8, 512), "blocks.*.hook_resid_post"))   # bytes, before running
     cache["blocks.0.attn.pattern"]                 # (B, H, T, T)
     hs = model.run_with_cache(ids)[1].hidden_states()   # L+1 (B, T, d), Hugging Face convention
     out = model.run_with_hooks(ids, {"blocks.1.attn.z": lambda z: z.at[:, :, 3].set(0.0)})  # ablate head 3
@@ -18,22 +20,25 @@ heads, K head width; every family has the same names, recorded by the identity m
     blocks.{l}.hook_resid_pre     (B, T, d)      residual stream entering block l = Hugging Face
                                                  hidden_states[l]
     blocks.{l}.ln1                (B, T, d)      the attention input norm_1(h) (pre-norm families)
-    blocks.{l}.attn.q             (B, T, H, K)   x W_q + b_q (before the rotation of rotary families)
+    blocks.{l}.attn.q             (B, T, H, K)   x W_q + b_q (before the q norm and rotation of rotary families)
     blocks.{l}.attn.k, .attn.v    (B, T, H_kv, K)
-    blocks.{l}.attn.q_rot, .k_rot (B, T, H|H_kv, K)  rotated queries / keys (Llama, Mistral only)
-    blocks.{l}.attn.scores        (B, H, T, T)   scaled scores (+ ALiBi bias) with masked entries set
-                                                 to the dtype minimum: what the softmax reads
+    blocks.{l}.attn.q_rot, .k_rot (B, T, H|H_kv, K)  normed (Qwen 3, Gemma 3) and rotated queries / keys
+                                                 (rotary families: Llama, Mistral, GPT-NeoX, Qwen, Gemma)
+    blocks.{l}.attn.scores        (B, H, T, T)   scaled scores (+ ALiBi bias; Gemma 2: soft-capped) with masked
+                                                 entries set to the dtype minimum: what the softmax reads
     blocks.{l}.attn.pattern       (B, H, T, T)   attention probabilities (rows sum to one)
     blocks.{l}.attn.z             (B, T, H, K)   pattern @ v per head, before W_o
-    blocks.{l}.attn.out           (B, T, d)      sum_h z_h W_o[h] + b_o
+    blocks.{l}.attn.out           (B, T, d)      sum_h z_h W_o[h] + b_o (Gemma 2/3: after its output norm)
     blocks.{l}.hook_resid_mid     (B, T, d)      h + attn.out (BERT: its LayerNorm of that)
     blocks.{l}.ln2                (B, T, d)      the MLP input norm_2 (pre-norm families)
-    blocks.{l}.mlp.out            (B, T, d)      MLP output
+    blocks.{l}.mlp.out            (B, T, d)      MLP output (Gemma 2/3: after its output norm)
     blocks.{l}.hook_resid_post    (B, T, d)      block output = hidden_states[l + 1] (residual)
-    ln_final                      (B, T, d)      final norm (GPT-2 ln_f, Llama norm, BLOOM ln_f)
+    ln_final                      (B, T, d)      final norm (GPT-2 ln_f, Llama / Qwen / Gemma norm, BLOOM ln_f,
+                                                 GPT-NeoX final_layer_norm)
 
 Post-LN BERT has no ``ln1``/``ln2`` (its ``hook_resid_mid``/``hook_resid_post`` are the LayerNorm
-outputs) and no ``ln_final``; the toy models of ``geomjax train`` have the names of their layer-norm
+outputs) and no ``ln_final``; GPT-NeoX with its parallel residual (every Pythia) has no ``hook_resid_mid``
+(attention and MLP both read ``hook_resid_pre``); the toy models of ``geomjax train`` have the names of their layer-norm
 placement (pre: as GPT-2; post: as BERT; none: no norms) and no ``mlp.out`` when attention-only. A
 hook ``fn(x) -> x`` replaces the activation of that name in the forward pass (patching, ablation);
 everything downstream sees the replacement.
