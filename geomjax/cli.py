@@ -29,7 +29,10 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
                    help="'minilm' (the offline MiniLM package), a local Hugging Face model "
                         "directory / cache entry with config.json + model.safetensors, or a Hugging "
                         "Face name (gpt2, meta-llama/Llama-2-7b-hf, bigscience/bloom-560m: cached "
-                        "or downloaded); GPT-2, BERT, Llama, Mistral, BLOOM")
+                        "or downloaded), NAME@REVISION for a training checkpoint "
+                        "(EleutherAI/pythia-70m@step1000); several, comma-separated, make a sweep with one "
+                        "report of the metrics over training (NAME@step1000,step2000,...); GPT-2, BERT, "
+                        "Llama, Mistral, BLOOM, GPT-NeoX/Pythia, Qwen2, Qwen3, Gemma, Gemma2, Gemma3")
     g.add_argument("--corpus", default=defaults.corpus,
                    help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
     g.add_argument("--data-dir", default=None,
@@ -62,7 +65,7 @@ def _add_geometry_args(p: argparse.ArgumentParser, defaults) -> None:
     c.add_argument("--final-ln", action=argparse.BooleanOptionalAction, default=None,
                    help="use the last state after the final norm (Hugging Face's convention) or not; "
                         "default: the family's as the Song & Zhong code ran it (GPT-2 without, "
-                        "BLOOM / Llama / Mistral with)")
+                        "every other family with)")
     c.add_argument("--bos", action="store_true",
                    help="prepend the model's BOS id to every window (dropped with the first position)")
     c.add_argument("--param-dtype", choices=["float32", "bfloat16", "float16"], default=None,
@@ -197,6 +200,18 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     )
 
 
+def _sweep(args, cfg) -> list[str]:
+    """The checkpoints of ``--model`` (several, comma-separated, make a sweep; ``geometry`` only)."""
+    from geomjax.analysis.study_config import sweep_models
+
+    models = sweep_models(cfg.model)
+    if len(models) > 1 and args.command != "geometry":
+        raise GeomjaxError(f"--model lists {len(models)} checkpoints; a sweep runs with `geomjax geometry`")
+    if not models:
+        raise GeomjaxError("--model is empty")
+    return models
+
+
 def _debug_requested(argv: list[str] | None) -> bool:
     argv = sys.argv[1:] if argv is None else argv
     return "--debug" in argv or os.environ.get("GEOMJAX_DEBUG", "").strip() not in ("", "0")
@@ -258,7 +273,8 @@ def _run(args) -> int:
     # Validate everything that can be validated before loading a model or creating --out.
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
-        pipeline.validate_geometry(cfg)
+        for name in _sweep(args, cfg):
+            pipeline.validate_geometry(dataclasses.replace(cfg, model=name))
         options = dataclasses.asdict(cfg) | ({"budget": args.budget} if args.command == "demo" else {})
     elif args.command == "train":
         pipeline.validate_training(args.task, args.preset, args.data_dir)
@@ -293,6 +309,15 @@ def _execute(args, run, progress: bool) -> str | None:
 
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
+        models = _sweep(args, cfg)
+        if len(models) > 1:
+            sections, metrics = pipeline.run_geometry_sweep(cfg, models, run, progress=progress)
+            run.write_config(dataclasses.asdict(cfg) | {"command": args.command, "sweep": models,
+                                                         "model_conventions": metrics["model_conventions"]})
+            run.write_json("metrics.json", metrics)
+            run.write_report(f"geomjax {args.command}: {len(models)} checkpoints on {cfg.corpus}", sections)
+            return None
+
         def claims_check():  # the demo's claims run while the study's figures are drawn
             pipeline.status_line("checking Song & Zhong's claims", progress)
             s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,

@@ -289,3 +289,50 @@ def test_geometry_end_to_end(checkpoints, tmp_path, name):
     metrics = json.loads((out / "metrics.json").read_text())
     assert len(metrics["per_layer"]) == model_interface(gj.convert.load_pretrained(d)[0]).facts.n_layers + 1
     assert all(np.isfinite(m["relative_norm"]) for m in metrics["per_layer"])
+
+
+def test_sweep_models_spec():
+    from geomjax.analysis.study_config import sweep_models
+
+    assert sweep_models("EleutherAI/pythia-70m@step1000,step2000, step3000") == [
+        "EleutherAI/pythia-70m@step1000", "EleutherAI/pythia-70m@step2000", "EleutherAI/pythia-70m@step3000"]
+    assert sweep_models("runs/a,runs/b") == ["runs/a", "runs/b"]
+    assert sweep_models("gpt2") == ["gpt2"]
+
+
+@pytest.mark.slow
+def test_geometry_sweep_over_checkpoints(checkpoints, tmp_path, monkeypatch, capsys):
+    """`geomjax geometry --model A,B` (two training revisions of a cached Pythia, offline) writes one report
+    whose table has one row per checkpoint, equal to the single runs' across-layer means."""
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from tests.test_families import SMALL, _corpus
+
+    corpus = _corpus(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = tmp_path / "hf" / "hub" / "models--EleutherAI--pythia-tiny"
+    (entry / "refs").mkdir(parents=True)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(p) for p in sorted(corpus.iterdir())],
+              trainers.BpeTrainer(vocab_size=V, special_tokens=["<pad>"], show_progress=False))
+    for rev, name in (("step1", "gpt_neox"), ("step2", "gpt_neox_sequential")):
+        shutil.copytree(checkpoints[name][0], entry / "snapshots" / rev)
+        tok.save(str(entry / "snapshots" / rev / "tokenizer.json"))
+        (entry / "refs" / rev).write_text(rev)
+    out = tmp_path / "sweep"
+    spec = "EleutherAI/pythia-tiny@step1,step2"
+    assert cli.main(["geometry", "--model", spec, "--corpus", str(corpus), "--out", str(out), *SMALL]) == 0
+    sweep = json.loads((out / "metrics.json").read_text())["sweep"]
+    assert [r["model"] for r in sweep] == ["EleutherAI/pythia-tiny@step1", "EleutherAI/pythia-tiny@step2"]
+    assert "Metrics over training" in (out / "report.md").read_text()
+    single = tmp_path / "single"
+    assert cli.main(["geometry", "--model", "EleutherAI/pythia-tiny@step2", "--corpus", str(corpus), "--out",
+                     str(single), *SMALL]) == 0
+    want = json.loads((single / "metrics.json").read_text())["summary"]["relative_norm"]["mean"]
+    assert sweep[1]["summary"]["relative_norm"]["mean"] == pytest.approx(want, rel=1e-6)
+    assert sweep[0]["summary"]["relative_norm"]["mean"] != pytest.approx(want, rel=1e-3)

@@ -9,7 +9,23 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["GeometryConfig", "PRESETS"]
+__all__ = ["GeometryConfig", "PRESETS", "sweep_models"]
+
+
+def sweep_models(spec: str) -> list[str]:
+    """The checkpoints of a ``--model`` sweep: ``"A,B,C"`` lists them (directories, names, ``NAME@REV``), and
+    after a ``NAME@REV`` entry a bare revision (no "/", "@" or path separator) is another revision of that
+    name: ``"EleutherAI/pythia-70m@step1000,step2000"`` -> both revisions. One entry: a list of one."""
+    out: list[str] = []
+    base = None
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        if base is not None and "/" not in entry and "@" not in entry and "\\" not in entry:
+            entry = f"{base}@{entry}"
+        base = entry.partition("@")[0] if "@" in entry else None
+        out.append(entry)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
