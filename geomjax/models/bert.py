@@ -162,7 +162,8 @@ class Bert(nn.Module):
         x = (
             self.word_embeddings(ids)
             + self.token_type_embeddings(tt)
-            + self.position_embeddings.embedding[positions_from_mask(am, T)]
+            + (self.position_embeddings.embedding[:T][None] if am is None  # the unpadded program, unchanged
+               else self.position_embeddings.embedding[positions_from_mask(am, T)])
         )
         x = self.embeddings_ln(x)
         mask = attention_mask_4d(T, am, causal=c.causal if causal is None else bool(causal))
@@ -277,4 +278,5 @@ FAMILY = Family(
     name="bert", model_types=("bert",), config_cls=BertConfig, module_cls=Bert, config_from_hf=config_from_hf,
     weight_table=weight_table, hf_prefix="bert.", layer_key="layer_{}", embedding="word_embeddings",
     positions="learned", norm="layernorm", pre_norm=False, norms=(("attn_ln", "ln_attn"), ("out_ln", "ln_out")),
-    tokenizer_specials=True, bidirectional=True, tokenizer="wordpiece", from_weights=with_pooler)
+    tokenizer_specials=True, study_final_norm=False, bidirectional=True, tokenizer="wordpiece",
+    from_weights=with_pooler)

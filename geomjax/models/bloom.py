@@ -99,7 +99,7 @@ class Bloom(CausalLM):
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "#B T"]
+    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "#B H 1 T"]]]:
         """x_0 = LN_emb(E[ids]); the blocks take the mask and the ALiBi bias at the keys' positions."""
         x = self.word_embeddings_ln(self.word_embeddings(ids))

@@ -594,9 +594,10 @@ class CausalLM(nn.Module):
     Face's names (with a ``hook_ln_final`` HookPoint and, when the config has
     ``tie_word_embeddings=False``, an ``lm_head``) and says what differs:
 
-    * ``embed(ids (B, T), mask (1|B, 1, T, T), positions (1|B, T)) -> (x_0 (B, T, d), block_args)``: the
-      embedding and what every block takes after x (the mask, ALiBi's bias, the rotary tables), at the
-      position ids :func:`positions_from_mask` derives from the attention mask (0..T−1 without one);
+    * ``embed(ids (B, T), mask (1|B, 1, T, T), positions (B, T) or None) -> (x_0 (B, T, d), block_args)``:
+      the embedding and what every block takes after x (the mask, ALiBi's bias, the rotary tables), at the
+      position ids :func:`positions_from_mask` derives from the attention mask (None without one: 0..T−1,
+      computed as before masks existed, so the unpadded programs are unchanged);
     * a config with ``final_logit_softcapping`` c (Gemma 2) has its logits soft-capped, c · tanh(logits / c);
     * ``PARTS``: the Hugging Face names of the ``blocks`` list, the ``final_norm`` and the token
       ``embedding`` (the tied read-out is its ``attend``).
@@ -643,7 +644,8 @@ class CausalLM(nn.Module):
         ids = check_input_ids(input_ids, c.vocab_size, max_positions, what=what)
         am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
         T = ids.shape[1]
-        x, block_args = self.embed(ids, attention_mask_4d(T, am, causal=True), positions_from_mask(am, T))
+        positions = None if am is None else positions_from_mask(am, T)
+        x, block_args = self.embed(ids, attention_mask_4d(T, am, causal=True), positions)
         blocks = getattr(self, self.PARTS["blocks"])
         if stop_at_layer is not None:
             residual, probs = run_blocks(blocks[:stop_at_layer], x, *block_args)

@@ -88,10 +88,11 @@ class GPT2(CausalLM):
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
 
-    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "#B T"]
+    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"]]]:
-        """x_0 = wte[ids] + wpe[positions] (positions 0..T-1 without padding); the blocks take the mask."""
-        return self.wte(ids) + self.wpe.embedding[positions], (mask,)
+        """x_0 = wte[ids] + wpe[positions] (None: 0..T-1); the blocks take the mask."""
+        pos = self.wpe.embedding[: ids.shape[1]][None] if positions is None else self.wpe.embedding[positions]
+        return self.wte(ids) + pos, (mask,)
 
 
 # -- conversion: config.json reader and weight table ------------------------------------------------

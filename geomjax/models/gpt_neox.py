@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import flax.linen as nn
+import jax.numpy as jnp
 
 from geomjax.errors import GeomjaxError
 from geomjax.models import hf_tables as ht
@@ -146,11 +147,13 @@ class GPTNeoX(CausalLM):
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "#B T"]) -> tuple[
+    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
+              ) -> tuple[
             Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "#B T R"], Float[Array, "#B T R"]]]:
         """x_0 = embed_in[ids]; the blocks take the mask and the partial rotary tables at the position ids."""
         x = self.embed_in(ids)
-        cos, sin = rotary_at(self.config.layer_inv_freq(0), positions, x.dtype)
+        pos = jnp.arange(ids.shape[1])[None] if positions is None else positions
+        cos, sin = rotary_at(self.config.layer_inv_freq(0), pos, x.dtype)
         return x, (mask, cos, sin)
 
 

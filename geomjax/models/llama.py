@@ -209,9 +209,9 @@ class RMSNorm(nn.Module):
 
 def rotary_tables(config: RotaryConfig, T: int, dtype: DType = jnp.float32, layer: int = 0,
                   positions: Int[Array, "*b T"] | None = None) -> tuple[Float[Array, "*b T K"], Float[Array, "*b T K"]]:
-    """cos, sin tables (T, K) of block ``layer``'s rotary embedding at positions 0..T-1, or (B, T, K) at
+    """cos, sin tables (1, T, K) of block ``layer``'s rotary embedding at positions 0..T-1, or (B, T, K) at
     the given position ids (RoFormer eq. (34))."""
-    pos = jnp.arange(T) if positions is None else positions
+    pos = jnp.arange(T)[None] if positions is None else positions
     return rotary_at(config.layer_inv_freq(layer), pos, dtype)
 
 
@@ -334,7 +334,8 @@ class Llama(CausalLM):
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "#B T"]) -> tuple[
+    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
+              ) -> tuple[
             Float[Array, "B T d"], tuple]:
         """x_0 = E[ids] (× √d when ``scale_embeddings``); the blocks take the causal mask with and without the
         sliding window and every layer's rotary tables at the position ids."""
