@@ -264,24 +264,29 @@ def test_revision_names(checkpoints, tmp_path, monkeypatch):
         resolve_checkpoint("EleutherAI/pythia-tiny@step9")
 
 
+def _word_tokenizer(corpus):
+    """A word-level BPE tokenizer of the test corpus within the tiny models' V ids."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train([str(p) for p in sorted(corpus.iterdir())],
+              trainers.BpeTrainer(vocab_size=V, special_tokens=["<pad>", "<s>", "<bos>"], show_progress=False))
+    return tok
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["gpt_neox", "qwen2", "qwen3", "gemma", "gemma2", "gemma3"])
 def test_geometry_end_to_end(checkpoints, tmp_path, name):
     """`geomjax geometry --model DIR` on each new family (a word-level tokenizer.json of the test corpus)."""
     import shutil
 
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     from tests.test_families import SMALL, _corpus
 
     corpus = _corpus(tmp_path)
     d = tmp_path / name
     shutil.copytree(checkpoints[name][0], d)
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))  # word-level BPE of the corpus, within the model's V ids
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train([str(p) for p in sorted(corpus.iterdir())],
-              trainers.BpeTrainer(vocab_size=V, special_tokens=["<pad>", "<s>", "<bos>"], show_progress=False))
-    tok.save(str(d / "tokenizer.json"))
+    _word_tokenizer(corpus).save(str(d / "tokenizer.json"))
     out = tmp_path / "run"
     assert cli.main(["geometry", "--model", str(d), "--corpus", str(corpus), "--out", str(out), *SMALL]) == 0
     conv = json.loads((out / "config.json").read_text())["config"]["model_conventions"]
@@ -306,8 +311,6 @@ def test_geometry_sweep_over_checkpoints(checkpoints, tmp_path, monkeypatch, cap
     whose table has one row per checkpoint, equal to the single runs' across-layer means."""
     import shutil
 
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
     from tests.test_families import SMALL, _corpus
 
     corpus = _corpus(tmp_path)
@@ -316,10 +319,7 @@ def test_geometry_sweep_over_checkpoints(checkpoints, tmp_path, monkeypatch, cap
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     entry = tmp_path / "hf" / "hub" / "models--EleutherAI--pythia-tiny"
     (entry / "refs").mkdir(parents=True)
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train([str(p) for p in sorted(corpus.iterdir())],
-              trainers.BpeTrainer(vocab_size=V, special_tokens=["<pad>"], show_progress=False))
+    tok = _word_tokenizer(corpus)
     for rev, name in (("step1", "gpt_neox"), ("step2", "gpt_neox_sequential")):
         shutil.copytree(checkpoints[name][0], entry / "snapshots" / rev)
         tok.save(str(entry / "snapshots" / rev / "tokenizer.json"))
