@@ -161,18 +161,21 @@ def test_padding_left_and_right(checkpoints, name):
         np.testing.assert_allclose(np.asarray(hs[-1])[1][real], ref[1][-1].numpy()[0], rtol=1e-5, atol=1e-5)
 
 
-def test_legend_names_of_each_family(checkpoints):
+@pytest.mark.parametrize("name", slow_beyond_first(NEW))
+def test_legend_names_of_each_family(checkpoints, name):
     """Every new family has the legend's block names (parallel GPT-NeoX: no hook_resid_mid), the rotary
     q_rot / k_rot, ln_final; the cache's hidden states are the model's."""
-    for name in NEW:
-        m = lens.Model(*gj.convert.load_pretrained(checkpoints[name][0]), tokenizer=None, name=name)
-        _, cache = m.run_with_cache(np.arange(1, 6)[None])
-        names = {n.split(".", 2)[-1] for n in cache if n.startswith("blocks.0.")}
-        want = {"hook_resid_pre", "ln1", "attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.scores",
-                "attn.pattern", "attn.z", "attn.out", "ln2", "mlp.out", "hook_resid_post"}
-        want |= set() if name == "gpt_neox" else {"hook_resid_mid"}
-        assert want <= names, (name, want - names)
-        assert "ln_final" in cache
+    m = lens.Model(*gj.convert.load_pretrained(checkpoints[name][0]), tokenizer=None, name=name)
+    _, cache = m.run_with_cache(np.arange(1, 6)[None])
+    names = {n.split(".", 2)[-1] for n in cache if n.startswith("blocks.0.")}
+    want = {"hook_resid_pre", "ln1", "attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.scores",
+            "attn.pattern", "attn.z", "attn.out", "ln2", "mlp.out", "hook_resid_post"}
+    want |= set() if name == "gpt_neox" else {"hook_resid_mid"}
+    assert want <= names, (name, want - names)
+    assert "ln_final" in cache
+    hs = model_interface(m.model).hidden_states(m.params, np.arange(1, 6)[None], final_norm=False)
+    np.testing.assert_allclose(np.asarray(cache.hidden_states(final_norm=False)[-1]), np.asarray(hs[-1]),
+                               rtol=1e-5, atol=1e-5)  # two compiled programs: rounding only
 
 
 @pytest.mark.parametrize("name", slow_beyond_first(["qwen3", "gpt_neox", "qwen2", "gemma", "gemma2", "gemma3"]))
