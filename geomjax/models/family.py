@@ -35,7 +35,8 @@ class Family:
       positions: ``learned``, ``rotary`` or ``alibi``; norm: ``layernorm`` or ``rmsnorm``.
       pre_norm: the attention input is norm_1(h) (then the model also has a final norm).
       norms: the block's norm modules by role, ``((module, role), ...)``, the attention-input norm first
-        for pre-norm families (what :meth:`ModelInterface.norm_weights` returns, as ``{role}_{param}``).
+        for pre-norm families (what :meth:`geomjax.models.interface.ModelInterface.norm_weights` returns,
+        as ``{role}_{param}``).
       attention_norm: ``(config, block params, h) -> norm_1(h)``, the attention input of pre-norm families.
       prepends_bos: the family's tokenizer prepends the BOS id to every text.
       tokenizer_specials: the tokenizer's own special tokens are added by ``encode`` (BERT's [CLS] ... [SEP]).
