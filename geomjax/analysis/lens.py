@@ -6,6 +6,8 @@
     ids = model.to_tokens("The cat sat.")          # (1, T) int32, special tokens as the family adds them
     model.to_str_tokens(ids)                       # ['[CLS]', 'the', 'cat', 'sat', '.', '[SEP]']
     out, cache = model.run_with_cache(ids, names="blocks.*.attn.pattern")
+    out, cache = model.run_with_cache(ids, attention_mask=mask)  # padded batch: real tokens as unpadded
+    print(gj.lens.cache_size(model, (8, 512), "blocks.*.hook_resid_post"))   # bytes, before running
     cache["blocks.0.attn.pattern"]                 # (B, H, T, T)
     hs = model.run_with_cache(ids)[1].hidden_states()   # L+1 (B, T, d), Hugging Face convention
     out = model.run_with_hooks(ids, {"blocks.1.attn.z": lambda z: z.at[:, :, 3].set(0.0)})  # ablate head 3
@@ -18,22 +20,25 @@ heads, K head width; every family has the same names, recorded by the identity m
     blocks.{l}.hook_resid_pre     (B, T, d)      residual stream entering block l = Hugging Face
                                                  hidden_states[l]
     blocks.{l}.ln1                (B, T, d)      the attention input norm_1(h) (pre-norm families)
-    blocks.{l}.attn.q             (B, T, H, K)   x W_q + b_q (before the rotation of rotary families)
+    blocks.{l}.attn.q             (B, T, H, K)   x W_q + b_q (before the q norm and rotation of rotary families)
     blocks.{l}.attn.k, .attn.v    (B, T, H_kv, K)
-    blocks.{l}.attn.q_rot, .k_rot (B, T, H|H_kv, K)  rotated queries / keys (Llama, Mistral only)
-    blocks.{l}.attn.scores        (B, H, T, T)   scaled scores (+ ALiBi bias) with masked entries set
-                                                 to the dtype minimum: what the softmax reads
+    blocks.{l}.attn.q_rot, .k_rot (B, T, H|H_kv, K)  normed (Qwen 3, Gemma 3) and rotated queries / keys
+                                                 (rotary families: Llama, Mistral, GPT-NeoX, Qwen, Gemma)
+    blocks.{l}.attn.scores        (B, H, T, T)   scaled scores (+ ALiBi bias; Gemma 2: soft-capped) with masked
+                                                 entries set to the dtype minimum: what the softmax reads
     blocks.{l}.attn.pattern       (B, H, T, T)   attention probabilities (rows sum to one)
     blocks.{l}.attn.z             (B, T, H, K)   pattern @ v per head, before W_o
-    blocks.{l}.attn.out           (B, T, d)      sum_h z_h W_o[h] + b_o
+    blocks.{l}.attn.out           (B, T, d)      sum_h z_h W_o[h] + b_o (Gemma 2/3: after its output norm)
     blocks.{l}.hook_resid_mid     (B, T, d)      h + attn.out (BERT: its LayerNorm of that)
     blocks.{l}.ln2                (B, T, d)      the MLP input norm_2 (pre-norm families)
-    blocks.{l}.mlp.out            (B, T, d)      MLP output
+    blocks.{l}.mlp.out            (B, T, d)      MLP output (Gemma 2/3: after its output norm)
     blocks.{l}.hook_resid_post    (B, T, d)      block output = hidden_states[l + 1] (residual)
-    ln_final                      (B, T, d)      final norm (GPT-2 ln_f, Llama norm, BLOOM ln_f)
+    ln_final                      (B, T, d)      final norm (GPT-2 ln_f, Llama / Qwen / Gemma norm, BLOOM ln_f,
+                                                 GPT-NeoX final_layer_norm)
 
 Post-LN BERT has no ``ln1``/``ln2`` (its ``hook_resid_mid``/``hook_resid_post`` are the LayerNorm
-outputs) and no ``ln_final``; the toy models of ``geomjax train`` have the names of their layer-norm
+outputs) and no ``ln_final``; GPT-NeoX with its parallel residual (every Pythia) has no ``hook_resid_mid``
+(attention and MLP both read ``hook_resid_pre``); the toy models of ``geomjax train`` have the names of their layer-norm
 placement (pre: as GPT-2; post: as BERT; none: no norms) and no ``mlp.out`` when attention-only. A
 hook ``fn(x) -> x`` replaces the activation of that name in the forward pass (patching, ablation);
 everything downstream sees the replacement.
@@ -65,7 +70,7 @@ from geomjax.models.interface import ModelInterface, model_interface
 from geomjax.train.toy_run import load_toy_run
 from geomjax.typing import Array, Float, Int
 
-__all__ = ["ActivationCache", "Model", "load"]
+__all__ = ["ActivationCache", "CacheSize", "Model", "cache_size", "load"]
 
 _BLOCK = re.compile(r"^(?:h|layer|layers|block)_(\d+)$")
 
@@ -123,6 +128,7 @@ class Model:
     tokenizer: Any
     name: str
     path: Path | None = None
+    _sizes: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @functools.cached_property
     def interface(self) -> ModelInterface:
@@ -155,7 +161,7 @@ class Model:
         fam = self.facts.family
         if fam == "toy":
             return np.asarray(self.tokenizer.encode(text), np.int32)[None]
-        ids = self.tokenizer.encode(text, add_special_tokens=special_tokens and fam == "bert")
+        ids = self.tokenizer.encode(text, add_special_tokens=special_tokens and self.interface.family.tokenizer_specials)
         bos = self.facts.bos_token_id
         if special_tokens and bos is not None and (ids.size == 0 or ids[0] != bos):
             ids = np.concatenate([np.asarray([bos], np.int32), ids])
@@ -200,8 +206,26 @@ class Model:
         return self.tokenizer.decode(ids)
 
     # -- running ---------------------------------------------------------------------------
+    def _mask(self, attention_mask, ids: np.ndarray) -> np.ndarray | None:
+        """The (B, T) 0/1 int32 padding mask of ``ids`` (None: no padding), checked."""
+        if attention_mask is None:
+            return None
+        m = np.asarray(attention_mask)
+        if m.ndim == 1:
+            m = m[None]
+        if m.shape != ids.shape or not (np.issubdtype(m.dtype, np.integer) or m.dtype == np.bool_):
+            raise GeomjaxError(f"attention_mask must be 0/1 integers or booleans of the ids' shape {ids.shape}, got "
+                               f"shape {m.shape} dtype {m.dtype}")
+        if not np.isin(m, (0, 1)).all() or (m.sum(axis=1) == 0).any():
+            raise GeomjaxError("attention_mask must hold 0 (padding) and 1 (real token), with a real token in "
+                               "every row")
+        if self.interface.family is None:
+            raise GeomjaxError("the toy models take no attention_mask; run them on unpadded ids")
+        return m.astype(np.int32)
+
     def run_with_cache(self, text_or_ids, names: str | list | tuple | Callable | None = None,
-                       *, hooks: Mapping[str, Callable] | None = None):
+                       *, hooks: Mapping[str, Callable] | None = None, attention_mask=None,
+                       stop_at_layer: int | None = None):
         """Run the model and keep the named activations (module docstring: names and shapes).
 
         Args:
@@ -210,28 +234,132 @@ class Model:
             or a list of them; or a predicate ``name -> bool``. Only what is kept leaves the
             compiled function (XLA drops the rest).
           hooks: ``{name: fn(x) -> x}`` replacing activations (as :meth:`run_with_hooks`).
+          attention_mask: (B, T) 1 for real tokens, 0 for padding (left or right): every activation at a
+            real token equals the unpadded sequence's (position ids count real tokens; padded keys are
+            masked); activations at padded positions are meaningless.
+          stop_at_layer: run blocks 0..stop_at_layer−1 only (the activations of later blocks, the final
+            norm and the output are not computed; ``out`` is None).
 
         Returns:
           ``(out, cache)``: out is the logits (B, T, V) (BERT: the last hidden state (B, T, d)) and cache
-          an :class:`ActivationCache`. Compiled once per (model, names, hooks) and input shape.
+          an :class:`ActivationCache`. Compiled once per (model, names, hooks, stop_at_layer) and input shape.
 
         Raises:
-          GeomjaxError: a requested name or hook name matches no activation of this model.
+          GeomjaxError: a requested name or hook name matches no activation of this model; a bad mask or
+            stop_at_layer; the kept activations do not fit the device's free memory (:func:`cache_size`,
+            checked before the run).
         """
         ids = self._ids(text_or_ids)
+        mask = self._mask(attention_mask, ids)
+        stop = _check_stop(stop_at_layer, self.facts.n_layers)
         keep = _keep_key(names)
-        hooks = dict(hooks or {})
-        fn, seen = _compiled(self.interface, keep, tuple(sorted(hooks.items(), key=lambda kv: kv[0])))
-        out, cache = fn(self.params, jnp.asarray(ids))
-        _check_names(seen, keep, hooks)
-        return out, ActivationCache(dict(sorted(cache.items(), key=lambda kv: _order(kv[0]))), self.facts.n_layers)
+        hooks = tuple(sorted(dict(hooks or {}).items(), key=lambda kv: kv[0]))
+        fn, seen = _compiled(self.interface, keep, hooks, stop)
+        _check_fits(self, keep, hooks, stop, ids.shape, mask is not None)
+        out, cache = fn(self.params, jnp.asarray(ids), None if mask is None else jnp.asarray(mask))
+        _check_names(seen, keep, dict(hooks))
+        n = self.facts.n_layers if stop is None else stop
+        return out, ActivationCache(dict(sorted(cache.items(), key=lambda kv: _order(kv[0]))), n)
 
-    def run_with_hooks(self, text_or_ids, hooks: Mapping[str, Callable]) -> Float[Array, "B T V"]:
+    def run_with_hooks(self, text_or_ids, hooks: Mapping[str, Callable], *, attention_mask=None
+                       ) -> Float[Array, "B T V"]:
         """Run with activations replaced: ``hooks = {name: fn(x) -> x}`` (pure functions, traced under
         ``jit``; e.g. ``lambda z: z.at[:, :, h].set(0)`` on ``blocks.{l}.attn.z`` zero-ablates head h).
         Returns the output (logits; BERT: last hidden state). Reuse the same function objects to reuse the
-        compilation."""
-        return self.run_with_cache(text_or_ids, names=(), hooks=hooks)[0]
+        compilation. ``attention_mask``: as :meth:`run_with_cache`."""
+        return self.run_with_cache(text_or_ids, names=(), hooks=hooks, attention_mask=attention_mask)[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSize:
+    """The bytes an :class:`ActivationCache` will hold (what :func:`cache_size` returns; ``int()`` gives the total).
+
+    Attributes:
+      total: bytes of every kept activation together.
+      per_name: ``{name: bytes}`` in forward order.
+    """
+
+    total: int
+    per_name: dict[str, int]
+
+    def __int__(self) -> int:
+        return self.total
+
+    def __str__(self) -> str:
+        return f"{len(self.per_name)} activations, {_human(self.total)} ({self.total:,} bytes)"
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n} B"
+        n /= 1024
+    return f"{n} B"
+
+
+def cache_size(model: Model, batch: tuple[int, int] | Any, names: str | list | tuple | Callable | None = None, *,
+               stop_at_layer: int | None = None) -> CacheSize:
+    """Bytes of the activations :meth:`Model.run_with_cache` would keep, computed without running the model
+    (shapes from ``jax.eval_shape``: nothing is allocated).
+
+    Args:
+      model: a loaded :class:`Model`.
+      batch: (B, T), or ids of that shape (a text, (T,) or (B, T)).
+      names, stop_at_layer: as :meth:`Model.run_with_cache`.
+
+    Returns:
+      :class:`CacheSize` (``print`` it, or ``int()`` for the bytes).
+    """
+    if isinstance(batch, tuple) and len(batch) == 2 and all(isinstance(b, (int, np.integer)) for b in batch):
+        shape = (int(batch[0]), int(batch[1]))
+        if min(shape) < 1:
+            raise GeomjaxError(f"cache_size: batch must be (B, T) with B, T >= 1, got {batch}")
+    else:
+        shape = model._ids(batch).shape
+    stop = _check_stop(stop_at_layer, model.facts.n_layers)
+    return _estimate(model.interface, model.params, _keep_key(names), (), stop, shape, False)
+
+
+def _check_stop(stop_at_layer, n_layers: int) -> int | None:
+    if stop_at_layer is None:
+        return None
+    if isinstance(stop_at_layer, bool) or not isinstance(stop_at_layer, (int, np.integer)) or not (
+            0 <= stop_at_layer <= n_layers):
+        raise GeomjaxError(f"stop_at_layer must be an int in [0, {n_layers}] (the blocks to run), got {stop_at_layer!r}")
+    return int(stop_at_layer)
+
+
+def _estimate(iface, params, keep, hooks: tuple, stop, shape: tuple[int, int], masked: bool) -> CacheSize:
+    fn, _ = _compiled(iface, keep, hooks, stop)
+    ids = jax.ShapeDtypeStruct(shape, jnp.int32)
+    _, cache = jax.eval_shape(fn, params, ids, ids if masked else None)
+    sizes = {n: int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for n, a in cache.items()}
+    return CacheSize(sum(sizes.values()), dict(sorted(sizes.items(), key=lambda kv: _order(kv[0]))))
+
+
+def _free_bytes() -> int | None:
+    """Free memory of the default device: its allocator's limit minus what is in use (GPU/TPU), else the host's
+    available physical memory (CPU); None when unknown."""
+    stats = jax.devices()[0].memory_stats() if hasattr(jax.devices()[0], "memory_stats") else None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _check_fits(model: Model, keep, hooks: tuple, stop, shape, masked: bool) -> None:
+    """One-line GeomjaxError before a run whose kept activations cannot fit the device's free memory."""
+    free = _free_bytes()
+    key = (keep, hooks, stop, tuple(shape), masked)
+    if key not in model._sizes:  # one trace per run signature, as the compilation
+        model._sizes[key] = _estimate(model.interface, model.params, keep, hooks, stop, shape, masked)
+    size = model._sizes[key]
+    if free is not None and size.total > free:
+        raise GeomjaxError(f"the activation cache would take {_human(size.total)} but the device has {_human(free)} "
+                           "free; keep fewer names (names=...), stop earlier (stop_at_layer=...) or run a smaller "
+                           "batch (geomjax.analysis.lens.cache_size estimates it)")
 
 
 def _keep_key(names):
@@ -282,8 +410,8 @@ def _hook_name(module: HookPoint) -> str:
 
 
 @compiled_cache(maxsize=64)
-def _compiled(iface: ModelInterface, keep, hooks: tuple):
-    """``(jit(run), seen)``: run(params, ids) -> (out, {name: activation}); ``seen`` collects every
+def _compiled(iface: ModelInterface, keep, hooks: tuple, stop_at_layer: int | None = None):
+    """``(jit(run), seen)``: run(params, ids, mask) -> (out, {name: activation}); ``seen`` collects every
     hook-point name met while tracing (for the unknown-name check)."""
     hook_fns = dict(hooks)
     seen: set[str] = set()
@@ -302,10 +430,10 @@ def _compiled(iface: ModelInterface, keep, hooks: tuple):
 
     kept: dict[str, Array] = {}
 
-    def run(params, ids):
+    def run(params, ids, mask):
         kept.clear()
         with nn.intercept_methods(intercept):
-            out, _ = iface.forward(params, ids)
+            out, _ = iface.forward(params, ids, attention_mask=mask, stop_at_layer=stop_at_layer)
         return out, dict(kept)
 
     return jax.jit(run), seen

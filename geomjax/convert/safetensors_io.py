@@ -36,6 +36,7 @@ __all__ = [
     "load_tensors",
     "read_config",
     "resolve_checkpoint",
+    "split_revision",
 ]
 
 SAFETENSORS_NAME = "model.safetensors"
@@ -94,7 +95,8 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
     Args:
       path: directory with ``config.json``; a cache entry ``models--org--name``; or a repo id
         ``"name"`` / ``"org/name"``: the local Hugging Face cache first, else a download
-        (:func:`download_checkpoint`).
+        (:func:`download_checkpoint`); any of them may end in ``@REVISION`` (:func:`split_revision`),
+        e.g. ``EleutherAI/pythia-70m@step1000``.
       revision: branch/tag name under ``refs/`` or a snapshot commit.
 
     Returns:
@@ -105,6 +107,12 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
       GeomjaxError: a repo id neither cached nor reachable (HF_HUB_OFFLINE, no network, unknown repo).
     """
     p = Path(path).expanduser()
+    if not p.exists():
+        path, at = split_revision(path)
+        if at is not None:
+            if revision is not None and revision != at:
+                raise GeomjaxError(f"{path}@{at}: the revision is given twice ({at!r} and revision={revision!r})")
+            revision, p = at, Path(path).expanduser()
     if p.is_dir():
         if (p / "config.json").is_file():
             return p
@@ -129,6 +137,22 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
               "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+
+
+def split_revision(name: str | os.PathLike) -> tuple[str, str | None]:
+    """``"org/name@rev"`` -> ("org/name", "rev") (a training checkpoint such as ``EleutherAI/pythia-70m@step1000``
+    is a branch of the repository); a name without "@" -> (name, None).
+
+    Raises:
+      GeomjaxError: an empty name or revision, or more than one "@".
+    """
+    s = os.fspath(name)
+    if "@" not in s:
+        return s, None
+    base, _, rev = s.partition("@")
+    if not base or not rev or "@" in rev:
+        raise GeomjaxError(f"model {s!r}: write a revision as NAME@REVISION (e.g. EleutherAI/pythia-70m@step1000)")
+    return base, rev
 
 
 def hub_offline() -> bool:

@@ -52,6 +52,8 @@ __all__ = [
     "gelu_erf",
     "hook_points",
     "layer_norm",
+    "parallel_block",
+    "positions_from_mask",
     "pre_norm_block",
     "run_blocks",
 ]
@@ -75,13 +77,12 @@ class HFConfig:
     """
 
     HF_FIELDS: ClassVar[dict[str, str]] = {}
-    DISPLAY_NAMES: ClassVar[dict[str, str]] = {
-        "gpt2": "GPT2", "bert": "BERT", "bloom": "BLOOM", "llama": "Llama", "mistral": "Mistral"}
+    DISPLAY_NAME: ClassVar[str] = ""
 
     @property
     def display_name(self) -> str:
-        """The family's name in messages (from ``model_type``)."""
-        return self.DISPLAY_NAMES[self.model_type]
+        """The family's name in messages."""
+        return self.DISPLAY_NAME
 
     def _hf(self, name: str, default=None):
         field = self.HF_FIELDS.get(name)
@@ -368,7 +369,7 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Float[Array, "B T d"],
         mask: Bool[Array, "#B 1 #T T"] | None,
-        score_bias: Float[Array, "1 H 1 T"] | None = None,
+        score_bias: Float[Array, "#B H 1 T"] | None = None,
     ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
         """(out (B, T, d), probs (B, H, T, T)); ``score_bias`` is BLOOM's ALiBi (added to the scaled scores)."""
         hp = self.hp
@@ -388,10 +389,12 @@ def scaled_dot_product_attention(
     probs_fn: Callable[[Array], Array] | None = None,
     score_bias: Float[Array, "#B H #T S"] | None = None,
     hooks: Mapping[str, Callable] | None = None,
+    softcap: float | None = None,
 ) -> tuple[Float[Array, "B T H K"], Float[Array, "B H T S"]]:
     """softmax(scale · q kᵀ [+ score_bias], masked) v per head (Vaswani et al. eq. 1); returns (z, probs).
 
     ``score_bias`` is added to the scaled scores before masking (BLOOM's ALiBi, Press et al. eq. (1)).
+    ``softcap`` c (Gemma 2's attention logit soft-capping): scores -> c · tanh(scores / c) before masking.
     ``hooks``: the attention module's :func:`hook_points`; ``attn_scores`` sees the masked scaled
     scores (B, H, T, S) the softmax reads, ``attn_pattern`` the probabilities (B, H, T, S).
 
@@ -404,6 +407,8 @@ def scaled_dot_product_attention(
     scores = (qh @ kh.transpose(0, 1, 3, 2)) * jnp.asarray(scale, q.dtype)  # (B, H, T, S)
     if score_bias is not None:
         scores = scores + score_bias.astype(scores.dtype)
+    if softcap is not None:
+        scores = jnp.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     if hooks is not None:
@@ -525,16 +530,45 @@ class MLP(nn.Module):
 
 
 def pre_norm_block(hp: Mapping[str, Callable], x: Float[Array, "B T d"], norm_1: Callable, attn: Callable,
-                   norm_2: Callable, mlp: Callable, *attn_args) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+                   norm_2: Callable, mlp: Callable, *attn_args, out_norms: tuple[Callable, Callable] | None = None,
+                   ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
     """One pre-norm block (GPT-2, BLOOM, Llama): h = x + attn(norm_1 x, *attn_args); h + mlp(norm_2 h).
 
+    ``out_norms``: Gemma 2/3's "sandwich" norms (n_a, n_m) on the branch outputs:
+    h = x + n_a(attn(norm_1 x)); h + n_m(mlp(norm_2 h)) (``attn.out`` / ``mlp.out`` are then what is added).
     ``hp`` are the block's :data:`BLOCK_HOOKS` (see :func:`hook_points`); ``attn`` returns
     ``(out (B, T, d), probs (B, H, T, T))``. Returns the block output (B, T, d) and ``probs``.
     """
+    post_a, post_m = out_norms if out_norms is not None else (lambda y: y, lambda y: y)
     x = hp["hook_resid_pre"](x)
     a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
-    x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-    return hp["hook_resid_post"](x + hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))), probs
+    x = hp["hook_resid_mid"](x + hp["attn_out"](post_a(a)))
+    return hp["hook_resid_post"](x + hp["mlp_out"](post_m(mlp(hp["ln2"](norm_2(x)))))), probs
+
+
+def parallel_block(hp: Mapping[str, Callable], x: Float[Array, "B T d"], norm_1: Callable, attn: Callable,
+                   norm_2: Callable, mlp: Callable, *attn_args
+                   ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+    """One parallel-residual block (GPT-NeoX / Pythia, GPT-J): x + attn(norm_1 x) + mlp(norm_2 x).
+
+    Both branches read the block input, so there is no ``hook_resid_mid``; the other :data:`BLOCK_HOOKS`
+    are as in :func:`pre_norm_block`. Summed as transformers sums them (mlp + attn + x).
+    """
+    x = hp["hook_resid_pre"](x)
+    a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
+    m = hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))
+    return hp["hook_resid_post"](m + hp["attn_out"](a) + x), probs
+
+
+def positions_from_mask(attention_mask: Int[Array, "B T"] | None, T: int) -> Int[Array, "#B T"]:
+    """Position ids (B, T) of a padded batch: cumsum(mask) − 1 at real tokens (so left and right padding give
+    every real token the position it has unpadded), the index t at padding (so a right-padded batch has
+    Hugging Face's default positions 0..T−1 everywhere); (1, T) 0..T−1 without a mask."""
+    index = jnp.arange(T, dtype=jnp.int32)[None]
+    if attention_mask is None:
+        return index
+    m = jnp.asarray(attention_mask) != 0
+    return jnp.where(m, jnp.cumsum(m.astype(jnp.int32), axis=1) - 1, index)
 
 
 def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
@@ -560,8 +594,11 @@ class CausalLM(nn.Module):
     Face's names (with a ``hook_ln_final`` HookPoint and, when the config has
     ``tie_word_embeddings=False``, an ``lm_head``) and says what differs:
 
-    * ``embed(ids (B, T), mask (1|B, 1, T, T)) -> (x_0 (B, T, d), block_args)``: the embedding
-      and what every block takes after x (the mask, ALiBi's bias, the rotary tables);
+    * ``embed(ids (B, T), mask (1|B, 1, T, T), positions (B, T) or None) -> (x_0 (B, T, d), block_args)``:
+      the embedding and what every block takes after x (the mask, ALiBi's bias, the rotary tables), at the
+      position ids :func:`positions_from_mask` derives from the attention mask (None without one: 0..T−1,
+      computed as before masks existed, so the unpadded programs are unchanged);
+    * a config with ``final_logit_softcapping`` c (Gemma 2) has its logits soft-capped, c · tanh(logits / c);
     * ``PARTS``: the Hugging Face names of the ``blocks`` list, the ``final_norm`` and the token
       ``embedding`` (the tied read-out is its ``attend``).
 
@@ -577,16 +614,21 @@ class CausalLM(nn.Module):
         *,
         return_attention: bool = False,
         compute_logits: bool = True,
+        stop_at_layer: int | None = None,
     ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
         """Compute logits and every residual-stream state for token ids (B, T).
 
         Args:
           input_ids: (B, T) integer ids in [0, vocab_size), T <= ``config.max_positions`` (None:
             any T, as rotary and ALiBi positions are unbounded).
-          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys (Hugging Face
-            convention); combined with the causal mask.
+          attention_mask: optional (B, T), 1 for real tokens, 0 for padding (Hugging Face
+            convention): padded keys are never attended and the position ids count real tokens only
+            (:func:`positions_from_mask`), so left or right padding gives every real token its unpadded
+            states; padded positions get meaningless outputs.
           return_attention: also return the L attention-probability arrays (B, H, T, T).
           compute_logits: if False, skip the (B, T, V) unembedding and return None as output.
+          stop_at_layer: run only blocks 0..stop_at_layer−1 (None: all): ``residual`` and
+            ``hidden_states`` then hold stop_at_layer + 1 states, no final norm and no logits.
 
         Returns:
           ``(logits (B, T, V) or None, Intermediates)``: ``hidden_states`` as Hugging Face's
@@ -601,8 +643,16 @@ class CausalLM(nn.Module):
         max_positions = np.iinfo(np.int32).max if c.max_positions is None else c.max_positions
         ids = check_input_ids(input_ids, c.vocab_size, max_positions, what=what)
         am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
-        x, block_args = self.embed(ids, attention_mask_4d(ids.shape[1], am, causal=True))
-        residual, probs = run_blocks(getattr(self, self.PARTS["blocks"]), x, *block_args)
+        T = ids.shape[1]
+        positions = None if am is None else positions_from_mask(am, T)
+        x, block_args = self.embed(ids, attention_mask_4d(T, am, causal=True), positions)
+        blocks = getattr(self, self.PARTS["blocks"])
+        if stop_at_layer is not None:
+            residual, probs = run_blocks(blocks[:stop_at_layer], x, *block_args)
+            inter = Intermediates(hidden_states=residual, residual=residual,
+                                  attentions=probs if return_attention else None)
+            return None, inter
+        residual, probs = run_blocks(blocks, x, *block_args)
         final = self.hook_ln_final(getattr(self, self.PARTS["final_norm"])(residual[-1]))
         inter = Intermediates(
             hidden_states=residual[:-1] + (final,),
@@ -610,7 +660,11 @@ class CausalLM(nn.Module):
             final_ln=final,
             attentions=probs if return_attention else None,
         )
-        return (self.unembed(final) if compute_logits else None), inter
+        if not compute_logits:
+            return None, inter
+        logits = self.unembed(final)
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        return (logits if cap is None else jnp.tanh(logits / cap) * cap), inter
 
     def unembed(self, h: Float[Array, "B T d"]) -> Float[Array, "B T V"]:
         """Logits (B, T, V): h @ Eᵀ with the token embedding E when tied (a config without
@@ -625,7 +679,7 @@ class PreLNBlock(nn.Module):
 
     Parameters under Hugging Face's names ``ln_1``, ``attn`` (:class:`MultiHeadAttention`), ``ln_2``,
     ``mlp`` (:class:`MLP` with ``activation``); ``config`` is an :class:`HFConfig` with
-    ``layer_norm_epsilon``. ``score_bias``: BLOOM's ALiBi bias (1, H, 1, T), None for GPT-2.
+    ``layer_norm_epsilon``. ``score_bias``: BLOOM's ALiBi bias (B or 1, H, 1, T), None for GPT-2.
     """
 
     config: HFConfig
@@ -640,6 +694,6 @@ class PreLNBlock(nn.Module):
         self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x: Float[Array, "B T d"], mask: Bool[Array, "#B 1 #T T"] | None,
-                 score_bias: Float[Array, "1 H 1 T"] | None = None
+                 score_bias: Float[Array, "#B H 1 T"] | None = None
                  ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
         return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask, score_bias)
