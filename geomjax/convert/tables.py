@@ -622,7 +622,10 @@ def convert_tensors(
     Accepts the prefixes Hugging Face writes for head models ("transformer." for GPT2LMHeadModel and
     BloomForCausalLM, "bert." for BertFor*, "model." for LlamaForCausalLM / MistralForCausalLM).
     A tied model's ``lm_head.weight``, when saved, must equal the token embedding; an untied one's
-    fills ``lm_head/kernel``.
+    fills ``lm_head/kernel``. A checkpoint of an untied family saved without its head (the base
+    ``LlamaModel`` / ``MistralModel`` / ``BloomModel`` classes, as embedding models ship) converts
+    to a tree without ``lm_head``: the model gives every hidden state, and asking it for logits
+    raises :class:`~geomjax.errors.GeomjaxError` naming the missing head.
 
     Args:
       tensors: Hugging Face name -> array.
@@ -646,6 +649,9 @@ def convert_tensors(
     tensors = dict(_strip_prefix(tensors, prefix))
     table, buffers = _full_table(config)
     lm_head = tensors.pop("lm_head.weight", None) if (tied_to and _tied(config)) else None
+    headless = "lm_head.weight" in table and "lm_head.weight" not in tensors
+    if headless:  # a base checkpoint (LlamaModel, MistralModel, BloomModel): every hidden state, no logits
+        del table["lm_head.weight"]
 
     params: dict = {}
     unused, dupes = [], []
@@ -659,7 +665,7 @@ def convert_tensors(
         for path, value in t(arr, config):
             if not _set(params, path, value):
                 dupes.append("/".join(path))
-    got = _check_filled(params, table, tensors, unused, dupes, config, what)
+    got = _check_filled(params, table, tensors, unused, dupes, config, what, headless)
     target = _target_dtype(got, dtype, what)
     params = jax.tree.map(lambda v: np.asarray(v, dtype=target), params)
 
@@ -673,9 +679,12 @@ def convert_tensors(
     return params
 
 
-def _check_filled(params, table, tensors, unused, dupes, config, what) -> dict:
-    """Every parameter filled once with its shape, every table name present; returns the flat tree."""
+def _check_filled(params, table, tensors, unused, dupes, config, what, headless: bool = False) -> dict:
+    """Every parameter filled once with its shape, every table name present (``headless``: but the
+    untied ``lm_head``); returns the flat tree."""
     expected = _flatten(expected_param_shapes(config))
+    if headless:
+        expected = {p: v for p, v in expected.items() if p[0] != "lm_head"}
     got = _flatten(params)
     missing = sorted("/".join(p) for p in expected if p not in got)
     surplus = sorted("/".join(p) for p in got if p not in expected)

@@ -113,6 +113,7 @@ class Bert(nn.Module):
         self.layer = [BertLayer(c) for _ in range(c.num_hidden_layers)]
         if c.add_pooling_layer:
             self.pooler = nn.Dense(d, kernel_init=nn.initializers.normal(0.02))
+        self.hp = hook_points("hook_embed", "hook_pos_embed", "hook_token_type_embed")
 
     def __call__(
         self,
@@ -148,11 +149,9 @@ class Bert(nn.Module):
         if tt is None:
             tt = jnp.zeros(ids.shape, jnp.int32)
         T = ids.shape[1]
-        x = (
-            self.word_embeddings(ids)
-            + self.token_type_embeddings(tt)
-            + self.position_embeddings.embedding[:T][None]
-        )
+        hp, pos = self.hp, jnp.broadcast_to(self.position_embeddings.embedding[:T][None], ids.shape + (c.hidden_size,))
+        x = hp["hook_embed"](self.word_embeddings(ids)) + hp["hook_token_type_embed"](self.token_type_embeddings(tt))
+        x = x + hp["hook_pos_embed"](pos)
         x = self.embeddings_ln(x)
         mask = attention_mask_4d(T, am, causal=c.causal if causal is None else bool(causal))
         states, probs = run_blocks(self.layer, x, mask)

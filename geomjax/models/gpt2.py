@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import jax.numpy as jnp
+
 from geomjax.models.common import CausalLM, Embed, HFConfig, HookPoint, LayerNorm, PreLNBlock
 from geomjax.typing import Array, Bool, Float, Int
 
@@ -80,9 +82,12 @@ class GPT2(CausalLM):
         self.h = [PreLNBlock(c, c.activation_function) for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed, self.hook_pos_embed = HookPoint("hook_embed"), HookPoint("hook_pos_embed")
 
     def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"]
               ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"]]]:
         """x_0 = wte[ids] + wpe[0..T-1]; the blocks take the causal mask."""
-        return self.wte(ids) + self.wpe.embedding[: ids.shape[1]][None], (mask,)
+        pos = jnp.broadcast_to(self.wpe.embedding[: ids.shape[1]][None], ids.shape + (self.config.n_embd,))
+        return self.hook_embed(self.wte(ids)) + self.hook_pos_embed(pos), (mask,)
 

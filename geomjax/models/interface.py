@@ -33,7 +33,8 @@ import numpy as np
 from geomjax.base._checks import compiled_cache
 from geomjax.models.bert import Bert, BertConfig
 from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
-from geomjax.models.common import CausalLM, HFConfig, layer_norm
+from geomjax.errors import GeomjaxError
+from geomjax.models.common import CausalLM, HFConfig, layer_norm, missing_head_message
 from geomjax.models.gpt2 import GPT2, GPT2Config
 from geomjax.models.llama import Llama, LlamaConfig, apply_rotary, rms_norm, rotary_tables
 from geomjax.models.toy import ToyTransformer
@@ -242,7 +243,18 @@ class ModelInterface:
             return E, params["unembed"]["kernel"] if "unembed" in params else E.T
         name = {"gpt2": "wte", "bert": "word_embeddings", "bloom": "word_embeddings"}.get(fam, "embed_tokens")
         E = params[name]["embedding"]
+        if fam != "bert" and not self.has_lm_head(params):
+            raise GeomjaxError(missing_head_message(self.config.display_name))
         return E, params["lm_head"]["kernel"] if "lm_head" in params else E.T
+
+    def has_lm_head(self, params: Params) -> bool:
+        """Whether the model can give logits: tied families (and the toys) always can; an untied one
+        needs its ``lm_head`` (a base checkpoint has none); BERT's output is its last hidden state."""
+        if self.facts.family == "bert":
+            return False
+        if self.facts.family == "toy" or getattr(self.config, "tie_word_embeddings", True):
+            return True
+        return "lm_head" in params
 
     def scale_qk(self, params: Params, alpha: Scalar) -> Params:
         """params with every layer's W_q, W_k (kernels and biases) multiplied by α (scores × α²; the

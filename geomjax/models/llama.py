@@ -36,7 +36,9 @@ from geomjax.models.common import (
     CausalLM,
     Embed,
     HFStandardConfig,
+    MLP_HOOKS,
     HookPoint,
+    head_results,
     hook_points,
     pre_norm_block,
     scaled_dot_product_attention,
@@ -128,6 +130,11 @@ class RMSNorm(nn.Module):
         scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
         return rms_norm(x, scale, self.eps)
 
+    def norm_scale(self, x: Float[Array, "... d"]) -> Float[Array, "... 1"]:
+        """The divisor sqrt(mean(x²) + eps) (..., 1) of :func:`rms_norm`, in float32 (TransformerLens ``hook_scale``)."""
+        x32 = x.astype(jnp.float32)
+        return jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+
 
 def rotary_tables(config: LlamaConfig, T: int, dtype: DType = jnp.float32
                   ) -> tuple[Float[Array, "T K"], Float[Array, "T K"]]:
@@ -181,7 +188,10 @@ class LlamaAttention(nn.Module):
         if rep > 1:  # Hugging Face repeat_kv: kv head j serves query heads j*rep .. j*rep+rep-1
             k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
         z, probs = scaled_dot_product_attention(q, k, v, mask, c.head_dim ** -0.5, hooks=hp)
-        return self.o(hp["attn_z"](z)), probs
+        z = hp["attn_z"](z)
+        out = self.o(z)
+        hp["attn_result"](head_results(z, self.o.variables["params"]["kernel"]))
+        return out, probs
 
 
 class SwiGLU(nn.Module):
@@ -195,9 +205,11 @@ class SwiGLU(nn.Module):
         self.gate = nn.Dense(c.intermediate_size, use_bias=c.mlp_bias, kernel_init=init)
         self.up = nn.Dense(c.intermediate_size, use_bias=c.mlp_bias, kernel_init=init)
         self.down = nn.Dense(c.hidden_size, use_bias=c.mlp_bias, kernel_init=init)
+        self.hp = hook_points(*MLP_HOOKS, "mlp.pre_linear")
 
     def __call__(self, x):
-        return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
+        hp = self.hp  # mlp.pre: the gate before silu; mlp.pre_linear: up(x); mlp.post: what down reads
+        return self.down(hp["mlp_post"](jax.nn.silu(hp["mlp_pre"](self.gate(x))) * hp["mlp_pre_linear"](self.up(x))))
 
 
 class LlamaBlock(nn.Module):
@@ -231,6 +243,8 @@ class Llama(CausalLM):
         self.layers = [LlamaBlock(c) for _ in range(c.num_hidden_layers)]
         self.norm = RMSNorm(c.rms_norm_eps)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed = HookPoint("hook_embed")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
@@ -238,7 +252,7 @@ class Llama(CausalLM):
             Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "T K"], Float[Array, "T K"]]]:
         """x_0 = E[ids]; the blocks take the causal (and sliding-window) mask and the rotary tables."""
         T = ids.shape[1]
-        x = self.embed_tokens(ids)
+        x = self.hook_embed(self.embed_tokens(ids))
         win = window_mask(T, self.config.sliding_window)
         if win is not None:
             mask = mask & win
