@@ -310,7 +310,7 @@ class Model:
         """
         ids = self._ids(text_or_ids)
         keep = _keep_key(names)
-        out, cache = _run(self.interface, self.has_logits, keep, dict(hooks or {}), self.params, jnp.asarray(ids))
+        out, cache = _run(self.interface, self.has_logits, keep, dict(hooks or {}), self.params, ids)
         return out, ActivationCache(dict(sorted(cache.items(), key=lambda kv: _order(kv[0]))), self.facts.n_layers)
 
     def run_with_hooks(self, text_or_ids, hooks: Mapping[str, Callable]) -> Float[Array, "B T V"]:
@@ -332,7 +332,7 @@ class Model:
         self._require_logits("logits")
         return self.run_with_hooks(text_or_ids, hooks or {})
 
-    def loss(self, text_or_ids, hooks: Mapping[str, Callable] | None = None) -> Float[Array, "B T-1"]:
+    def loss(self, text_or_ids, hooks: Mapping[str, Callable] | None = None) -> Float[Array, "B _"]:
         """Per-token language-model loss (B, T - 1): −log p(x_{t+1} | x_{≤t}) from the logits at t (the
         cross-entropy each next token pays; its mean is the usual LM loss, TransformerLens
         ``loss_per_token=True``)."""
@@ -343,7 +343,7 @@ class Model:
         return -jnp.take_along_axis(logp[:, :-1], jnp.asarray(ids[:, 1:, None]), axis=-1)[..., 0]
 
     def generate(self, text_or_ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 seed: int = 0) -> Int[Array, "B T+n"]:
+                 seed: int = 0) -> Int[Array, "B _"]:
         """Continue the ids (B, T) by ``max_new_tokens`` tokens: greedy (argmax) when ``temperature`` is 0,
         else sampled from softmax(logits / temperature) (over the ``top_k`` largest when given) with
         ``jax.random.key(seed)`` (the same seed gives the same tokens). One compiled program per
@@ -364,7 +364,7 @@ class Model:
         if mp is not None and ids.shape[1] + n > mp:
             raise GeomjaxError(f"{ids.shape[1]} + {n} tokens exceed the model's {mp} positions")
         fn = _generator(self.interface, ids.shape[1], n, temperature > 0, top_k)
-        return fn(self.params, jnp.asarray(ids), jnp.float32(max(temperature, 1e-6)), jax.random.key(int(seed)))
+        return fn(self.params, ids, np.float32(max(temperature, 1e-6)), jax.random.key(int(seed)))
 
 
 @compiled_cache(maxsize=16)
@@ -422,7 +422,9 @@ class _HookKey:
     template: Any = dataclasses.field(compare=False, hash=False)
 
 
-def _captured(fn: types.FunctionType) -> list:
+def _captured(fn: Callable) -> list:
+    if isinstance(fn, functools.partial):
+        return list(fn.args) + list(fn.keywords.values())
     cells = []
     for c in fn.__closure__ or ():
         try:
@@ -450,26 +452,34 @@ def _static_key(v):
 
 def _split_hook(fn: Callable) -> tuple[_HookKey, tuple]:
     """``(structure, values)`` of a hook: a plain function's code and static captures, and its captured
-    arrays and numbers (closure cells and defaults) as the values; any other callable is its own key."""
-    if not isinstance(fn, types.FunctionType):
+    arrays and numbers (closure cells and defaults) as the values; a ``functools.partial``'s function and
+    static arguments, and its array / number arguments as the values; any other callable is its own key."""
+    if isinstance(fn, functools.partial):
+        code, n, captured = ("partial", fn.func, tuple(fn.keywords)), len(fn.args), _captured(fn)
+    elif isinstance(fn, types.FunctionType):
+        code, n, captured = fn.__code__, len(fn.__closure__ or ()), _captured(fn)
+    else:
         return _HookKey(fn, 0, (), fn), ()
-    static_scalars = fn.__code__ in _STATIC_SCALARS
+    static_scalars = code in _STATIC_SCALARS
     static, values = [], []
-    for v in _captured(fn):
+    for v in captured:
         if _is_dynamic(v, static_scalars):
             static.append(_DYNAMIC)
             values.append(v)
         else:
             static.append(_static_key(v))
-    return _HookKey(fn.__code__, len(fn.__closure__ or ()), tuple(static), fn), tuple(values)
+    return _HookKey(code, n, tuple(static), fn), tuple(values)
 
 
 def _rebuild(key: _HookKey, values: tuple) -> Callable:
     """The hook of structure ``key`` with its captured arrays/numbers replaced by ``values`` (tracers)."""
     fn = key.template
+    it = iter(values)
+    if isinstance(fn, functools.partial):
+        new = [next(it) if s is _DYNAMIC else v for s, v in zip(key.static, _captured(fn))]
+        return functools.partial(fn.func, *new[:key.n_cells], **dict(zip(fn.keywords, new[key.n_cells:])))
     if not isinstance(fn, types.FunctionType):
         return fn
-    it = iter(values)
     new = [next(it) if s is _DYNAMIC else v for s, v in zip(key.static, _captured(fn))]
     cells = tuple(types.CellType() if v is _EMPTY else types.CellType(v) for v in new[:key.n_cells])
     out = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, tuple(new[key.n_cells:]) or None,
@@ -492,8 +502,8 @@ def _run(iface: ModelInterface, logits: bool, keep, hooks: dict, params, ids):
             out, cache = fn(params, ids, tuple(v for _, v in split.values()))
             break
         except _TRACER_ERRORS:
-            retry = {f.__code__ for f in hooks.values() if isinstance(f, types.FunctionType)
-                     and f.__code__ not in _STATIC_SCALARS and any(type(v) in (int, float) for v in _captured(f))}
+            retry = {k.code for k, _ in split.values() if k.code not in _STATIC_SCALARS
+                     and any(type(v) in (int, float) for v in _captured(k.template))}
             if not retry:
                 raise
             _STATIC_SCALARS.update(retry)
@@ -608,18 +618,18 @@ class PatchingSweep:
         return (np.asarray(self.values) - self.corrupted) / (self.clean - self.corrupted)
 
 
-def logit_diff_metric(answer: Int[Array, " B"] | int, wrong: Int[Array, " B"] | int, pos: int = -1) -> Callable:
+def logit_diff_metric(answer: Int[Array, " B"] | int | list, wrong: Int[Array, " B"] | int | list, pos: int = -1
+                      ) -> Callable:
     """``metric(logits (B, T, V)) -> scalar``: mean over the batch of logits[b, pos, answer_b] −
     logits[b, pos, wrong_b] (the indirect-object logit difference of Wang et al. 2022, §3)."""
     a, w = np.atleast_1d(np.asarray(answer, np.int32)), np.atleast_1d(np.asarray(wrong, np.int32))
-    p = np.int32(pos)
+    return functools.partial(_logit_diff, answer=a, wrong=w, pos=np.int32(pos))  # arrays: data of the program
 
-    def metric(logits):
-        last = jnp.take(logits, p, axis=1)  # (B, V)
-        rows = jnp.arange(last.shape[0])
-        return jnp.mean(last[rows, a] - last[rows, w])
 
-    return metric
+def _logit_diff(logits, answer, wrong, pos):
+    last = jnp.take(logits, pos, axis=1)  # (B, V)
+    rows = jnp.arange(last.shape[0])
+    return jnp.mean(last[rows, answer] - last[rows, wrong])
 
 
 _NO_POSITION_AXIS = ("attn.scores", "attn.pattern", "ln1.scale", "ln2.scale", "attn.result")
@@ -660,13 +670,16 @@ def patching_sweep(model: Model, clean, corrupted, metric: Callable, *, name: st
     f = model.facts
     n_heads = f.n_kv_heads if name in ("attn.k", "attn.v") else f.n_heads
     grid = np.indices((f.n_layers, a.shape[1], n_heads if per_head else 1)).reshape(3, -1).T.astype(np.int32)
+    n_cells = len(grid)
+    if batch_size is not None:  # whole batches only (lax.map would compile the remainder a second time)
+        batch_size = max(1, min(int(batch_size), n_cells))
+        grid = np.concatenate([grid, np.repeat(grid[-1:], -n_cells % batch_size, axis=0)])
     mkey, mvals = _split_hook(metric)
     names = tuple(f"blocks.{l}.{name}" for l in range(f.n_layers))
-    fn = _sweep_program(model.interface, model.has_logits, names, bool(per_head), mkey,
-                        None if batch_size is None else max(1, min(int(batch_size), len(grid))))
-    vals, c, k = fn(model.params, jnp.asarray(a), jnp.asarray(b), grid, mvals)
+    fn = _sweep_program(model.interface, model.has_logits, names, bool(per_head), mkey, batch_size)
+    vals, c, k = fn(model.params, a, b, grid, mvals)
     shape = (f.n_layers, a.shape[1]) + ((n_heads,) if per_head else ())
-    return PatchingSweep(np.asarray(vals).reshape(shape), float(c), float(k))
+    return PatchingSweep(np.asarray(vals)[:n_cells].reshape(shape), float(c), float(k))
 
 
 def _patch_at(x, src, on, pos, head):
