@@ -123,7 +123,7 @@ def bench_patching(gm, tl, T: int, repeats: int) -> tuple[list, str]:
     def tl_sweep():
         with torch.no_grad():
             _, cache = tl.run_with_cache(clean_t)
-            return patching.get_act_patch_resid_pre(tl, corrupt_t, cache, tl_metric).numpy()
+            return patching.get_act_patch_resid_pre(tl, corrupt_t, cache, tl_metric).numpy()  # tqdm on stderr
 
     t0 = time.perf_counter()
     g = geomjax_sweep()
@@ -142,6 +142,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--tokens", type=int, default=16, help="prompt length of the patching sweep")
+    p.add_argument("--patch-repeats", type=int, default=2, help="interleaved rounds of the patching sweeps")
     p.add_argument("--out", default=None, help="append the Markdown section to this file")
     args = p.parse_args()
     set_threads()
@@ -152,7 +153,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         gm, tl = build(tmp)
         rows, notes = [], []
-        for row, note in (bench_cache(gm, tl, args.repeats), bench_patching(gm, tl, args.tokens, max(2, args.repeats // 2))):
+        for run in (lambda: bench_cache(gm, tl, args.repeats),
+                    lambda: bench_patching(gm, tl, args.tokens, args.patch_repeats)):
+            row, note = run()
             rows.append(row)
             notes.append(note)
             print(row, note, f"(load {load_avg()})", flush=True)

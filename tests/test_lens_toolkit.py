@@ -16,6 +16,7 @@ import geomjax as gj
 from geomjax import lens
 from geomjax.analysis import circuits
 from geomjax.errors import GeomjaxError
+from tests.test_shapes import unchecked_shapes
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -324,3 +325,39 @@ def test_readable_str_tokens_and_bos_flag(tmp_path):
     assert model.to_tokens("the fox").tolist() == [tok.encode("the fox").ids]  # GPT-2's default: no BOS
     assert model.to_tokens("the fox", prepend_bos=True).tolist() == [[bos] + tok.encode("the fox").ids]
     assert model.to_str_tokens(model.to_tokens("the", prepend_bos=True)[0]) == ["<|endoftext|>", "the"]
+
+
+@pytest.mark.slow
+def test_lens_guide_runs(tmp_path, monkeypatch):
+    """docs/lens.md: its python blocks run in order, as written (they assert their own identities)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "lens.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 7
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/lens.md", "exec"), namespace)
+
+
+def test_sharded_checkpoint_reads_tensor_by_tensor(saved, tmp_path, monkeypatch):
+    """A multi-file checkpoint (model.safetensors.index.json) is read one tensor at a time, each once, and
+    equals the transformers model; the eager whole-checkpoint reader is never called."""
+    from geomjax.convert import safetensors_io
+
+    _, hf = saved["LlamaForCausalLM"]
+    hf.save_pretrained(tmp_path / "sharded", max_shard_size="8KB")
+    assert len(list((tmp_path / "sharded").glob("model-*.safetensors"))) > 2
+    reads = []
+    orig = safetensors_io.ShardedTensors.__getitem__
+    monkeypatch.setattr(safetensors_io.ShardedTensors, "__getitem__", lambda self, k: reads.append(k) or orig(self, k))
+    monkeypatch.setattr(gj.convert, "load_tensors", lambda d: pytest.fail("read the whole checkpoint"))
+    with unchecked_shapes():  # the test run's type checker would read one value of each Mapping it checks
+        model = gj.load(tmp_path / "sharded")
+    assert sorted(reads) == sorted(hf.state_dict())  # every tensor, each read once
+    ids = _ids(seed=9)
+    with torch.no_grad():
+        ref = hf(torch.tensor(ids, dtype=torch.long)).logits.numpy()
+    np.testing.assert_allclose(model.logits(ids), ref, atol=2e-5, rtol=1e-5)
