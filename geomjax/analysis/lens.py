@@ -144,16 +144,17 @@ def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
 
 @dataclasses.dataclass(frozen=True)
 class _NoTokenizer:
-    """Stands in for the tokenizer of a checkpoint that has none; every text operation raises."""
+    """Stands in for the tokenizer of a checkpoint that has none: any use (encode, decode, its vocabulary)
+    raises the one-line GeomjaxError saying why there is none."""
 
     reason: str
     name: str = "none"
 
-    def fail(self, *_, **__):
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
         raise GeomjaxError(f"this model was loaded without a tokenizer ({self.reason}); pass token ids instead "
                            "of text")
-
-    encode = decode = fail
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -234,8 +235,9 @@ class Model:
     def bos_token_id(self) -> int:
         """The BOS id: the family's (Llama / Mistral / BLOOM config), else the tokenizer's ``<|endoftext|>``
         (GPT-2) or ``<s>``. Raises GeomjaxError when the model has none."""
-        bos = self.facts.bos_token_id or getattr(self.config, "bos_token_id", None)
-        if bos is None and hasattr(self.tokenizer, "token_to_id"):
+        bos = self.facts.bos_token_id
+        bos = getattr(self.config, "bos_token_id", None) if bos is None else bos
+        if bos is None and not isinstance(self.tokenizer, _NoTokenizer) and hasattr(self.tokenizer, "token_to_id"):
             bos = next((i for t in ("<|endoftext|>", "<s>", "[CLS]") if (i := self.tokenizer.token_to_id(t))
                         is not None), None)
         if bos is None:
