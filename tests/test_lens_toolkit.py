@@ -327,21 +327,6 @@ def test_readable_str_tokens_and_bos_flag(tmp_path):
     assert model.to_str_tokens(model.to_tokens("the", prepend_bos=True)[0]) == ["<|endoftext|>", "the"]
 
 
-@pytest.mark.slow
-def test_lens_guide_runs(tmp_path, monkeypatch):
-    """docs/lens.md: its python blocks run in order, as written (they assert their own identities)."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[1] / "docs" / "lens.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 7
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    namespace: dict = {}
-    for block in blocks:
-        exec(compile(block, "docs/lens.md", "exec"), namespace)
-
-
 def test_sharded_checkpoint_reads_tensor_by_tensor(saved, tmp_path, monkeypatch):
     """A multi-file checkpoint (model.safetensors.index.json) is read one tensor at a time, each once, and
     equals the transformers model; the eager whole-checkpoint reader is never called."""
