@@ -16,6 +16,7 @@ import geomjax as gj
 from geomjax import lens
 from geomjax.analysis import circuits
 from geomjax.errors import GeomjaxError
+from tests._marks import slow_beyond_first
 from tests.test_shapes import unchecked_shapes
 
 torch = pytest.importorskip("torch")
@@ -89,7 +90,7 @@ def count_compiles():
         jax.monitoring.unregister_event_duration_listener(listener)
 
 
-@pytest.mark.parametrize("kind", ["LlamaModel", "MistralModel", "BloomModel", "GPT2Model", "BertModel"])
+@pytest.mark.parametrize("kind", slow_beyond_first(["LlamaModel", "MistralModel", "BloomModel", "GPT2Model", "BertModel"]))
 def test_base_checkpoints_load_and_match_transformers(saved, kind):
     """A base checkpoint (no LM head, no tokenizer) loads; every hidden state equals transformers' <= 1e-5."""
     path, hf = saved[kind]
@@ -143,7 +144,7 @@ def _scale(x, eps, center):
     return np.sqrt((x * x).mean(-1, keepdims=True) + eps)
 
 
-@pytest.mark.parametrize("kind", ["GPT2LMHeadModel", "LlamaForCausalLM", "BloomForCausalLM", "BertModel"])
+@pytest.mark.parametrize("kind", slow_beyond_first(["LlamaForCausalLM", "GPT2LMHeadModel", "BloomForCausalLM", "BertModel"]))
 def test_new_activations_match_transformers_hooks(saved, kind):
     path, hf = saved[kind]
     model, ids = gj.load(path), _ids(seed=2)
@@ -212,7 +213,7 @@ def test_hooks_are_data_new_closures_reuse_the_compilation(saved):
     np.testing.assert_array_equal(sl, model.run_with_hooks(ids, {"blocks.0.attn.z": lambda z: z.at[:, :2].set(0.0)}))
 
 
-@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("per_head", slow_beyond_first([False, True]))
 def test_patching_sweep_compiles_once_and_equals_the_loop(saved, per_head):
     """Every (layer, position) of a 2-layer model: one compilation; a new metric closure: none; equal to a
     loop of single patches through run_with_hooks."""
@@ -244,7 +245,7 @@ def test_patching_sweep_compiles_once_and_equals_the_loop(saved, per_head):
         lens.patching_sweep(model, clean, corrupted[:, :5], lens.logit_diff_metric(5, 7))
 
 
-@pytest.mark.parametrize("kind", ["GPT2LMHeadModel", "LlamaForCausalLM", "BloomForCausalLM"])
+@pytest.mark.parametrize("kind", slow_beyond_first(["GPT2LMHeadModel", "LlamaForCausalLM", "BloomForCausalLM"]))
 def test_residual_decomposition_and_direct_logit_attribution(saved, kind):
     model, ids = gj.load(saved[kind][0]), _ids(seed=7)
     parts = circuits.residual_decomposition(model, ids)
@@ -284,6 +285,7 @@ def test_factored_circuits_and_composition_scores(saved):
             np.testing.assert_allclose(comp[0, h1, 1, h2], want, rtol=1e-4)
 
 
+@pytest.mark.slow  # compiles the generation loop and runs transformers' generate
 def test_generate_and_per_token_loss(saved):
     path, hf = saved["GPT2LMHeadModel"]
     model, ids = gj.load(path), _ids(T=4, seed=8)
