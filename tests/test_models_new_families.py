@@ -171,8 +171,10 @@ def test_legend_names_of_each_family(checkpoints, name):
     want = {"hook_resid_pre", "ln1", "attn.q", "attn.k", "attn.v", "attn.q_rot", "attn.k_rot", "attn.scores",
             "attn.pattern", "attn.z", "attn.out", "ln2", "mlp.out", "hook_resid_post"}
     want |= set() if name == "gpt_neox" else {"hook_resid_mid"}
+    want |= {"ln1.scale", "ln2.scale", "mlp.pre", "mlp.post"}  # the lens's names (issue 30); gated MLPs: pre_linear
+    want |= set() if name.startswith("gpt_neox") else {"mlp.pre_linear"}
     assert want <= names, (name, want - names)
-    assert "ln_final" in cache
+    assert {"ln_final", "ln_final.scale", "hook_embed"} <= set(cache)
     hs = model_interface(m.model).hidden_states(m.params, np.arange(1, 6)[None], final_norm=False)
     np.testing.assert_allclose(np.asarray(cache.hidden_states(final_norm=False)[-1]), np.asarray(hs[-1]),
                                rtol=1e-5, atol=1e-5)  # two compiled programs: rounding only
@@ -194,6 +196,39 @@ def test_qk_decomposition(checkpoints, name):
     np.testing.assert_allclose(np.asarray(parts.attention), np.asarray(att[1][0, 2]), atol=2e-6)
     every = A.layer_qk_decomposition(xs[1][0], basis, AP.qk_weights(model, params, 1), 1)
     np.testing.assert_allclose(np.asarray(every.attention), np.asarray(att[1][0]), atol=2e-6)
+
+
+@pytest.mark.parametrize("name", slow_beyond_first(["qwen2", "gpt_neox", "gemma2"]))
+def test_lens_hooks_with_masks_and_stops(checkpoints, name):
+    """The lens's activations on a new family: the heads' results sum to attn.out less b_o (Gemma 2: to
+    its input, before the output norm), the neurons give mlp.out, and a hook closure (an array captured,
+    hooks as data) on a padded batch with stop_at_layer equals the unpadded run it patches."""
+    m = lens.Model(*gj.convert.load_pretrained(checkpoints[name][0]), tokenizer=None, name=name)
+    ids = np.arange(1, 7)[None].repeat(2, 0)
+    _, c = m.run_with_cache(ids, ["blocks.0.attn.*", "blocks.0.mlp.*"])
+    b_o = np.asarray(m.interface.head_weights(m.params, 0)["b_o"])
+    heads = np.asarray(c["blocks.0.attn.result"]).sum(axis=2) + b_o
+    if name != "gemma2":
+        np.testing.assert_allclose(heads, np.asarray(c["blocks.0.attn.out"]), rtol=1e-5, atol=1e-5)
+    mp = m.params[m.interface.layer_key(0)]["mlp"]
+    out_proj = mp["proj"] if "proj" in mp else mp["down"]
+    mlp = np.asarray(c["blocks.0.mlp.post"]) @ np.asarray(out_proj["kernel"]) + np.asarray(out_proj.get("bias", 0.0))
+    assert c["blocks.0.mlp.pre"].shape == c["blocks.0.mlp.post"].shape == mlp.shape[:2] + out_proj["kernel"].shape[:1]
+    if name != "gemma2":
+        np.testing.assert_allclose(mlp, np.asarray(c["blocks.0.mlp.out"]), rtol=1e-5, atol=1e-5)
+    src = np.asarray(m.run_with_cache(ids + 3, "blocks.0.hook_resid_post")[1]["blocks.0.hook_resid_post"])
+    patch = {"blocks.0.hook_resid_post": lambda x: x.at[:, 2].set(src[:, 2])}
+    ref = m.run_with_cache(ids, "blocks.1.hook_resid_post", hooks=patch)[1]["blocks.1.hook_resid_post"]
+    padded, mask = np.pad(ids, ((0, 0), (2, 0)), constant_values=0), np.pad(np.ones_like(ids), ((0, 0), (2, 0)))
+    src_pad = np.pad(src, ((0, 0), (2, 0), (0, 0)))
+    patch = {"blocks.0.hook_resid_post": lambda x: x.at[:, 4].set(src_pad[:, 4])}
+    out, cache = m.run_with_cache(padded, "blocks.*.hook_resid_post", hooks=patch, attention_mask=mask,
+                                  stop_at_layer=2)
+    assert out is None and cache.n_layers == 2
+    np.testing.assert_allclose(np.asarray(cache["blocks.1.hook_resid_post"])[:, 2:], np.asarray(ref),
+                               rtol=1e-4, atol=1e-4)
+    assert int(lens.cache_size(m, padded.shape, "blocks.*.hook_resid_post", stop_at_layer=2)) == sum(
+        a.nbytes for a in cache.values())
 
 
 def test_cache_size_and_stop_at_layer(checkpoints):

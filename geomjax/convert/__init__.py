@@ -19,11 +19,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from geomjax.convert.safetensors_io import (
+    SAFETENSORS_INDEX,
+    SAFETENSORS_NAME,
+    ShardedTensors,
     download_checkpoint,
     hf_cache_dir,
     hub_offline,
@@ -156,10 +158,12 @@ def load_pretrained(
     d = resolve_checkpoint(path, revision)
     cfg = read_config(d)
     config = config_from_hf(cfg, ignore_config_keys)
-    tensors = load_tensors(d)
+    sharded = not (d / SAFETENSORS_NAME).exists() and (d / SAFETENSORS_INDEX).exists()
+    tensors = ShardedTensors(d / SAFETENSORS_INDEX) if sharded else load_tensors(d)
     fam = family_of(config)
     if fam.from_weights is not None:  # what only the weights say (BERT's pooler)
         config = fam.from_weights(config, tensors)
+    if mesh is None:  # each parameter onto the device as it is converted (sharded: as it is read)
+        return model_from_config(config), convert_tensors(tensors, config, dtype=dtype, ignore=ignore, place=jnp.asarray)
     params = convert_tensors(tensors, config, dtype=dtype, ignore=ignore)
-    params = jax.tree.map(jnp.asarray, params) if mesh is None else shard_params(params, mesh)
-    return model_from_config(config), params
+    return model_from_config(config), shard_params(params, mesh)

@@ -12,7 +12,7 @@ tensor was left unused.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -52,16 +52,17 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> HFCo
     return family_of_model_type(cfg).config_from_hf(cfg, ignore_config_keys)
 
 
-def _strip_prefix(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for k, v in tensors.items():
+def _strip_prefix(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[str, str]:
+    """{name without the head model's prefix: the checkpoint's name} (names only: nothing is read)."""
+    out: dict[str, str] = {}
+    for k in tensors:
         base = k[len(prefix):] if k.startswith(prefix) else k
         if base in out:
             raise GeomjaxError(
                 f"tensor {base!r} appears both with and without the {prefix!r} prefix; the "
                 "checkpoint mixes two models: re-save it"
             )
-        out[base] = v
+        out[base] = k
     return out
 
 
@@ -98,13 +99,17 @@ def convert_tensors(
     *,
     dtype: str | np.dtype | None = None,
     ignore: Iterable[str] = (),
+    place: Callable[[np.ndarray], Array] | None = None,
 ) -> Params:
     """Convert Hugging Face tensors into a geomjax parameter tree through the explicit tables.
 
     Accepts the prefixes Hugging Face writes for head models ("transformer." for GPT2LMHeadModel and
     BloomForCausalLM, "bert." for BertFor*, "model." for LlamaForCausalLM / MistralForCausalLM).
     A tied model's ``lm_head.weight``, when saved, must equal the token embedding; an untied one's
-    fills ``lm_head/kernel``.
+    fills ``lm_head/kernel``. A checkpoint of an untied family saved without its head (the base
+    ``LlamaModel`` / ``MistralModel`` / ``BloomModel`` classes, as embedding models ship) converts
+    to a tree without ``lm_head``: the model gives every hidden state, and asking it for logits
+    raises :class:`~geomjax.errors.GeomjaxError` naming the missing head.
 
     Args:
       tensors: Hugging Face name -> array.
@@ -113,6 +118,10 @@ def convert_tensors(
         the same for every tensor); otherwise every parameter is converted to this dtype.
       ignore: name prefixes of tensors to drop on purpose (e.g. ``("cls.",)`` for BERT's MLM/NSP
         heads, which geomjax does not implement).
+      place: applied to every parameter as soon as it is converted (e.g. ``jnp.asarray``: onto the
+        device). With a lazy ``tensors`` mapping (:class:`~geomjax.convert.safetensors_io.ShardedTensors`,
+        which reads a tensor when it is looked up and names its dtypes in ``.dtypes``), the checkpoint
+        is read, converted and placed tensor by tensor, never whole in host memory.
 
     Returns:
       Nested dict of NumPy arrays matching the Flax model's ``params``.
@@ -124,29 +133,31 @@ def convert_tensors(
     ignore = tuple(ignore)
     fam = family_of(config)
     what = config.display_name
-    tensors = dict(_strip_prefix(tensors, fam.hf_prefix))
+    names = _strip_prefix(tensors, fam.hf_prefix)
     table, buffers = fam.weight_table(config)
     tied = getattr(config, "tie_word_embeddings", True)  # a config without the field (GPT-2) is tied
-    lm_head = tensors.pop("lm_head.weight", None) if (tied and not fam.bidirectional) else None
+    lm_head = names.pop("lm_head.weight", None) if (tied and not fam.bidirectional) else None
+    headless = "lm_head.weight" in table and "lm_head.weight" not in names
+    if headless:  # a base checkpoint (LlamaModel, MistralModel, BloomModel): every hidden state, no logits
+        del table["lm_head.weight"]
+    kept = sorted(n for n in names if n not in buffers and not n.startswith(ignore))
+    dtypes = getattr(tensors, "dtypes", None)
+    target = _target_dtype({n: np.dtype(dtypes[names[n]] if dtypes is not None else tensors[names[n]].dtype)
+                            for n in kept if n in table}, dtype, what)
+    place = place or (lambda v: v)
 
     params: dict = {}
-    unused, dupes = [], []
-    for name, arr in sorted(tensors.items()):
-        if name in buffers or name.startswith(ignore):
-            continue
-        t = table.get(name)
-        if t is None:
-            unused.append(name)
-            continue
-        for path, value in t(arr, config):
-            if not _set(params, path, value):
-                dupes.append("/".join(path))
-    got = _check_filled(params, table, tensors, unused, dupes, config, what)
-    target = _target_dtype(got, dtype, what)
-    params = jax.tree.map(lambda v: np.asarray(v, dtype=target), params)
+    unused, dupes = [n for n in kept if n not in table], []
+    for name in kept:
+        if name in table:
+            for path, value in table[name](tensors[names[name]], config):
+                if not _set(params, path, place(np.asarray(value, dtype=target))):
+                    dupes.append("/".join(path))
+    _check_filled(params, table, names, unused, dupes, config, what, headless)
 
     if lm_head is not None:
-        emb = params[fam.embedding]["embedding"]
+        lm_head = tensors[lm_head]
+        emb = np.asarray(params[fam.embedding]["embedding"])
         if lm_head.shape != emb.shape or not np.array_equal(lm_head.astype(target), emb):
             raise GeomjaxError(
                 f"{what} checkpoint has an lm_head.weight different from its token embedding (an untied unembedding) but "
@@ -155,9 +166,12 @@ def convert_tensors(
     return params
 
 
-def _check_filled(params, table, tensors, unused, dupes, config, what) -> dict:
-    """Every parameter filled once with its shape, every table name present; returns the flat tree."""
+def _check_filled(params, table, tensors, unused, dupes, config, what, headless: bool = False) -> dict:
+    """Every parameter filled once with its shape, every table name present (``headless``: but the
+    untied ``lm_head``); returns the flat tree."""
     expected = _flatten(expected_param_shapes(config))
+    if headless:
+        expected = {p: v for p, v in expected.items() if p[0] != "lm_head"}
     got = _flatten(params)
     missing = sorted("/".join(p) for p in expected if p not in got)
     surplus = sorted("/".join(p) for p in got if p not in expected)
@@ -192,10 +206,11 @@ def _is_float(dt) -> bool:
     return np.issubdtype(dt, np.floating) or dt == np.dtype(jnp.bfloat16)
 
 
-def _target_dtype(got: dict, dtype, what: str) -> np.dtype:
-    """The checkpoint's one floating dtype (bfloat16 included), or the explicitly requested one."""
-    dtypes = {np.dtype(v.dtype) for v in got.values()}
-    nonfloat = sorted("/".join(p) for p, v in got.items() if not _is_float(np.dtype(v.dtype)))
+def _target_dtype(got: Mapping[str, np.dtype], dtype, what: str) -> np.dtype:
+    """The checkpoint's one floating dtype (bfloat16 included) over its used tensors ``{name: dtype}``, or the
+    explicitly requested one."""
+    dtypes = set(got.values())
+    nonfloat = sorted(p for p, v in got.items() if not _is_float(v))
     if nonfloat:
         raise GeomjaxError(f"{what} weights must be floating point; non-float tensors: {_clip(nonfloat)}")
     if dtype is None:

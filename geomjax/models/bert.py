@@ -120,6 +120,7 @@ class Bert(nn.Module):
         self.layer = [BertLayer(c) for _ in range(c.num_hidden_layers)]
         if c.add_pooling_layer:
             self.pooler = nn.Dense(d, kernel_init=nn.initializers.normal(0.02))
+        self.hp = hook_points("hook_embed", "hook_pos_embed", "hook_token_type_embed")
 
     def __call__(
         self,
@@ -159,12 +160,12 @@ class Bert(nn.Module):
         if tt is None:
             tt = jnp.zeros(ids.shape, jnp.int32)
         T = ids.shape[1]
-        x = (
-            self.word_embeddings(ids)
-            + self.token_type_embeddings(tt)
-            + (self.position_embeddings.embedding[:T][None] if am is None  # the unpadded program, unchanged
-               else self.position_embeddings.embedding[positions_from_mask(am, T)])
-        )
+        pe = self.position_embeddings.embedding
+        pos = (jnp.broadcast_to(pe[:T][None], ids.shape + (c.hidden_size,)) if am is None  # the unpadded program
+               else pe[positions_from_mask(am, T)])
+        hp = self.hp
+        x = hp["hook_embed"](self.word_embeddings(ids)) + hp["hook_token_type_embed"](self.token_type_embeddings(tt))
+        x = x + hp["hook_pos_embed"](pos)
         x = self.embeddings_ln(x)
         mask = attention_mask_4d(T, am, causal=c.causal if causal is None else bool(causal))
         states, probs = run_blocks(self.layer[:stop_at_layer], x, mask)

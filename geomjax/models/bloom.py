@@ -96,13 +96,15 @@ class Bloom(CausalLM):
         self.h = [PreLNBlock(c, "gelu_new") for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed = HookPoint("hook_embed")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
     def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "#B H 1 T"]]]:
         """x_0 = LN_emb(E[ids]); the blocks take the mask and the ALiBi bias at the keys' positions."""
-        x = self.word_embeddings_ln(self.word_embeddings(ids))
+        x = self.word_embeddings_ln(self.hook_embed(self.word_embeddings(ids)))
         return x, (mask, alibi_bias(self.config.n_head, ids.shape[1], x.dtype, positions))
 
 

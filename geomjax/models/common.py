@@ -26,8 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from flax.errors import ScopeParamNotFoundError
 
 from geomjax.base._repr import with_compact_repr
+from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, ArrayLike, Bool, Float, Int
 
 __all__ = [
@@ -42,7 +44,9 @@ __all__ = [
     "Intermediates",
     "LayerNorm",
     "MLP",
+    "MLP_HOOKS",
     "MultiHeadAttention",
+    "READ_ONLY_HOOKS",
     "PreLNBlock",
     "attention_mask_4d",
     "scaled_dot_product_attention",
@@ -50,10 +54,13 @@ __all__ = [
     "check_segment_ids",
     "embed_lookup",
     "gelu_erf",
+    "head_results",
     "hook_points",
     "layer_norm",
     "parallel_block",
     "positions_from_mask",
+    "missing_head_message",
+    "norm_scale_hook",
     "pre_norm_block",
     "run_blocks",
 ]
@@ -266,6 +273,11 @@ class LayerNorm(nn.Module):
         bias = self.param("bias", nn.initializers.zeros, (d,), jnp.float32)
         return layer_norm(x, scale, bias, self.eps)
 
+    def norm_scale(self, x: Float[Array, "... d"]) -> Float[Array, "... 1"]:
+        """The divisor sqrt(var(x) + eps) (..., 1) of :func:`layer_norm` (TransformerLens ``hook_scale``)."""
+        xc = x - jnp.mean(x, axis=-1, keepdims=True)
+        return jnp.sqrt(jnp.mean(xc * xc, axis=-1, keepdims=True) + self.eps)
+
 
 def embed_lookup(table: Float[Array, "V d"], ids: Int[Array, "*batch"]) -> Float[Array, "*batch d"]:
     """Look up rows of an embedding table; out-of-range ids give NaN rows (never wrapped/clipped).
@@ -333,11 +345,34 @@ def attention_mask_4d(
     return mask
 
 
-BLOCK_HOOKS = ("hook_resid_pre", "ln1", "attn.out", "hook_resid_mid", "ln2", "mlp.out", "hook_resid_post")
+BLOCK_HOOKS = ("hook_resid_pre", "ln1", "attn.out", "hook_resid_mid", "ln2", "mlp.out", "hook_resid_post",
+               "ln1.scale", "ln2.scale")
 """Hook points of every block (post-LN BERT has no ln1/ln2: its resid_mid/post are the LayerNorm outputs)."""
 
-ATTENTION_HOOKS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z")
+ATTENTION_HOOKS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.result")
 """Hook points of every attention module (:mod:`geomjax.analysis.lens` documents the shapes)."""
+
+MLP_HOOKS = ("mlp.pre", "mlp.post")
+"""Hook points of every MLP: the neurons before and after the nonlinearity (B, T, F)."""
+
+READ_ONLY_HOOKS = ("attn.result", "ln1.scale", "ln2.scale", "ln_final.scale")
+"""Hook points computed beside the forward pass, not on it (a replacement would change nothing
+downstream, so :mod:`geomjax.analysis.lens` refuses hooks on them): each head's output written to the
+residual stream, and the norms' divisors. Unused, XLA drops them: they cost nothing unless cached."""
+
+
+def head_results(z: Float[Array, "B T H K"], o_kernel: Float[Array, "H K d"]) -> Float[Array, "B T H d"]:
+    """Each head's output written to the residual stream, z_h W_o[h] (B, T, H, d), without the output
+    bias: sum over h plus b_o is the attention output (Elhage et al. 2021, "A Mathematical Framework",
+    the per-head decomposition; TransformerLens ``attn.hook_result``)."""
+    return jnp.einsum("bthk,hkd->bthd", z, o_kernel)
+
+
+def norm_scale_hook(hp: Mapping[str, Callable], key: str, norm: Callable, x: Float[Array, "B T d"]) -> None:
+    """Offer the norm's divisor (B, T, 1) to the read-only hook point ``key`` when the norm module
+    exposes one (``norm_scale``: LayerNorm, RMSNorm); the result is not used by the forward pass."""
+    if hasattr(norm, "norm_scale") and key in hp:
+        hp[key](norm.norm_scale(x))
 
 
 class MultiHeadAttention(nn.Module):
@@ -377,7 +412,10 @@ class MultiHeadAttention(nn.Module):
         k = hp["attn_k"](self.k(x))
         v = hp["attn_v"](self.v(x))
         z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, score_bias=score_bias, hooks=hp)
-        return self.o(hp["attn_z"](z)), probs
+        z = hp["attn_z"](z)
+        out = self.o(z)
+        hp["attn_result"](head_results(z, self.o.variables["params"]["kernel"]))
+        return out, probs
 
 
 def scaled_dot_product_attention(
@@ -523,9 +561,11 @@ class MLP(nn.Module):
         init = nn.initializers.normal(self.init_std)
         self.fc = nn.Dense(self.d_ff, kernel_init=init, name="fc")
         self.proj = nn.Dense(self.d_model, kernel_init=init, name="proj")
+        self.hp = hook_points(*MLP_HOOKS)
 
     def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
-        return self.proj(ACTIVATIONS[self.activation](self.fc(x)))
+        hp = self.hp
+        return self.proj(hp["mlp_post"](ACTIVATIONS[self.activation](hp["mlp_pre"](self.fc(x)))))
 
 
 
@@ -541,8 +581,10 @@ def pre_norm_block(hp: Mapping[str, Callable], x: Float[Array, "B T d"], norm_1:
     """
     post_a, post_m = out_norms if out_norms is not None else (lambda y: y, lambda y: y)
     x = hp["hook_resid_pre"](x)
+    norm_scale_hook(hp, "ln1_scale", norm_1, x)
     a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
     x = hp["hook_resid_mid"](x + hp["attn_out"](post_a(a)))
+    norm_scale_hook(hp, "ln2_scale", norm_2, x)
     return hp["hook_resid_post"](x + hp["mlp_out"](post_m(mlp(hp["ln2"](norm_2(x)))))), probs
 
 
@@ -555,6 +597,8 @@ def parallel_block(hp: Mapping[str, Callable], x: Float[Array, "B T d"], norm_1:
     are as in :func:`pre_norm_block`. Summed as transformers sums them (mlp + attn + x).
     """
     x = hp["hook_resid_pre"](x)
+    norm_scale_hook(hp, "ln1_scale", norm_1, x)
+    norm_scale_hook(hp, "ln2_scale", norm_2, x)
     a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
     m = hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))
     return hp["hook_resid_post"](m + hp["attn_out"](a) + x), probs
@@ -584,6 +628,13 @@ def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
         states.append(x)
         probs.append(p)
     return tuple(states), tuple(probs)
+
+
+def missing_head_message(family: str) -> str:
+    """The one-line error of a base checkpoint (saved without ``lm_head``) asked for logits."""
+    return (f"this {family} checkpoint has no language-model head (lm_head.weight; it was saved from the base "
+            f"model class, e.g. {family}Model): it gives hidden states and activations, not logits; load the "
+            f"{family}ForCausalLM checkpoint for logits")
 
 
 class CausalLM(nn.Module):
@@ -653,7 +704,10 @@ class CausalLM(nn.Module):
                                   attentions=probs if return_attention else None)
             return None, inter
         residual, probs = run_blocks(blocks, x, *block_args)
-        final = self.hook_ln_final(getattr(self, self.PARTS["final_norm"])(residual[-1]))
+        final_norm = getattr(self, self.PARTS["final_norm"])
+        scale_hp = getattr(self, "hook_ln_final_scale", None)  # a family with its final norm's divisor
+        norm_scale_hook({} if scale_hp is None else {"s": scale_hp}, "s", final_norm, residual[-1])
+        final = self.hook_ln_final(final_norm(residual[-1]))
         inter = Intermediates(
             hidden_states=residual[:-1] + (final,),
             residual=residual,
@@ -671,7 +725,10 @@ class CausalLM(nn.Module):
         ``tie_word_embeddings``, as GPT-2's, always is), else ``lm_head(h)``."""
         if getattr(self.config, "tie_word_embeddings", True):
             return getattr(self, self.PARTS["embedding"]).attend(h)
-        return self.lm_head(h)
+        try:
+            return self.lm_head(h)
+        except ScopeParamNotFoundError:
+            raise GeomjaxError(missing_head_message(self.config.display_name)) from None
 
 
 class PreLNBlock(nn.Module):

@@ -23,6 +23,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
+import jax.numpy as jnp
 import numpy as np
 
 from geomjax.errors import GeomjaxError
@@ -87,12 +88,15 @@ class GPT2(CausalLM):
         self.h = [PreLNBlock(c, c.activation_function) for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed, self.hook_pos_embed = HookPoint("hook_embed"), HookPoint("hook_pos_embed")
 
     def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"]]]:
         """x_0 = wte[ids] + wpe[positions] (None: 0..T-1); the blocks take the mask."""
-        pos = self.wpe.embedding[: ids.shape[1]][None] if positions is None else self.wpe.embedding[positions]
-        return self.wte(ids) + pos, (mask,)
+        pos = (jnp.broadcast_to(self.wpe.embedding[: ids.shape[1]][None], ids.shape + (self.config.n_embd,))
+               if positions is None else self.wpe.embedding[positions])
+        return self.hook_embed(self.wte(ids)) + self.hook_pos_embed(pos), (mask,)
 
 
 # -- conversion: config.json reader and weight table ------------------------------------------------

@@ -144,6 +144,8 @@ class GPTNeoX(CausalLM):
         self.layers = [GPTNeoXBlock(c) for _ in range(c.num_hidden_layers)]
         self.final_layer_norm = LayerNorm(c.layer_norm_eps)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed = HookPoint("hook_embed")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
@@ -151,7 +153,7 @@ class GPTNeoX(CausalLM):
               ) -> tuple[
             Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "#B T R"], Float[Array, "#B T R"]]]:
         """x_0 = embed_in[ids]; the blocks take the mask and the partial rotary tables at the position ids."""
-        x = self.embed_in(ids)
+        x = self.hook_embed(self.embed_in(ids))
         pos = jnp.arange(ids.shape[1])[None] if positions is None else positions
         cos, sin = rotary_at(self.config.layer_inv_freq(0), pos, x.dtype)
         return x, (mask, cos, sin)

@@ -31,8 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.base._checks import compiled_cache
+from geomjax.errors import GeomjaxError
 from geomjax.models.bloom import alibi_bias
-from geomjax.models.common import HFConfig, layer_norm
+from geomjax.models.common import HFConfig, layer_norm, missing_head_message
 from geomjax.models.family import Family
 from geomjax.models.llama import apply_rotary
 from geomjax.models.registry import FAMILIES, family_of
@@ -256,7 +257,18 @@ class ModelInterface:
             E = params["embed"]["embedding"]
             return E, params["unembed"]["kernel"] if "unembed" in params else E.T
         E = params[self.family.embedding]["embedding"]
+        if not self.family.bidirectional and not self.has_lm_head(params):  # a causal LM saved without its head
+            raise GeomjaxError(missing_head_message(self.config.display_name))
         return E, params["lm_head"]["kernel"] if "lm_head" in params else E.T
+
+    def has_lm_head(self, params: Params) -> bool:
+        """Whether the model can give logits: tied families (and the toys) always can; an untied one
+        needs its ``lm_head`` (a base checkpoint has none); BERT's output is its last hidden state."""
+        if self.family is None:  # the toys read out through their embedding
+            return True
+        if self.family.bidirectional:
+            return False
+        return bool(getattr(self.config, "tie_word_embeddings", True)) or "lm_head" in params
 
     def scale_qk(self, params: Params, alpha: Scalar) -> Params:
         """params with every layer's W_q, W_k (kernels and biases) multiplied by α (scores × α²; the

@@ -41,7 +41,9 @@ from geomjax.models.common import (
     CausalLM,
     Embed,
     HFStandardConfig,
+    MLP_HOOKS,
     HookPoint,
+    head_results,
     hook_points,
     pre_norm_block,
     scaled_dot_product_attention,
@@ -206,6 +208,11 @@ class RMSNorm(nn.Module):
         scale = self.param("scale", init, (x.shape[-1],), jnp.float32)
         return rms_norm(x, scale + self.offset if self.offset else scale, self.eps)
 
+    def norm_scale(self, x: Float[Array, "... d"]) -> Float[Array, "... 1"]:
+        """The divisor sqrt(mean(x²) + eps) (..., 1) of :func:`rms_norm`, in float32 (TransformerLens ``hook_scale``)."""
+        x32 = x.astype(jnp.float32)
+        return jnp.sqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+
 
 def rotary_tables(config: RotaryConfig, T: int, dtype: DType = jnp.float32, layer: int = 0,
                   positions: Int[Array, "*b T"] | None = None) -> tuple[Float[Array, "*b T K"], Float[Array, "*b T K"]]:
@@ -265,7 +272,10 @@ class LlamaAttention(nn.Module):
             k, v = jnp.repeat(k, rep, axis=2), jnp.repeat(v, rep, axis=2)
         z, probs = scaled_dot_product_attention(q, k, v, mask, c.attn_scale, hooks=hp,
                                                 softcap=c.attn_logit_softcapping)
-        return self.o(hp["attn_z"](z)), probs
+        z = hp["attn_z"](z)
+        out = self.o(z)
+        hp["attn_result"](head_results(z, self.o.variables["params"]["kernel"]))
+        return out, probs
 
 
 class GatedMLP(nn.Module):
@@ -280,10 +290,12 @@ class GatedMLP(nn.Module):
         self.gate = nn.Dense(c.intermediate_size, use_bias=c.mlp_bias, kernel_init=init)
         self.up = nn.Dense(c.intermediate_size, use_bias=c.mlp_bias, kernel_init=init)
         self.down = nn.Dense(c.hidden_size, use_bias=c.mlp_bias, kernel_init=init)
+        self.hp = hook_points(*MLP_HOOKS, "mlp.pre_linear")
 
     def __call__(self, x):
         act = jax.nn.silu if self.config.hidden_act == "silu" else ACTIVATIONS[self.config.hidden_act]
-        return self.down(act(self.gate(x)) * self.up(x))
+        hp = self.hp  # mlp.pre: the gate before the activation; mlp.pre_linear: up(x); mlp.post: what down reads
+        return self.down(hp["mlp_post"](act(hp["mlp_pre"](self.gate(x))) * hp["mlp_pre_linear"](self.up(x))))
 
 
 SwiGLU = GatedMLP  # the name Llama's code and docs use
@@ -331,6 +343,8 @@ class Llama(CausalLM):
         self.layers = [LlamaBlock(c, layer) for layer in range(c.num_hidden_layers)]
         self.norm = RMSNorm(c.rms_norm_eps, c.norm_offset)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed = HookPoint("hook_embed")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
@@ -340,7 +354,7 @@ class Llama(CausalLM):
         """x_0 = E[ids] (× √d when ``scale_embeddings``); the blocks take the causal mask with and without the
         sliding window and every layer's rotary tables at the position ids."""
         c, T = self.config, ids.shape[1]
-        x = self.embed_tokens(ids)
+        x = self.hook_embed(self.embed_tokens(ids))
         if c.scale_embeddings:
             x = x * jnp.asarray(c.hidden_size ** 0.5, x.dtype)
         win = window_mask(T, c.sliding_window)
