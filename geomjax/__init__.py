@@ -62,6 +62,7 @@ _SUBMODULES = {
     "extraction": "geomjax.tools.extraction",
     "attention_probe": "geomjax.tools.attention_probe",
     "lens": "geomjax.analysis.lens",
+    "circuits": "geomjax.analysis.circuits",
     "study": "geomjax.analysis.study",
     "report": "geomjax.analysis.report",
     "plots": "geomjax.analysis.plots",

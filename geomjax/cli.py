@@ -179,6 +179,18 @@ def _config_from_args(args) -> "GeometryConfig":  # noqa: F821
     return GeometryConfig(**values)
 
 
+def _sweep(args, cfg) -> list[str]:
+    """The checkpoints of ``--model`` (several, comma-separated, make a sweep; ``geometry`` only)."""
+    from geomjax.analysis.study_config import sweep_models
+
+    models = sweep_models(cfg.model)
+    if len(models) > 1 and args.command != "geometry":
+        raise GeomjaxError(f"--model lists {len(models)} checkpoints; a sweep runs with `geomjax geometry`")
+    if not models:
+        raise GeomjaxError("--model is empty")
+    return models
+
+
 def _debug_requested(argv: list[str] | None) -> bool:
     argv = sys.argv[1:] if argv is None else argv
     return "--debug" in argv or os.environ.get("GEOMJAX_DEBUG", "").strip() not in ("", "0")
@@ -253,11 +265,13 @@ def _run(args) -> int:
     # Validate everything that can be validated before loading a model or creating --out.
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
-        pipeline.validate_geometry(cfg)
-        if args.dry_run:
+        models = _sweep(args, cfg)
+        for name in models:
+            pipeline.validate_geometry(dataclasses.replace(cfg, model=name))
+        if args.dry_run:  # the plan of the checkpoint (of a sweep: its first)
             from geomjax.analysis import study  # command dispatch: imported on use
 
-            print("\n".join(study.plan(cfg, args.device_memory).lines()))
+            print("\n".join(study.plan(dataclasses.replace(cfg, model=models[0]), args.device_memory).lines()))
             return 0
         options = dataclasses.asdict(cfg) | ({"budget": args.budget} if args.command == "demo" else {})
     elif args.command == "train":
@@ -293,6 +307,15 @@ def _execute(args, run, progress: bool) -> str | None:
 
     if args.command in ("demo", "geometry"):
         cfg = _config_from_args(args)
+        models = _sweep(args, cfg)
+        if len(models) > 1:
+            sections, metrics = pipeline.run_geometry_sweep(cfg, models, run, progress=progress)
+            run.write_config(dataclasses.asdict(cfg) | {"command": args.command, "sweep": models,
+                                                         "model_conventions": metrics["model_conventions"]})
+            run.write_json("metrics.json", metrics)
+            run.write_report(f"geomjax {args.command}: {len(models)} checkpoints on {cfg.corpus}", sections)
+            return None
+
         def claims_check():  # the demo's claims run while the study's figures are drawn
             pipeline.status_line("checking Song & Zhong's claims", progress)
             s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,

@@ -183,7 +183,12 @@ def test_bloom_variants_and_missing_tensors_rejected(checkpoints, tmp_path):
                         apply_residual_connection_post_layernorm=True)
     with pytest.raises(GeomjaxError, match="apply_residual_connection_post_layernorm"):
         gj.convert.load_pretrained(path)
-    # an untied config over tied weights: lm_head.weight is missing
+    # an untied config without lm_head.weight is a base checkpoint (BloomModel): it loads, gives hidden
+    # states, and refuses logits naming the missing head (issue 30)
     path = _edit_config(checkpoints["bloom_6heads_tied"][0], tmp_path / "u", tie_word_embeddings=False)
-    with pytest.raises(GeomjaxError, match=r"missing tensors: lm_head\.weight"):
-        gj.convert.load_pretrained(path)
+    model, params = gj.convert.load_pretrained(path)
+    assert "lm_head" not in params
+    ids = np.zeros((1, 3), np.int32)
+    assert len(model.apply({"params": params}, ids, compute_logits=False)[1].hidden_states) == model.config.n_layer + 1
+    with pytest.raises(GeomjaxError, match=r"no language-model head \(lm_head\.weight"):
+        model.apply({"params": params}, ids)

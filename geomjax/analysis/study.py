@@ -48,7 +48,6 @@ from geomjax.analysis.lens import load
 from geomjax.models import ToyRun, model_interface, toy_forward
 from geomjax.models.common import CausalLM
 from geomjax.models.interface import model_from_config
-from geomjax.models.bert import BertConfig
 from geomjax.base.parallel import data_mesh
 from geomjax.analysis.study_config import PRESETS, GeometryConfig
 
@@ -506,17 +505,18 @@ def _max_positions(model) -> int | None:
 
 def model_conventions(model, cfg: GeometryConfig) -> dict:
     """The hidden-state conventions a study of ``model`` runs with (recorded in config.json)."""
-    f = model_interface(model).facts
-    final = cfg.final_ln if cfg.final_ln is not None else f.family in ("bloom", "llama", "mistral")
+    m = model_interface(model)
+    f, fam = m.facts, m.family
+    final = cfg.final_ln if cfg.final_ln is not None else (fam is not None and fam.study_final_norm)
     if final and not f.final_norm:
-        name = {"bert": "BERT", "toy": "this toy model"}.get(f.family, f.family)
+        name = "this toy model" if fam is None else m.config.display_name
         raise GeomjaxError(f"--final-ln: {name} has no final LayerNorm (its Hugging Face states are the "
                            "residual stream already); leave --final-ln out")
-    if cfg.causal and f.family != "bert":
+    if cfg.causal and (fam is None or not fam.bidirectional):
         raise GeomjaxError(f"--causal applies to BERT only (the {f.family} model has its own causal mask)")
-    if cfg.bos and f.bos_token_id is None and f.family not in ("bloom",):
-        raise GeomjaxError(f"--bos: the {f.family} model's tokenizer has no BOS token to prepend")
     bos = getattr(getattr(model, "config", None), "bos_token_id", None) if cfg.bos else None
+    if cfg.bos and bos is None:
+        raise GeomjaxError(f"--bos: the {f.family} model's tokenizer has no BOS token to prepend")
     return {"family": f.family, "positions": f.positions, "norm": f.norm, "final_norm_applied": bool(final),
             "bos_prepended": bos, "first_position_dropped": cfg.drop_first,
             "hidden_states": "embedding output, then each block" + (
@@ -531,7 +531,7 @@ def _forward(model, *, final_ln: bool, causal: bool, bos: int | None = None):
         if causal:
             raise GeomjaxError("--causal applies to BERT only (the toy model has its own mask)")
         return toy_forward(model, "hidden_states" if final_ln else "residual")
-    if causal and not isinstance(getattr(model, "config", None), BertConfig):
+    if causal and not getattr(model_interface(model).family, "bidirectional", False):
         raise GeomjaxError("--causal applies to BERT only (other models have their own mask)")
     m = model_interface(model, causal=True if causal else None)
     if final_ln and not m.facts.final_norm:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["GeometryConfig", "PRESETS", "CliOption", "cli_option"]
+__all__ = ["GeometryConfig", "PRESETS", "CliOption", "cli_option", "sweep_models"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,23 @@ def _opt(default, **kw):
 def cli_option(field: dataclasses.Field) -> CliOption | None:
     """The :class:`CliOption` of a :class:`GeometryConfig` field, None for a field without a flag."""
     return field.metadata.get("cli")
+
+
+
+def sweep_models(spec: str) -> list[str]:
+    """The checkpoints of a ``--model`` sweep: ``"A,B,C"`` lists them (directories, names, ``NAME@REV``), and
+    after a ``NAME@REV`` entry a bare revision (no "/", "@" or path separator) is another revision of that
+    name: ``"EleutherAI/pythia-70m@step1000,step2000"`` -> both revisions. One entry: a list of one."""
+    out: list[str] = []
+    base = None
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        if base is not None and "/" not in entry and "@" not in entry and "\\" not in entry:
+            entry = f"{base}@{entry}"
+        base = entry.partition("@")[0] if "@" in entry else None
+        out.append(entry)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +123,10 @@ class GeometryConfig:
     model: str = _opt("minilm", help=(
         "'minilm' (the offline MiniLM package), a local Hugging Face model directory / cache entry with "
         "config.json + model.safetensors, or a Hugging Face name (gpt2, meta-llama/Llama-2-7b-hf, "
-        "bigscience/bloom-560m: cached or downloaded); GPT-2, BERT, Llama, Mistral, BLOOM"))
+        "bigscience/bloom-560m: cached or downloaded), NAME@REVISION for a training checkpoint "
+        "(EleutherAI/pythia-70m@step1000); several, comma-separated, make a sweep with one report of the "
+        "metrics over training (NAME@step1000,step2000,...); GPT-2, BERT, Llama, Mistral, BLOOM, "
+        "GPT-NeoX/Pythia, Qwen2, Qwen3, Gemma, Gemma2, Gemma3"))
     corpus: str = _opt("wikitext2", help="wikitext2 | shakespeare | stdlib | pydoc | a text file or directory")
     data_dir: str | None = _opt(None, help=(
         "folder replacing the bundled corpora: tinyshakespeare/input.txt, wikitext-2/{valid,test}.txt "
@@ -120,7 +140,7 @@ class GeometryConfig:
                             help="keep position 0 (default: drop it, as the Song & Zhong code)")
     final_ln: bool | None = _opt(None, flag="--final-ln", group="conventions", help=(
         "use the last state after the final norm (Hugging Face's convention) or not; default: the family's "
-        "as the Song & Zhong code ran it (GPT-2 without, BLOOM / Llama / Mistral with)"))
+        "as the Song & Zhong code ran it (GPT-2 without, every other family with)"))
     causal: bool = _opt(False, group="conventions", help="run BERT with a causal mask (the source code's is_decoder=True)")
     centered_relative_norm: bool = _opt(True, flag="--raw-relative-norm", negate=True, group="conventions",
                                         help="relative norm against raw states with the mean included (source code)")

@@ -1,4 +1,5 @@
-"""Hugging Face checkpoints -> geomjax models and parameters (GPT-2, BERT, Llama / Mistral, BLOOM).
+"""Hugging Face checkpoints -> geomjax models and parameters (every family of :mod:`geomjax.models.registry`:
+GPT-2, BERT, Llama / Mistral, BLOOM, GPT-NeoX / Pythia, Qwen 2 / 3, Gemma 1 / 2 / 3).
 
 ::
 
@@ -18,11 +19,13 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from geomjax.convert.safetensors_io import (
+    SAFETENSORS_INDEX,
+    SAFETENSORS_NAME,
+    ShardedTensors,
     download_checkpoint,
     hf_cache_dir,
     hub_offline,
@@ -39,11 +42,11 @@ from geomjax.convert.tables import (
     expected_param_shapes,
     gpt2_config_from_hf,
     llama_config_from_hf,
-    with_pooler,
 )
 from geomjax.models.bert import Bert
 from geomjax.models.common import CausalLM, HFConfig
 from geomjax.models.interface import model_from_config
+from geomjax.models.registry import family_of
 from geomjax.base.parallel import shard_params
 from geomjax.typing import Params
 
@@ -158,12 +161,14 @@ def load_pretrained(
     d = resolve_checkpoint(path, revision)
     cfg = read_config(d)
     config = config_from_hf(cfg, ignore_config_keys)
-    tensors = load_tensors(d)
-    if config.model_type == "bert":
-        stripped = {k.removeprefix("bert."): v for k, v in tensors.items()}
-        config = with_pooler(config, stripped)
+    sharded = not (d / SAFETENSORS_NAME).exists() and (d / SAFETENSORS_INDEX).exists()
+    tensors = ShardedTensors(d / SAFETENSORS_INDEX) if sharded else load_tensors(d)
+    fam = family_of(config)
+    if fam.from_weights is not None:  # what only the weights say (BERT's pooler)
+        config = fam.from_weights(config, tensors)
+    if mesh is None and not host:  # each parameter onto the device as it is converted (sharded: as it is read)
+        return model_from_config(config), convert_tensors(tensors, config, dtype=dtype, ignore=ignore, place=jnp.asarray)
     params = convert_tensors(tensors, config, dtype=dtype, ignore=ignore)
     if host:
         return model_from_config(config), params
-    params = jax.tree.map(jnp.asarray, params) if mesh is None else shard_params(params, mesh)
-    return model_from_config(config), params
+    return model_from_config(config), shard_params(params, mesh)

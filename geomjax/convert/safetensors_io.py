@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +31,14 @@ from geomjax.typing import Shaped
 __all__ = [
     "SAFETENSORS_INDEX",
     "SAFETENSORS_NAME",
+    "ShardedTensors",
     "download_checkpoint",
     "hf_cache_dir",
     "hub_offline",
     "load_tensors",
     "read_config",
     "resolve_checkpoint",
+    "split_revision",
 ]
 
 SAFETENSORS_NAME = "model.safetensors"
@@ -94,7 +97,8 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
     Args:
       path: directory with ``config.json``; a cache entry ``models--org--name``; or a repo id
         ``"name"`` / ``"org/name"``: the local Hugging Face cache first, else a download
-        (:func:`download_checkpoint`).
+        (:func:`download_checkpoint`); any of them may end in ``@REVISION`` (:func:`split_revision`),
+        e.g. ``EleutherAI/pythia-70m@step1000``.
       revision: branch/tag name under ``refs/`` or a snapshot commit.
 
     Returns:
@@ -105,6 +109,12 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
       GeomjaxError: a repo id neither cached nor reachable (HF_HUB_OFFLINE, no network, unknown repo).
     """
     p = Path(path).expanduser()
+    if not p.exists():
+        path, at = split_revision(path)
+        if at is not None:
+            if revision is not None and revision != at:
+                raise GeomjaxError(f"{path}@{at}: the revision is given twice ({at!r} and revision={revision!r})")
+            revision, p = at, Path(path).expanduser()
     if p.is_dir():
         if (p / "config.json").is_file():
             return p
@@ -129,6 +139,22 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
               "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+
+
+def split_revision(name: str | os.PathLike) -> tuple[str, str | None]:
+    """``"org/name@rev"`` -> ("org/name", "rev") (a training checkpoint such as ``EleutherAI/pythia-70m@step1000``
+    is a branch of the repository); a name without "@" -> (name, None).
+
+    Raises:
+      GeomjaxError: an empty name or revision, or more than one "@".
+    """
+    s = os.fspath(name)
+    if "@" not in s:
+        return s, None
+    base, _, rev = s.partition("@")
+    if not base or not rev or "@" in rev:
+        raise GeomjaxError(f"model {s!r}: write a revision as NAME@REVISION (e.g. EleutherAI/pythia-70m@step1000)")
+    return base, rev
 
 
 def hub_offline() -> bool:
@@ -198,28 +224,87 @@ def _header_dtypes(f: Path) -> set[str]:
         return set()
 
 
+def _dtype_kinds() -> dict[str, type]:
+    import ml_dtypes  # installed with jax
+
+    return {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
+            "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _read_header(f: Path) -> tuple[int, dict]:
+    """(header length n, the JSON header without ``__metadata__``) of a safetensors file."""
+    with open(f, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if not 2 <= n <= 100_000_000:
+            raise ValueError(f"header length {n} is out of range")
+        head = json.loads(fh.read(n))
+    head.pop("__metadata__", None)
+    return n, head
+
+
+def _read_one(raw: np.ndarray, n: int, name: str, v: dict) -> np.ndarray:
+    """One tensor ``name`` with header entry ``v`` from the mapped file ``raw`` (only its bytes are read)."""
+    kinds = _dtype_kinds()
+    if v["dtype"] not in kinds:
+        raise ValueError(f"dtype {v['dtype']} of tensor {name} is not supported")
+    a, b = v["data_offsets"]
+    dt = np.dtype(kinds[v["dtype"]]).newbyteorder("<")
+    buf = np.asarray(raw[8 + n + a: 8 + n + b])
+    return np.frombuffer(buf.tobytes(), dtype=dt).reshape(v["shape"]).astype(dt.newbyteorder("="))
+
+
 def _load_bf16_file(f: Path) -> dict[str, np.ndarray]:
     """Read a safetensors file holding bfloat16 tensors (which ``safetensors.numpy`` cannot) with
     ``ml_dtypes.bfloat16`` NumPy arrays; layout per the safetensors spec (u64 header length, JSON
     header of dtype/shape/data_offsets, then the little-endian data)."""
-    import ml_dtypes  # installed with jax
-
-    kinds = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64,
-             "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+    n, head = _read_header(f)
     raw = np.memmap(f, dtype=np.uint8, mode="r")
-    n = int.from_bytes(bytes(raw[:8]), "little")
-    head = json.loads(bytes(raw[8:8 + n]))
-    out = {}
-    for name, v in head.items():
-        if name == "__metadata__":
-            continue
-        if v["dtype"] not in kinds:
-            raise ValueError(f"dtype {v['dtype']} of tensor {name} is not supported")
-        a, b = v["data_offsets"]
-        dt = np.dtype(kinds[v["dtype"]]).newbyteorder("<")
-        buf = np.asarray(raw[8 + n + a: 8 + n + b])
-        out[name] = np.frombuffer(buf.tobytes(), dtype=dt).reshape(v["shape"]).astype(dt.newbyteorder("="))
-    return out
+    return {name: _read_one(raw, n, name, v) for name, v in head.items()}
+
+
+class ShardedTensors(Mapping):
+    """The tensors of a sharded checkpoint (``model.safetensors.index.json``), read one at a time.
+
+    Building it reads the index and every shard's header (names, dtypes, shapes), never the data, and
+    checks them against each other; looking a tensor up reads only that tensor's bytes (memory-mapped)
+    and checks it is finite. :func:`geomjax.convert.load_pretrained` converts and places each tensor as
+    it is read, so a checkpoint larger than host memory loads onto devices that hold it.
+
+    Attributes:
+      dtypes: {tensor name: NumPy dtype} from the headers.
+    """
+
+    def __init__(self, index: Path):
+        weight_map = _read_index(index)
+        self._where: dict[str, tuple[Path, int, dict]] = {}
+        kinds = _dtype_kinds()
+        for shard, names in sorted(_by_shard(index, weight_map).items()):
+            f = index.parent / shard
+            try:
+                n, head = _read_header(f)
+            except (OSError, ValueError) as e:
+                raise ValueError(f"cannot read {f} as safetensors: {e}. The file is corrupted or truncated; "
+                                 f"{_SAVE_HINT}") from e
+            _check_shard(f, index, names, set(head))
+            self._where.update({name: (f, n, head[name]) for name in names})
+        self.dtypes = {k: np.dtype(kinds.get(v[2]["dtype"], np.uint8)) for k, v in self._where.items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        f, n, entry = self._where[name]
+        arr = _read_one(np.memmap(f, dtype=np.uint8, mode="r"), n, name, entry)
+        if _is_float_array(arr) and not np.all(np.isfinite(arr)):
+            raise ValueError(f"{f}: tensor {name} has NaN/Inf values; the checkpoint is corrupted: {_SAVE_HINT}")
+        return arr
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _is_float_array(v: np.ndarray) -> bool:
+    return np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16"
 
 
 def _load_safetensors_file(f: Path) -> dict[str, np.ndarray]:
@@ -271,10 +356,7 @@ def load_tensors(directory: str | os.PathLike) -> dict[str, Shaped[np.ndarray, "
         raise FileNotFoundError(
             f"no {SAFETENSORS_NAME} or {SAFETENSORS_INDEX} in {d}.{extra} {_SAVE_HINT}"
         )
-    bad = [
-        k for k, v in tensors.items()
-        if (np.issubdtype(v.dtype, np.floating) or v.dtype.name == "bfloat16") and not np.all(np.isfinite(v))
-    ]
+    bad = [k for k, v in tensors.items() if _is_float_array(v) and not np.all(np.isfinite(v))]
     if bad:
         raise ValueError(
             f"{d}: tensors with NaN/Inf values: {', '.join(sorted(bad)[:10])}"
@@ -283,7 +365,7 @@ def load_tensors(directory: str | os.PathLike) -> dict[str, Shaped[np.ndarray, "
     return tensors
 
 
-def _load_sharded(index: Path) -> dict[str, np.ndarray]:
+def _read_index(index: Path) -> dict:
     try:
         meta = json.loads(index.read_text(encoding="utf-8"))
         weight_map = meta["weight_map"]
@@ -293,6 +375,11 @@ def _load_sharded(index: Path) -> dict[str, np.ndarray]:
         raise ValueError(
             f"{index} is not a valid safetensors index (needs a 'weight_map' object): {e}; {_SAVE_HINT}"
         ) from e
+    return weight_map
+
+
+def _by_shard(index: Path, weight_map: dict) -> dict[str, set[str]]:
+    """{shard file: tensor names} of an index; raises when a shard is missing."""
     by_shard: dict[str, set[str]] = {}
     for name, shard in weight_map.items():
         by_shard.setdefault(shard, set()).add(name)
@@ -302,15 +389,21 @@ def _load_sharded(index: Path) -> dict[str, np.ndarray]:
             f"{index} names shard(s) missing from {index.parent}: {', '.join(sorted(missing))}; "
             f"copy every shard, or {_SAVE_HINT}"
         )
+    return by_shard
+
+
+def _check_shard(f: Path, index: Path, names: set[str], found: set[str]) -> None:
+    if found != names:
+        raise ValueError(
+            f"shard {f} disagrees with {index.name}: missing {sorted(names - found)[:10]}, not in index "
+            f"{sorted(found - names)[:10]}; the checkpoint is inconsistent: {_SAVE_HINT}"
+        )
+
+
+def _load_sharded(index: Path) -> dict[str, np.ndarray]:
     tensors: dict[str, np.ndarray] = {}
-    for shard, names in sorted(by_shard.items()):
+    for shard, names in sorted(_by_shard(index, _read_index(index)).items()):
         part = _load_safetensors_file(index.parent / shard)
-        if set(part) != names:
-            absent = sorted(names - set(part))
-            extra = sorted(set(part) - names)
-            raise ValueError(
-                f"shard {index.parent / shard} disagrees with {index.name}: missing "
-                f"{absent[:10]}, not in index {extra[:10]}; the checkpoint is inconsistent: {_SAVE_HINT}"
-            )
+        _check_shard(index.parent / shard, index, names, set(part))
         tensors.update(part)
     return tensors

@@ -27,6 +27,7 @@ import numpy as np
 
 from geomjax.convert import minilm_path
 from geomjax.errors import GeomjaxError
+from geomjax.models.registry import family_of
 from geomjax.typing import ArrayLike, Int
 
 __all__ = [
@@ -225,10 +226,10 @@ def checkpoint_tokenizer(path: str | os.PathLike) -> TextTokenizer:
 def model_tokenizer(path: str | os.PathLike, config: Any) -> TextTokenizer:
     """The tokenizer of a loaded checkpoint: BERT WordPiece from vocab.txt; otherwise its tokenizer.json
     (:func:`checkpoint_tokenizer`), or GPT-2's byte-level BPE for a GPT-2 checkpoint that ships none."""
-    mt = getattr(config, "model_type", None)
-    if mt == "bert":
+    kind = family_of(config).tokenizer
+    if kind == "wordpiece":
         return bert_tokenizer(path)
-    if mt == "gpt2" and not (Path(path) / "tokenizer.json").is_file():
+    if kind == "gpt2_bpe" and not (Path(path) / "tokenizer.json").is_file():
         return gpt2_tokenizer()
     return checkpoint_tokenizer(path)
 

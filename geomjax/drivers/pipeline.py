@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import importlib
 import shutil
 
@@ -38,6 +39,7 @@ from geomjax.analysis.study import (  # noqa: F401  (the study's configuration a
 )
 
 __all__ = [
+    "run_geometry_sweep",
     "GeometryConfig",
     "GeometryInputs",
     "load_model_and_tokenizer",
@@ -91,6 +93,36 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True,
         sections = drawn.result()
     metrics.update(extra)
     return sections + more, metrics
+
+
+SWEEP_METRICS = ("screenot_rank", "stable_rank", "relative_norm", "share_pos", "share_ctx", "share_resid",
+                 "incoherence_max", "dct_low_freq_energy")
+"""The across-layer means a sweep's report tabulates per checkpoint (Song & Zhong Table 1 columns)."""
+
+
+def run_geometry_sweep(cfg: GeometryConfig, models: list[str], run: report.RunDir, progress: bool = True):
+    """The geometry study of each checkpoint of a sweep (training revisions ``NAME@stepN``, or directories),
+    one after the other with the same windows, as one report: the metrics over training.
+
+    Returns:
+      (sections, metrics): a table of the across-layer means (:data:`SWEEP_METRICS`) per checkpoint and one
+      of the relative norm per layer; metrics.json ``{"sweep": [{"model", "model_conventions", "summary",
+      "per_layer"}, ...]}`` in the order given.
+    """
+    rows = []
+    for i, name in enumerate(models):
+        status_line(f"checkpoint {i + 1}/{len(models)}: {name}", progress)
+        m = study.run(dataclasses.replace(cfg, model=name), progress=progress).to_json()
+        rows.append({"model": name, **{k: m[k] for k in ("model_conventions", "summary", "per_layer", "layers")}})
+    s = Section("Metrics over training (Song & Zhong Table 1 per checkpoint)")
+    s.paragraphs.append(f"{len(models)} checkpoints, each studied on the same windows of {cfg.corpus} "
+                        f"(C = {cfg.n_docs} x {cfg.windows_per_doc}, T = {cfg.seq_len}); mean over layers.")
+    s.table(["checkpoint", *SWEEP_METRICS],
+            [[r["model"], *(r["summary"].get(k, {}).get("mean", "n/a") for k in SWEEP_METRICS)] for r in rows])
+    layers = rows[0]["layers"]
+    s.table(["checkpoint", *layers], [[r["model"], *(layer.get("relative_norm") for layer in r["per_layer"])]
+                                      for r in rows if r["layers"] == layers], caption="relative norm per layer")
+    return [s], {"sweep": rows, "model_conventions": rows[0]["model_conventions"]}
 
 
 def validate_claims_selection(select) -> None:

@@ -23,13 +23,17 @@ Parameter tree::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 import flax.linen as nn
 import jax.numpy as jnp
-import numpy as np
 
+from geomjax.errors import GeomjaxError
+from geomjax.models import hf_tables as ht
 from geomjax.models.common import CausalLM, Embed, HFConfig, HookPoint, LayerNorm, PreLNBlock
+from geomjax.models.family import Family
+from geomjax.models.gpt2 import layer_norm_input
 from geomjax.theory.positional import alibi_slopes
 from geomjax.typing import Array, Bool, DType, Float, Int
 
@@ -57,6 +61,7 @@ class BloomConfig(HFConfig):
     bos_token_id: int | None = 1
 
     model_type = "bloom"
+    DISPLAY_NAME: ClassVar[str] = "BLOOM"
     HF_FIELDS: ClassVar[dict[str, str]] = {"d_model": "hidden_size", "num_layers": "n_layer", "num_heads": "n_head"}
 
     def __post_init__(self):
@@ -67,10 +72,13 @@ class BloomConfig(HFConfig):
         return 4 * self.hidden_size
 
 
-def alibi_bias(n_heads: int, T: int, dtype: DType = jnp.float32) -> Float[Array, "1 H 1 T"]:
-    """ALiBi score bias m_h · s for key s (broadcast over queries), shape (1, H, 1, T)."""
-    b = alibi_slopes(n_heads)[:, None] * np.arange(T, dtype=np.float32)[None]
-    return jnp.asarray(b, dtype)[None, :, None, :]
+def alibi_bias(n_heads: int, T: int, dtype: DType = jnp.float32,
+               positions: Int[Array, "#B T"] | None = None) -> Float[Array, "#B H 1 T"]:
+    """ALiBi score bias m_h · s for key position s (broadcast over queries), shape (1 or B, H, 1, T);
+    ``positions``: the keys' position ids (None: 0..T−1), as Hugging Face's cumulative-mask positions."""
+    pos = jnp.arange(T, dtype=jnp.float32)[None] if positions is None else jnp.asarray(positions, jnp.float32)
+    b = jnp.asarray(alibi_slopes(n_heads))[None, :, None] * pos[:, None, :]
+    return b.astype(dtype)[:, :, None, :]
 
 
 class Bloom(CausalLM):
@@ -88,11 +96,91 @@ class Bloom(CausalLM):
         self.h = [PreLNBlock(c, "gelu_new") for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
         self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed = HookPoint("hook_embed")
         if not c.tie_word_embeddings:
             self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
 
-    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"]
-              ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "1 H 1 T"]]]:
-        """x_0 = LN_emb(E[ids]); the blocks take the causal mask and the ALiBi bias."""
-        x = self.word_embeddings_ln(self.word_embeddings(ids))
-        return x, (mask, alibi_bias(self.config.n_head, ids.shape[1], x.dtype))
+    def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
+              ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "#B H 1 T"]]]:
+        """x_0 = LN_emb(E[ids]); the blocks take the mask and the ALiBi bias at the keys' positions."""
+        x = self.word_embeddings_ln(self.hook_embed(self.word_embeddings(ids)))
+        return x, (mask, alibi_bias(self.config.n_head, ids.shape[1], x.dtype, positions))
+
+
+# -- conversion: config.json reader and weight table ------------------------------------------------
+_USED = ("vocab_size", "hidden_size", "n_embed", "n_layer", "num_hidden_layers", "n_head",
+         "num_attention_heads", "layer_norm_epsilon", "tie_word_embeddings", "bos_token_id")
+_CHECKED: dict[str, object] = {
+    **ht.CHECKED_COMMON,
+    "apply_residual_connection_post_layernorm": False,
+    "slow_but_exact": False,
+}
+# Megatron-DeepSpeed training switches that bigscience's configs carry and transformers ignores
+# (fused kernels, softmax precision, tensor-parallel slicing); n_inner is ignored by BloomMLP (4d).
+_IGNORED = ht.IGNORED_COMMON | {
+    "attention_dropout", "hidden_dropout", "pretraining_tp", "attention_softmax_in_fp32",
+    "bias_dropout_fusion", "masked_softmax_fusion", "offset_alibi", "skip_bias_add", "skip_bias_add_qkv",
+    "unk_token_id", "seq_length", "n_inner", "layer_norm_eps_fp32",
+}
+
+
+def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> BloomConfig:
+    """Build a :class:`BloomConfig` from a Hugging Face BLOOM ``config.json`` dict, rejecting variants.
+
+    Raises:
+      GeomjaxError: ``apply_residual_connection_post_layernorm``, ``slow_but_exact``, unknown keys.
+    """
+    ht.check_keys(cfg, _USED, _CHECKED, _IGNORED, "BLOOM", ignore_config_keys)
+    d = cfg.get("hidden_size", cfg.get("n_embed"))
+    L = cfg.get("n_layer", cfg.get("num_hidden_layers"))
+    H = cfg.get("n_head", cfg.get("num_attention_heads"))
+    if None in (d, L, H) or "vocab_size" not in cfg:
+        raise GeomjaxError("BLOOM config: needs vocab_size, hidden_size (n_embed), n_layer and n_head")
+    try:
+        return BloomConfig(vocab_size=int(cfg["vocab_size"]), hidden_size=int(d), n_layer=int(L), n_head=int(H),
+                           layer_norm_epsilon=float(cfg.get("layer_norm_epsilon", 1e-5)),
+                           tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+                           bos_token_id=cfg.get("bos_token_id"))
+    except ValueError as e:
+        raise GeomjaxError(f"BLOOM config: {e}") from None
+
+
+TOP_TABLE: dict[str, ht.Transform] = {
+    # under "transformer."
+    "word_embeddings.weight": ht.copy("word_embeddings", "embedding"),
+    "word_embeddings_layernorm.weight": ht.copy("word_embeddings_ln", "scale"),
+    "word_embeddings_layernorm.bias": ht.copy("word_embeddings_ln", "bias"),
+    "ln_f.weight": ht.copy("ln_f", "scale"),
+    "ln_f.bias": ht.copy("ln_f", "bias"),
+}
+LAYER_TABLE: dict[str, ht.Transform] = {
+    # under "transformer.h.{l}." -> under "h_{l}/"
+    "input_layernorm.weight": ht.copy("ln_1", "scale"),
+    "input_layernorm.bias": ht.copy("ln_1", "bias"),
+    # fused (3d, d), output axis laid out (H, 3, K) (BloomAttention._reshape) -> q, k, v (d, H, K) / (H, K)
+    "self_attention.query_key_value.weight": ht.fused_qkv_per_head("self_attention.query_key_value"),
+    "self_attention.query_key_value.bias": ht.fused_qkv_per_head("self_attention.query_key_value"),
+    "self_attention.dense.weight": ht.heads_out_kernel(transpose=True),  # (d, d) -> (H, K, d)
+    "self_attention.dense.bias": ht.copy("attn", "o", "bias"),
+    "post_attention_layernorm.weight": ht.copy("ln_2", "scale"),
+    "post_attention_layernorm.bias": ht.copy("ln_2", "bias"),
+    "mlp.dense_h_to_4h.weight": ht.transpose("mlp", "fc", "kernel"),  # (4d, d) -> (d, 4d)
+    "mlp.dense_h_to_4h.bias": ht.copy("mlp", "fc", "bias"),
+    "mlp.dense_4h_to_h.weight": ht.transpose("mlp", "proj", "kernel"),  # (d, 4d) -> (4d, d)
+    "mlp.dense_4h_to_h.bias": ht.copy("mlp", "proj", "bias"),
+}
+
+
+def weight_table(c: BloomConfig) -> tuple[dict[str, ht.Transform], set[str]]:
+    """{Hugging Face name below "transformer.": transform} (lm_head when untied); no buffers."""
+    table = dict(TOP_TABLE) | ({} if c.tie_word_embeddings else ht.LM_HEAD_TABLE)
+    ht.per_layer(table, c.n_layer, "h", "h", LAYER_TABLE)
+    return table, set()
+
+
+FAMILY = Family(
+    name="bloom", model_types=("bloom",), config_cls=BloomConfig, module_cls=Bloom, config_from_hf=config_from_hf,
+    weight_table=weight_table, hf_prefix="transformer.", layer_key="h_{}", embedding="word_embeddings",
+    positions="alibi", norm="layernorm", pre_norm=True, norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")),
+    attention_norm=layer_norm_input)

@@ -26,8 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from flax.errors import ScopeParamNotFoundError
 
 from geomjax.base._repr import with_compact_repr
+from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, ArrayLike, Bool, Float, Int
 
 __all__ = [
@@ -42,7 +44,9 @@ __all__ = [
     "Intermediates",
     "LayerNorm",
     "MLP",
+    "MLP_HOOKS",
     "MultiHeadAttention",
+    "READ_ONLY_HOOKS",
     "PreLNBlock",
     "attention_mask_4d",
     "scaled_dot_product_attention",
@@ -50,8 +54,13 @@ __all__ = [
     "check_segment_ids",
     "embed_lookup",
     "gelu_erf",
+    "head_results",
     "hook_points",
     "layer_norm",
+    "parallel_block",
+    "positions_from_mask",
+    "missing_head_message",
+    "norm_scale_hook",
     "pre_norm_block",
     "run_blocks",
 ]
@@ -75,13 +84,12 @@ class HFConfig:
     """
 
     HF_FIELDS: ClassVar[dict[str, str]] = {}
-    DISPLAY_NAMES: ClassVar[dict[str, str]] = {
-        "gpt2": "GPT2", "bert": "BERT", "bloom": "BLOOM", "llama": "Llama", "mistral": "Mistral"}
+    DISPLAY_NAME: ClassVar[str] = ""
 
     @property
     def display_name(self) -> str:
-        """The family's name in messages (from ``model_type``)."""
-        return self.DISPLAY_NAMES[self.model_type]
+        """The family's name in messages."""
+        return self.DISPLAY_NAME
 
     def _hf(self, name: str, default=None):
         field = self.HF_FIELDS.get(name)
@@ -265,6 +273,11 @@ class LayerNorm(nn.Module):
         bias = self.param("bias", nn.initializers.zeros, (d,), jnp.float32)
         return layer_norm(x, scale, bias, self.eps)
 
+    def norm_scale(self, x: Float[Array, "... d"]) -> Float[Array, "... 1"]:
+        """The divisor sqrt(var(x) + eps) (..., 1) of :func:`layer_norm` (TransformerLens ``hook_scale``)."""
+        xc = x - jnp.mean(x, axis=-1, keepdims=True)
+        return jnp.sqrt(jnp.mean(xc * xc, axis=-1, keepdims=True) + self.eps)
+
 
 def embed_lookup(table: Float[Array, "V d"], ids: Int[Array, "*batch"]) -> Float[Array, "*batch d"]:
     """Look up rows of an embedding table; out-of-range ids give NaN rows (never wrapped/clipped).
@@ -332,11 +345,34 @@ def attention_mask_4d(
     return mask
 
 
-BLOCK_HOOKS = ("hook_resid_pre", "ln1", "attn.out", "hook_resid_mid", "ln2", "mlp.out", "hook_resid_post")
+BLOCK_HOOKS = ("hook_resid_pre", "ln1", "attn.out", "hook_resid_mid", "ln2", "mlp.out", "hook_resid_post",
+               "ln1.scale", "ln2.scale")
 """Hook points of every block (post-LN BERT has no ln1/ln2: its resid_mid/post are the LayerNorm outputs)."""
 
-ATTENTION_HOOKS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z")
+ATTENTION_HOOKS = ("attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.z", "attn.result")
 """Hook points of every attention module (:mod:`geomjax.analysis.lens` documents the shapes)."""
+
+MLP_HOOKS = ("mlp.pre", "mlp.post")
+"""Hook points of every MLP: the neurons before and after the nonlinearity (B, T, F)."""
+
+READ_ONLY_HOOKS = ("attn.result", "ln1.scale", "ln2.scale", "ln_final.scale")
+"""Hook points computed beside the forward pass, not on it (a replacement would change nothing
+downstream, so :mod:`geomjax.analysis.lens` refuses hooks on them): each head's output written to the
+residual stream, and the norms' divisors. Unused, XLA drops them: they cost nothing unless cached."""
+
+
+def head_results(z: Float[Array, "B T H K"], o_kernel: Float[Array, "H K d"]) -> Float[Array, "B T H d"]:
+    """Each head's output written to the residual stream, z_h W_o[h] (B, T, H, d), without the output
+    bias: sum over h plus b_o is the attention output (Elhage et al. 2021, "A Mathematical Framework",
+    the per-head decomposition; TransformerLens ``attn.hook_result``)."""
+    return jnp.einsum("bthk,hkd->bthd", z, o_kernel)
+
+
+def norm_scale_hook(hp: Mapping[str, Callable], key: str, norm: Callable, x: Float[Array, "B T d"]) -> None:
+    """Offer the norm's divisor (B, T, 1) to the read-only hook point ``key`` when the norm module
+    exposes one (``norm_scale``: LayerNorm, RMSNorm); the result is not used by the forward pass."""
+    if hasattr(norm, "norm_scale") and key in hp:
+        hp[key](norm.norm_scale(x))
 
 
 class MultiHeadAttention(nn.Module):
@@ -368,7 +404,7 @@ class MultiHeadAttention(nn.Module):
         self,
         x: Float[Array, "B T d"],
         mask: Bool[Array, "#B 1 #T T"] | None,
-        score_bias: Float[Array, "1 H 1 T"] | None = None,
+        score_bias: Float[Array, "#B H 1 T"] | None = None,
     ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
         """(out (B, T, d), probs (B, H, T, T)); ``score_bias`` is BLOOM's ALiBi (added to the scaled scores)."""
         hp = self.hp
@@ -376,7 +412,10 @@ class MultiHeadAttention(nn.Module):
         k = hp["attn_k"](self.k(x))
         v = hp["attn_v"](self.v(x))
         z, probs = scaled_dot_product_attention(q, k, v, mask, self.head_dim**-0.5, score_bias=score_bias, hooks=hp)
-        return self.o(hp["attn_z"](z)), probs
+        z = hp["attn_z"](z)
+        out = self.o(z)
+        hp["attn_result"](head_results(z, self.o.variables["params"]["kernel"]))
+        return out, probs
 
 
 def scaled_dot_product_attention(
@@ -388,10 +427,12 @@ def scaled_dot_product_attention(
     probs_fn: Callable[[Array], Array] | None = None,
     score_bias: Float[Array, "#B H #T S"] | None = None,
     hooks: Mapping[str, Callable] | None = None,
+    softcap: float | None = None,
 ) -> tuple[Float[Array, "B T H K"], Float[Array, "B H T S"]]:
     """softmax(scale · q kᵀ [+ score_bias], masked) v per head (Vaswani et al. eq. 1); returns (z, probs).
 
     ``score_bias`` is added to the scaled scores before masking (BLOOM's ALiBi, Press et al. eq. (1)).
+    ``softcap`` c (Gemma 2's attention logit soft-capping): scores -> c · tanh(scores / c) before masking.
     ``hooks``: the attention module's :func:`hook_points`; ``attn_scores`` sees the masked scaled
     scores (B, H, T, S) the softmax reads, ``attn_pattern`` the probabilities (B, H, T, S).
 
@@ -404,6 +445,8 @@ def scaled_dot_product_attention(
     scores = (qh @ kh.transpose(0, 1, 3, 2)) * jnp.asarray(scale, q.dtype)  # (B, H, T, S)
     if score_bias is not None:
         scores = scores + score_bias.astype(scores.dtype)
+    if softcap is not None:
+        scores = jnp.tanh(scores / softcap) * softcap
     if mask is not None:
         scores = jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
     if hooks is not None:
@@ -518,23 +561,58 @@ class MLP(nn.Module):
         init = nn.initializers.normal(self.init_std)
         self.fc = nn.Dense(self.d_ff, kernel_init=init, name="fc")
         self.proj = nn.Dense(self.d_model, kernel_init=init, name="proj")
+        self.hp = hook_points(*MLP_HOOKS)
 
     def __call__(self, x: Float[Array, "... d"]) -> Float[Array, "... d"]:
-        return self.proj(ACTIVATIONS[self.activation](self.fc(x)))
+        hp = self.hp
+        return self.proj(hp["mlp_post"](ACTIVATIONS[self.activation](hp["mlp_pre"](self.fc(x)))))
 
 
 
 def pre_norm_block(hp: Mapping[str, Callable], x: Float[Array, "B T d"], norm_1: Callable, attn: Callable,
-                   norm_2: Callable, mlp: Callable, *attn_args) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+                   norm_2: Callable, mlp: Callable, *attn_args, out_norms: tuple[Callable, Callable] | None = None,
+                   ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
     """One pre-norm block (GPT-2, BLOOM, Llama): h = x + attn(norm_1 x, *attn_args); h + mlp(norm_2 h).
 
+    ``out_norms``: Gemma 2/3's "sandwich" norms (n_a, n_m) on the branch outputs:
+    h = x + n_a(attn(norm_1 x)); h + n_m(mlp(norm_2 h)) (``attn.out`` / ``mlp.out`` are then what is added).
     ``hp`` are the block's :data:`BLOCK_HOOKS` (see :func:`hook_points`); ``attn`` returns
     ``(out (B, T, d), probs (B, H, T, T))``. Returns the block output (B, T, d) and ``probs``.
     """
+    post_a, post_m = out_norms if out_norms is not None else (lambda y: y, lambda y: y)
     x = hp["hook_resid_pre"](x)
+    norm_scale_hook(hp, "ln1_scale", norm_1, x)
     a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
-    x = hp["hook_resid_mid"](x + hp["attn_out"](a))
-    return hp["hook_resid_post"](x + hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))), probs
+    x = hp["hook_resid_mid"](x + hp["attn_out"](post_a(a)))
+    norm_scale_hook(hp, "ln2_scale", norm_2, x)
+    return hp["hook_resid_post"](x + hp["mlp_out"](post_m(mlp(hp["ln2"](norm_2(x)))))), probs
+
+
+def parallel_block(hp: Mapping[str, Callable], x: Float[Array, "B T d"], norm_1: Callable, attn: Callable,
+                   norm_2: Callable, mlp: Callable, *attn_args
+                   ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
+    """One parallel-residual block (GPT-NeoX / Pythia, GPT-J): x + attn(norm_1 x) + mlp(norm_2 x).
+
+    Both branches read the block input, so there is no ``hook_resid_mid``; the other :data:`BLOCK_HOOKS`
+    are as in :func:`pre_norm_block`. Summed as transformers sums them (mlp + attn + x).
+    """
+    x = hp["hook_resid_pre"](x)
+    norm_scale_hook(hp, "ln1_scale", norm_1, x)
+    norm_scale_hook(hp, "ln2_scale", norm_2, x)
+    a, probs = attn(hp["ln1"](norm_1(x)), *attn_args)
+    m = hp["mlp_out"](mlp(hp["ln2"](norm_2(x))))
+    return hp["hook_resid_post"](m + hp["attn_out"](a) + x), probs
+
+
+def positions_from_mask(attention_mask: Int[Array, "B T"] | None, T: int) -> Int[Array, "#B T"]:
+    """Position ids (B, T) of a padded batch: cumsum(mask) − 1 at real tokens (so left and right padding give
+    every real token the position it has unpadded), the index t at padding (so a right-padded batch has
+    Hugging Face's default positions 0..T−1 everywhere); (1, T) 0..T−1 without a mask."""
+    index = jnp.arange(T, dtype=jnp.int32)[None]
+    if attention_mask is None:
+        return index
+    m = jnp.asarray(attention_mask) != 0
+    return jnp.where(m, jnp.cumsum(m.astype(jnp.int32), axis=1) - 1, index)
 
 
 def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
@@ -552,6 +630,13 @@ def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
     return tuple(states), tuple(probs)
 
 
+def missing_head_message(family: str) -> str:
+    """The one-line error of a base checkpoint (saved without ``lm_head``) asked for logits."""
+    return (f"this {family} checkpoint has no language-model head (lm_head.weight; it was saved from the base "
+            f"model class, e.g. {family}Model): it gives hidden states and activations, not logits; load the "
+            f"{family}ForCausalLM checkpoint for logits")
+
+
 class CausalLM(nn.Module):
     """Base of the causal decoders (GPT-2, BLOOM, Llama / Mistral): one forward, one call signature.
 
@@ -560,8 +645,11 @@ class CausalLM(nn.Module):
     Face's names (with a ``hook_ln_final`` HookPoint and, when the config has
     ``tie_word_embeddings=False``, an ``lm_head``) and says what differs:
 
-    * ``embed(ids (B, T), mask (1|B, 1, T, T)) -> (x_0 (B, T, d), block_args)``: the embedding
-      and what every block takes after x (the mask, ALiBi's bias, the rotary tables);
+    * ``embed(ids (B, T), mask (1|B, 1, T, T), positions (B, T) or None) -> (x_0 (B, T, d), block_args)``:
+      the embedding and what every block takes after x (the mask, ALiBi's bias, the rotary tables), at the
+      position ids :func:`positions_from_mask` derives from the attention mask (None without one: 0..T−1,
+      computed as before masks existed, so the unpadded programs are unchanged);
+    * a config with ``final_logit_softcapping`` c (Gemma 2) has its logits soft-capped, c · tanh(logits / c);
     * ``PARTS``: the Hugging Face names of the ``blocks`` list, the ``final_norm`` and the token
       ``embedding`` (the tied read-out is its ``attend``).
 
@@ -577,16 +665,21 @@ class CausalLM(nn.Module):
         *,
         return_attention: bool = False,
         compute_logits: bool = True,
+        stop_at_layer: int | None = None,
     ) -> tuple[Float[Array, "B T V"] | None, Intermediates]:
         """Compute logits and every residual-stream state for token ids (B, T).
 
         Args:
           input_ids: (B, T) integer ids in [0, vocab_size), T <= ``config.max_positions`` (None:
             any T, as rotary and ALiBi positions are unbounded).
-          attention_mask: optional (B, T), 1 for real tokens, 0 for padding keys (Hugging Face
-            convention); combined with the causal mask.
+          attention_mask: optional (B, T), 1 for real tokens, 0 for padding (Hugging Face
+            convention): padded keys are never attended and the position ids count real tokens only
+            (:func:`positions_from_mask`), so left or right padding gives every real token its unpadded
+            states; padded positions get meaningless outputs.
           return_attention: also return the L attention-probability arrays (B, H, T, T).
           compute_logits: if False, skip the (B, T, V) unembedding and return None as output.
+          stop_at_layer: run only blocks 0..stop_at_layer−1 (None: all): ``residual`` and
+            ``hidden_states`` then hold stop_at_layer + 1 states, no final norm and no logits.
 
         Returns:
           ``(logits (B, T, V) or None, Intermediates)``: ``hidden_states`` as Hugging Face's
@@ -601,16 +694,31 @@ class CausalLM(nn.Module):
         max_positions = np.iinfo(np.int32).max if c.max_positions is None else c.max_positions
         ids = check_input_ids(input_ids, c.vocab_size, max_positions, what=what)
         am = check_segment_ids(attention_mask, ids.shape, 2, "attention_mask", what)
-        x, block_args = self.embed(ids, attention_mask_4d(ids.shape[1], am, causal=True))
-        residual, probs = run_blocks(getattr(self, self.PARTS["blocks"]), x, *block_args)
-        final = self.hook_ln_final(getattr(self, self.PARTS["final_norm"])(residual[-1]))
+        T = ids.shape[1]
+        positions = None if am is None else positions_from_mask(am, T)
+        x, block_args = self.embed(ids, attention_mask_4d(T, am, causal=True), positions)
+        blocks = getattr(self, self.PARTS["blocks"])
+        if stop_at_layer is not None:
+            residual, probs = run_blocks(blocks[:stop_at_layer], x, *block_args)
+            inter = Intermediates(hidden_states=residual, residual=residual,
+                                  attentions=probs if return_attention else None)
+            return None, inter
+        residual, probs = run_blocks(blocks, x, *block_args)
+        final_norm = getattr(self, self.PARTS["final_norm"])
+        scale_hp = getattr(self, "hook_ln_final_scale", None)  # a family with its final norm's divisor
+        norm_scale_hook({} if scale_hp is None else {"s": scale_hp}, "s", final_norm, residual[-1])
+        final = self.hook_ln_final(final_norm(residual[-1]))
         inter = Intermediates(
             hidden_states=residual[:-1] + (final,),
             residual=residual,
             final_ln=final,
             attentions=probs if return_attention else None,
         )
-        return (self.unembed(final) if compute_logits else None), inter
+        if not compute_logits:
+            return None, inter
+        logits = self.unembed(final)
+        cap = getattr(self.config, "final_logit_softcapping", None)
+        return (logits if cap is None else jnp.tanh(logits / cap) * cap), inter
 
     def scan_parts(self) -> tuple[nn.Module, nn.Module]:
         """Unbound copies of one block and of the final norm, for a forward that scans stacked blocks.
@@ -629,7 +737,10 @@ class CausalLM(nn.Module):
         ``tie_word_embeddings``, as GPT-2's, always is), else ``lm_head(h)``."""
         if getattr(self.config, "tie_word_embeddings", True):
             return getattr(self, self.PARTS["embedding"]).attend(h)
-        return self.lm_head(h)
+        try:
+            return self.lm_head(h)
+        except ScopeParamNotFoundError:
+            raise GeomjaxError(missing_head_message(self.config.display_name)) from None
 
 
 class PreLNBlock(nn.Module):
@@ -637,7 +748,7 @@ class PreLNBlock(nn.Module):
 
     Parameters under Hugging Face's names ``ln_1``, ``attn`` (:class:`MultiHeadAttention`), ``ln_2``,
     ``mlp`` (:class:`MLP` with ``activation``); ``config`` is an :class:`HFConfig` with
-    ``layer_norm_epsilon``. ``score_bias``: BLOOM's ALiBi bias (1, H, 1, T), None for GPT-2.
+    ``layer_norm_epsilon``. ``score_bias``: BLOOM's ALiBi bias (B or 1, H, 1, T), None for GPT-2.
     """
 
     config: HFConfig
@@ -652,6 +763,6 @@ class PreLNBlock(nn.Module):
         self.hp = hook_points(*BLOCK_HOOKS)
 
     def __call__(self, x: Float[Array, "B T d"], mask: Bool[Array, "#B 1 #T T"] | None,
-                 score_bias: Float[Array, "1 H 1 T"] | None = None
+                 score_bias: Float[Array, "#B H 1 T"] | None = None
                  ) -> tuple[Float[Array, "B T d"], Float[Array, "B H T T"]]:
         return pre_norm_block(self.hp, x, self.ln_1, self.attn, self.ln_2, self.mlp, mask, score_bias)

@@ -31,27 +31,26 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.base._checks import compiled_cache
-from geomjax.models.bert import Bert, BertConfig
-from geomjax.models.bloom import Bloom, BloomConfig, alibi_bias
-from geomjax.models.common import CausalLM, HFConfig, layer_norm
-from geomjax.models.gpt2 import GPT2, GPT2Config
-from geomjax.models.llama import Llama, LlamaConfig, apply_rotary, rms_norm, rotary_tables
+from geomjax.errors import GeomjaxError
+from geomjax.models.bloom import alibi_bias
+from geomjax.models.common import HFConfig, layer_norm, missing_head_message
+from geomjax.models.family import Family
+from geomjax.models.llama import apply_rotary
+from geomjax.models.registry import FAMILIES, family_of
 from geomjax.models.toy import ToyTransformer
 from geomjax.models.toy_run import ToyRun
+from geomjax.theory.positional import rotary_at
 from geomjax.typing import Array, Float, Int, Params, Scalar, Shaped
 
 __all__ = ["MODULES", "ModelFacts", "ModelInterface", "kv_expanded", "model_from_config", "model_interface"]
 
-MODULES = {GPT2Config: GPT2, BertConfig: Bert, LlamaConfig: Llama, BloomConfig: Bloom}
-"""Config type -> Flax module of the Hugging Face ports."""
+MODULES = {f.config_cls: f.module_cls for f in FAMILIES}
+"""Config type -> Flax module of the Hugging Face ports (from the family records)."""
 
 
-def model_from_config(config: HFConfig) -> CausalLM | Bert:
-    """Return the Flax module for a config (GPT2, Bert, Llama or Bloom)."""
-    cls = MODULES.get(type(config))
-    if cls is None:
-        raise TypeError(f"no geomjax model for config type {type(config).__name__}")
-    return cls(config)
+def model_from_config(config: HFConfig) -> Any:
+    """Return the Flax module for a config of any ported family (:mod:`geomjax.models.registry`)."""
+    return family_of(config).module_cls(config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +67,7 @@ class ModelFacts:
       positions: ``learned`` (added to the input), ``sinusoidal``, ``rotary``, ``alibi`` or ``none``.
       norm: ``layernorm``, ``rmsnorm`` or ``none``; pre_norm: the attention input is norm(h).
       final_norm: the model has a final norm before the unembedding.
-      bos_token_id: the id the family's tokenizer prepends to every text (Llama / Mistral), else None.
+      bos_token_id: the id the family's tokenizer prepends to every text (Llama / Mistral / Gemma), else None.
     """
 
     family: str
@@ -110,32 +109,47 @@ class ModelInterface:
         m = self.module
         return m.cfg if isinstance(m, ToyTransformer) else m.config
 
+    @property
+    def family(self) -> Family | None:
+        """The :class:`~geomjax.models.family.Family` record of a Hugging Face port (None for a toy model)."""
+        return None if isinstance(self.module, ToyTransformer) else family_of(self.config)
+
     def layer_key(self, layer: int) -> str:
         """Name of block ``layer`` in the parameter tree."""
-        f = self.facts.family
-        fmt = {"gpt2": "h_{}", "bloom": "h_{}", "bert": "layer_{}", "toy": "block_{}"}.get(f, "layers_{}")
-        return fmt.format(layer)
+        fam = self.family
+        return ("block_{}" if fam is None else fam.layer_key).format(layer)
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, params: Params, ids: Int[Array, "B T"], *, return_attention: bool = False,
-                compute_logits: bool = True) -> tuple[Float[Array, "B T out"] | None, Any]:
+                compute_logits: bool = True, attention_mask: Int[Array, "B T"] | None = None,
+                stop_at_layer: int | None = None) -> tuple[Float[Array, "B T out"] | None, Any]:
         """``(logits (B, T, V) or BERT's last hidden state (B, T, d) or None, Intermediates)`` of the
-        family's module (:class:`~geomjax.models.common.Intermediates`; the toy's ``ToyIntermediates``)."""
-        m, fam = self.module, self.facts.family
-        if fam == "toy":
-            return m.apply({"params": params}, ids, deterministic=True, return_attention=return_attention)
-        if fam == "bert":
-            return m.apply({"params": params}, ids, causal=self.causal, return_attention=return_attention)
-        return m.apply({"params": params}, ids, return_attention=return_attention, compute_logits=compute_logits)
+        family's module (:class:`~geomjax.models.common.Intermediates`; the toy's ``ToyIntermediates``).
 
-    def hidden_states(self, params: Params, ids: Int[Array, "B T"], *, final_norm: bool = True
-                      ) -> tuple[Float[Array, "B T d"], ...]:
-        """L+1 arrays (B, T, d): Hugging Face ``output_hidden_states`` (``final_norm``) or the residual stream."""
-        _, inter = self.forward(params, ids, compute_logits=False)
+        ``attention_mask`` (B, T): 1 real token, 0 padding (left or right): real tokens get their unpadded
+        states (position ids counted over real tokens, padded keys masked). ``stop_at_layer``: run blocks
+        0..stop_at_layer−1 only (no final norm, no logits). Toy models take neither.
+        """
+        m, fam = self.module, self.family
+        if fam is None:
+            if attention_mask is not None or stop_at_layer is not None:
+                raise ValueError("the toy model takes no attention_mask / stop_at_layer; run it on unpadded ids")
+            return m.apply({"params": params}, ids, deterministic=True, return_attention=return_attention)
+        kw = dict(return_attention=return_attention, stop_at_layer=stop_at_layer)
+        if fam.bidirectional:
+            return m.apply({"params": params}, ids, attention_mask, causal=self.causal, **kw)
+        return m.apply({"params": params}, ids, attention_mask, compute_logits=compute_logits, **kw)
+
+    def hidden_states(self, params: Params, ids: Int[Array, "B T"], *, final_norm: bool = True,
+                      attention_mask: Int[Array, "B T"] | None = None) -> tuple[Float[Array, "B T d"], ...]:
+        """L+1 arrays (B, T, d): Hugging Face ``output_hidden_states`` (``final_norm``) or the residual stream;
+        with a padding ``attention_mask`` (B, T) the states at real tokens are the unpadded ones."""
+        _, inter = self.forward(params, ids, compute_logits=False, attention_mask=attention_mask)
         return tuple(inter.hidden_states if final_norm else inter.residual)
 
     def study_forward(self, *, final_norm: bool, bos: int | None = None):
-        """``forward(params, ids (B, T)) -> L+1 (B, T[+1], d)`` for the streaming geometry study.
+        """``forward(params, ids (B, T)[, attention_mask (B, T)]) -> L+1 (B, T[+1], d)`` for the streaming
+        geometry study and the extraction (a padding mask gives the unpadded states at real tokens).
 
         ``bos``: prepend this token id to every window (then position 0 is the BOS). The same function
         object is returned for equal arguments, so ``jit`` reuses its compilation across calls.
@@ -152,15 +166,13 @@ class ModelInterface:
     def attention_input(self, params: Params, layer: int, h: Float[Array, "*batch d"]) -> Float[Array, "*batch d"]:
         """x = norm_1(h) (h: (..., d), usually (B, T, d)) for pre-norm families (the block's own parameters,
         applied once), else h."""
-        f = self.facts
-        if not f.pre_norm:
+        if not self.facts.pre_norm:
             return h
         blk = params[self.layer_key(layer)]
-        if f.norm == "rmsnorm":
-            return rms_norm(h, blk["input_norm"]["scale"], self.config.rms_norm_eps)
+        if self.family is not None:
+            return self.family.attention_norm(self.config, blk, h)
         ln = blk["ln_1"]
-        eps = self.config.ln_eps if f.family == "toy" else self.config.layer_norm_epsilon
-        return layer_norm(h, ln["scale"], ln.get("bias", jnp.zeros_like(ln["scale"])), eps)
+        return layer_norm(h, ln["scale"], ln.get("bias", jnp.zeros_like(ln["scale"])), self.config.ln_eps)
 
     def qkv(self, params: Params, layer: int, x: Float[Array, "B T d"]
             ) -> tuple[Float[Array, "B T H K"], Float[Array, "B T Hkv K"], Float[Array, "B T Hkv K"]]:
@@ -169,14 +181,20 @@ class ModelInterface:
         rotary families rotated by position (their scores are q_t·k_s/√K, plus ALiBi for BLOOM)."""
         w = self.head_weights(params, layer)
         q, k, v = (jnp.einsum("btd,hdk->bthk", x, w[f"W_{n}"]) + w[f"b_{n}"][None, None] for n in ("q", "k", "v"))
-        rot = self.rotary(x.shape[1])
+        rot = self.rotary(x.shape[1], layer)
         if rot is not None:
             q, k = apply_rotary(q, *rot), apply_rotary(k, *rot)
         return q, k, v
 
-    def rotary(self, T: int) -> tuple[Float[Array, "T K"], Float[Array, "T K"]] | None:
-        """Rotary (cos, sin) tables (T, K) applied to queries and keys after projection, or None."""
-        return rotary_tables(self.config, T) if self.facts.positions == "rotary" else None
+    def rotary(self, T: int, layer: int = 0) -> tuple[Float[Array, "T R"], Float[Array, "T R"]] | None:
+        """Rotary (cos, sin) tables (T, R) of block ``layer`` applied to queries and keys after projection
+        (R = K, or GPT-NeoX's rotary_pct·K first coordinates), or None."""
+        inv = self.rope_inv_freq(layer)
+        return None if inv is None else rotary_at(inv, jnp.arange(T))
+
+    def rope_inv_freq(self, layer: int = 0) -> Float[Array, " R2"] | None:
+        """Rotary inverse frequencies (R/2,) of block ``layer`` (Gemma 3: local or global base), or None."""
+        return self.config.layer_inv_freq(layer) if self.facts.positions == "rotary" else None
 
     def score_bias(self, T: int) -> Float[Array, "H T T"] | None:
         """Additive score bias (H, T, T) as the model adds it (BLOOM's ALiBi m_h·s), or None."""
@@ -216,14 +234,13 @@ class ModelInterface:
         return tuple(out)
 
     def norm_weights(self, params: Params, layer: int) -> dict[str, Float[Array, " d"]]:
-        """The block's norm parameters (d,), named by role: GPT-2 / BLOOM / toy ``ln_1_*`` (feeds the
-        attention) and ``ln_2_*`` (the MLP), ``*_scale`` and ``*_bias``; Llama / Mistral ``rms_1_scale``,
-        ``rms_2_scale``; BERT ``ln_attn_*`` (after the attention) and ``ln_out_*`` (after the MLP)."""
+        """The block's norm parameters (d,), named by role (the family record's ``norms``): GPT-2 / BLOOM /
+        GPT-NeoX / toy ``ln_1_*`` (feeds the attention) and ``ln_2_*`` (the MLP), ``*_scale`` and ``*_bias``;
+        rotary RMSNorm families ``rms_1_scale``, ``rms_2_scale`` (Gemma 2/3 also ``rms_attn_out_scale``,
+        ``rms_mlp_out_scale``; Gemma's gain is 1 + scale); BERT ``ln_attn_*`` (after the attention) and
+        ``ln_out_*`` (after the MLP)."""
         blk = params[self.layer_key(layer)]
-        names = {"bert": (("attn_ln", "ln_attn"), ("out_ln", "ln_out")),
-                 "llama": (("input_norm", "rms_1"), ("post_norm", "rms_2")),
-                 "mistral": (("input_norm", "rms_1"), ("post_norm", "rms_2"))}.get(
-            self.facts.family, (("ln_1", "ln_1"), ("ln_2", "ln_2")))
+        names = (("ln_1", "ln_1"), ("ln_2", "ln_2")) if self.family is None else self.family.norms
         return {f"{role}_{k}": v for key, role in names if key in blk for k, v in blk[key].items()}
 
     def mlp_weights(self, params: Params, layer: int) -> dict[str, Float[Array, "_ _"]]:
@@ -236,13 +253,22 @@ class ModelInterface:
 
     def embed_unembed(self, params: Params) -> tuple[Float[Array, "V d"], Float[Array, "d V"]]:
         """Token embedding W_E (V, d) and unembedding W_U (d, V) (tied: W_Eᵀ; BERT's MLM decoder is tied)."""
-        fam = self.facts.family
-        if fam == "toy":
+        if self.family is None:
             E = params["embed"]["embedding"]
             return E, params["unembed"]["kernel"] if "unembed" in params else E.T
-        name = {"gpt2": "wte", "bert": "word_embeddings", "bloom": "word_embeddings"}.get(fam, "embed_tokens")
-        E = params[name]["embedding"]
+        E = params[self.family.embedding]["embedding"]
+        if not self.family.bidirectional and not self.has_lm_head(params):  # a causal LM saved without its head
+            raise GeomjaxError(missing_head_message(self.config.display_name))
         return E, params["lm_head"]["kernel"] if "lm_head" in params else E.T
+
+    def has_lm_head(self, params: Params) -> bool:
+        """Whether the model can give logits: tied families (and the toys) always can; an untied one
+        needs its ``lm_head`` (a base checkpoint has none); BERT's output is its last hidden state."""
+        if self.family is None:  # the toys read out through their embedding
+            return True
+        if self.family.bidirectional:
+            return False
+        return bool(getattr(self.config, "tie_word_embeddings", True)) or "lm_head" in params
 
     def scale_qk(self, params: Params, alpha: Scalar) -> Params:
         """params with every layer's W_q, W_k (kernels and biases) multiplied by α (scores × α²; the
@@ -259,24 +285,16 @@ class ModelInterface:
 
 @compiled_cache(maxsize=64)
 def _study_forward(iface: ModelInterface, final_norm: bool, bos: int | None):
-    def forward(params, ids):
+    def forward(params, ids, attention_mask=None):
         if bos is not None:
             ids = jnp.concatenate([jnp.full((ids.shape[0], 1), bos, ids.dtype), ids], axis=1)
-        return iface.hidden_states(params, ids, final_norm=final_norm)
+            if attention_mask is not None:
+                attention_mask = jnp.concatenate([jnp.ones((ids.shape[0], 1), attention_mask.dtype),
+                                                  attention_mask], axis=1)
+        return iface.hidden_states(params, ids, final_norm=final_norm, attention_mask=attention_mask)
 
     forward.__name__ = f"{iface.facts.family}_hidden_states"
     return forward
-
-
-_LAYOUT = {
-    # model_type -> (positions, norm, pre_norm (then also a final norm), the tokenizer prepends BOS)
-    "gpt2": ("learned", "layernorm", True, False),
-    "bert": ("learned", "layernorm", False, False),
-    "bloom": ("alibi", "layernorm", True, False),
-    "llama": ("rotary", "rmsnorm", True, True),
-    "mistral": ("rotary", "rmsnorm", True, True),
-}
-"""What the Hugging Face families differ in beyond their sizes (:class:`ModelFacts`)."""
 
 
 def _facts(m, causal: bool | None) -> ModelFacts:
@@ -288,20 +306,20 @@ def _facts(m, causal: bool | None) -> ModelFacts:
         return ModelFacts("toy", c.d_model, c.n_layers, c.n_heads, c.n_heads, c.head_dim, c.d_mlp, c.vocab_size,
                           c.max_len, c.causal, c.pos_embedding, "none" if c.layer_norm == "none" else "layernorm",
                           c.layer_norm == "pre", c.layer_norm == "pre")
-    c = m.config
+    c = getattr(m, "config", None)
     if isinstance(c, HFConfig):
-        if isinstance(c, BertConfig):
+        fam = family_of(c)
+        if fam.bidirectional:
             causal = c.causal if causal is None else bool(causal)
         elif causal is None or causal:
             causal = True
         else:
             raise ValueError(f"{c.display_name} is always causal; leave causal=None")
-        positions, norm, pre_norm, prepends_bos = _LAYOUT[c.model_type]
         return ModelFacts(c.model_type, c.d_model, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.d_mlp,
-                          c.vocab_size, c.max_positions, causal, positions, norm, pre_norm, pre_norm,
-                          c.bos_token_id if prepends_bos else None)
-    raise TypeError(f"unsupported model {type(m).__name__}; expected a geomjax GPT2, Bert, Llama, Bloom, "
-                    "ToyTransformer or ToyRun")
+                          c.vocab_size, c.max_positions, causal, fam.positions, fam.norm, fam.pre_norm, fam.pre_norm,
+                          c.bos_token_id if fam.prepends_bos else None)
+    raise TypeError(f"unsupported model {type(m).__name__}; expected a geomjax port "
+                    f"({', '.join(f.module_cls.__name__ for f in FAMILIES)}), ToyTransformer or ToyRun")
 
 
 def model_interface(model: Any, *, causal: bool | None = None) -> ModelInterface:
@@ -321,7 +339,9 @@ def model_interface(model: Any, *, causal: bool | None = None) -> ModelInterface
         model = model.module
     if isinstance(model, ToyRun):
         model = model.model
-    iface = ModelInterface(model, causal if isinstance(getattr(model, "config", None), BertConfig) else None)
+    config = getattr(model, "config", None)
+    bidirectional = isinstance(config, HFConfig) and family_of(config).bidirectional
+    iface = ModelInterface(model, causal if bidirectional else None)
     _facts(model, causal)  # validates causal for every family
     return iface
 

@@ -37,6 +37,14 @@ part of x, *after* the model's rotation, shapes the scores; the purely rotationa
 position) effect on cvec_cvec is inside that term too, not in pos_pos. **ALiBi (BLOOM)** adds
 m_h·s to every score of key s; that term is part of ``bias``.
 
+**Per-head q/k norms (Qwen 3, Gemma 3), soft-capping and other scales (Gemma 2/3).** A q/k RMSNorm
+divides the projected query of token t by its root mean square r_t and multiplies by the gain g:
+q̃_t = g ⊙ (W_qᵀx_t + b_q) / r_t. With the model's normalisers r_t held at their values, every part is
+scaled the same way (g ⊙ part / r_t) and the six terms still add up to the model's scores exactly; they
+are then the parts of the *normalised* query and key (the normaliser itself depends on all parts of x_t).
+Scores scaled by query_pre_attn_scalar^(−1/2) instead of K^(−1/2) take that scale; with soft-capping the
+parts add up to the scores before the cap, c · tanh(total / c) is what the softmax reads (``attention``).
+
 Everything here acts on arrays (attention inputs, weights, scores); the model-facing half — reading
 a model's attention inputs, per-head weights and estimating μ/pos over windows of a corpus — is
 :mod:`geomjax.tools.attention_probe`, which calls these functions. Rotary tables and ALiBi slopes come
@@ -57,7 +65,7 @@ from flax import struct
 
 from geomjax.base._checks import as_real_array, float64_aware
 from geomjax.errors import GeomjaxError
-from geomjax.theory.positional import rotary_from_inv_freq
+from geomjax.theory.positional import apply_rotary, rotary_from_inv_freq
 from geomjax.typing import Array, Float, Int, Key, Scalar
 
 __all__ = [
@@ -155,13 +163,18 @@ def causal_softmax(scores: Float[Array, "... T S"], causal: bool = True) -> Floa
 
 def _rotate(a: Float[Array, "T K"], cos: Array | None, sin: Array | None) -> Array:
     """Rotate row t of a by position t (rotary models); identity when cos is None."""
-    if cos is None:
-        return a
-    half = a.shape[-1] // 2
-    return a * cos + jnp.concatenate([-a[..., half:], a[..., :half]], axis=-1) * sin
+    return a if cos is None else apply_rotary(a, cos, sin)
 
 
-@float64_aware(arrays=('x', 'mean', 'pos', 'W_q', 'W_k', 'b_q', 'b_k', 'rope_inv_freq'))
+def _normalizer(full, gain, eps):
+    """part -> gain ⊙ part / r_t with r_t = RMS of the whole projection (T, K) row t (identity without a gain)."""
+    if gain is None:
+        return lambda a: a
+    r = jax.lax.rsqrt(jnp.mean(full * full, axis=-1, keepdims=True) + eps)
+    return lambda a: gain[None] * (a * r)
+
+
+@float64_aware(arrays=('x', 'mean', 'pos', 'W_q', 'W_k', 'b_q', 'b_k', 'rope_inv_freq', 'q_norm', 'k_norm'))
 @functools.partial(jax.jit, static_argnames=("remove_mean", "causal"))
 def qk_decomposition(
     x: Float[Array, "T d"],
@@ -176,6 +189,11 @@ def qk_decomposition(
     causal: bool = True,
     rope_inv_freq: Float[Array, " K2"] | None = None,
     alibi_slope: Float[Array, ""] | None = None,
+    scale: Float[Array, ""] | None = None,
+    q_norm: Float[Array, " K"] | None = None,
+    k_norm: Float[Array, " K"] | None = None,
+    norm_eps: float | Float[Array, ""] = 1e-6,
+    softcap: Float[Array, ""] | None = None,
 ) -> QKParts:
     """Decompose one head's scores into pos/cvec cross terms (Song & Zhong eq. (7)), exactly.
 
@@ -185,7 +203,8 @@ def qk_decomposition(
     pos_pos = Q_p K_pᵀ, pos_cvec = Q_p K_cᵀ, cvec_pos = Q_c K_pᵀ, cvec_cvec = Q_c K_cᵀ,
     mean = Q_m (K_p + K_c + K_m)ᵀ + (Q_p + Q_c) K_mᵀ (= mᵀW x_s + (x_t − m)ᵀW m without rotary),
     bias = (Q_p + Q_c + Q_m) K_bᵀ + Q_b (K_p + K_c + K_m + K_b)ᵀ, plus BLOOM's ALiBi m_h·s;
-    total = the model's scores; the parts sum to the total.
+    total = the model's scores; the parts sum to the total. With q/k norms every query part is
+    g_q ⊙ part / r_t before the rotation (r_t the model's RMS of the whole query; keys likewise).
 
     Args:
       x: (T, d) attention input of one sequence (norm output for pre-norm models; see module doc).
@@ -195,8 +214,13 @@ def qk_decomposition(
       b_q, b_k: (K,) biases or None.
       remove_mean: True: μ is its own term (App. D.1 Fig. 27); False: μ stays inside cvec (Fig. 28).
       causal: mask keys after the query in ``attention``.
-      rope_inv_freq: (K/2,) rotary inverse frequencies (Llama / Mistral), or None.
+      rope_inv_freq: (R/2,) rotary inverse frequencies (Llama / Mistral / Qwen / Gemma: R = K; GPT-NeoX: R < K,
+        the first R coordinates rotated), or None.
       alibi_slope: the head's ALiBi slope (BLOOM), or None.
+      scale: the score scale (Gemma 2/3: query_pre_attn_scalar^(−1/2)); None: 1/√K.
+      q_norm, k_norm: (K,) gains of per-head q/k RMSNorms (Qwen 3; Gemma 3: 1 + w), or None.
+      norm_eps: their eps.
+      softcap: Gemma 2's c: ``attention`` is the softmax of c · tanh(total / c); None: of total.
 
     Returns:
       :class:`QKParts` with (T, T) arrays.
@@ -213,7 +237,7 @@ def qk_decomposition(
                          f"on only {pos.shape[0]}; estimate pos on windows of at least {T} tokens "
                          "(attention_probe.estimate_attention_basis) or use a shorter sequence")
     K = W_q.shape[-1]
-    s = 1.0 / math.sqrt(K)
+    s = 1.0 / math.sqrt(K) if scale is None else scale
     cos, sin = (None, None) if rope_inv_freq is None else rotary_from_inv_freq(rope_inv_freq, T, x.dtype)
     m = mean if remove_mean else jnp.zeros_like(mean)
     p = pos[:T]
@@ -221,9 +245,11 @@ def qk_decomposition(
     bq = jnp.zeros((K,), x.dtype) if b_q is None else b_q
     bk = jnp.zeros((K,), x.dtype) if b_k is None else b_k
     ones = jnp.ones((T, 1), x.dtype)
-    Q = {n: _rotate(v, cos, sin) for n, v in
+    qn = _normalizer(x @ W_q + bq[None], q_norm, norm_eps)
+    kn = _normalizer(x @ W_k + bk[None], k_norm, norm_eps)
+    Q = {n: _rotate(qn(v), cos, sin) for n, v in
          dict(p=p @ W_q, c=c @ W_q, m=ones * (m @ W_q)[None], b=ones * bq[None]).items()}
-    Kk = {n: _rotate(v, cos, sin) for n, v in
+    Kk = {n: _rotate(kn(v), cos, sin) for n, v in
           dict(p=p @ W_k, c=c @ W_k, m=ones * (m @ W_k)[None], b=ones * bk[None]).items()}
     xk = Kk["p"] + Kk["c"] + Kk["m"]
     alibi = 0.0 if alibi_slope is None else alibi_slope * jnp.arange(T, dtype=x.dtype)[None, :]
@@ -235,10 +261,11 @@ def qk_decomposition(
         mean=(Q["m"] @ xk.T + (Q["p"] + Q["c"]) @ Kk["m"].T) * s,
         bias=((Q["p"] + Q["c"] + Q["m"]) @ Kk["b"].T + Q["b"] @ (xk + Kk["b"]).T) * s + alibi,
     )
-    qx = _rotate(x @ W_q + bq[None], cos, sin)
-    kx = _rotate(x @ W_k + bk[None], cos, sin)
+    qx = _rotate(qn(x @ W_q + bq[None]), cos, sin)
+    kx = _rotate(kn(x @ W_k + bk[None]), cos, sin)
     total = (qx @ kx.T) * s + alibi
-    return QKParts(**parts, total=total, attention=causal_softmax(total, causal))
+    capped = total if softcap is None else jnp.tanh(total / softcap) * softcap
+    return QKParts(**parts, total=total, attention=causal_softmax(capped, causal))
 
 
 @functools.partial(jax.jit, static_argnames=("layer", "remove_mean", "causal"))
@@ -250,7 +277,7 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
       x: (T, d) the layer's attention input for one sequence.
       basis: from :func:`geomjax.tools.attention_probe.estimate_attention_basis`.
       weights: :func:`geomjax.tools.attention_probe.qk_weights` of that layer (its rotary frequencies / ALiBi slopes are used
-        when present and non-zero).
+        when present and non-zero; its score scale, q/k norm gains and soft-cap when present).
       layer: index into ``basis``.
     """
     if not 0 <= layer < basis.mean.shape[0]:
@@ -260,9 +287,10 @@ def layer_qk_decomposition(x: Float[Array, "T d"], basis: AttentionBasis, weight
                          f"covers {basis.n_positions}; estimate it on longer windows or shorten the sequence")
     inv = weights.get("rope_inv_freq")
     slopes = weights.get("alibi_slope", jnp.zeros(weights["W_q"].shape[0], x.dtype))
+    extra = {k: weights[k] for k in ("scale", "q_norm", "k_norm", "norm_eps", "softcap") if k in weights}
     f = lambda wq, wk, bq, bk, sl: qk_decomposition(x, basis.mean[layer], basis.pos[layer], wq, wk, bq, bk,
                                                     remove_mean=remove_mean, causal=causal,
-                                                    rope_inv_freq=inv, alibi_slope=sl)
+                                                    rope_inv_freq=inv, alibi_slope=sl, **extra)
     return jax.vmap(f)(weights["W_q"], weights["W_k"], weights["b_q"], weights["b_k"], slopes)
 
 

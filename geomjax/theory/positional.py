@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.errors import GeomjaxError
-from geomjax.typing import Array, DType, Float
+from geomjax.typing import Array, DType, Float, Int
 
-__all__ = ["ROPE_TYPES", "alibi_slopes", "rope_inv_freq", "rotary_from_inv_freq"]
+__all__ = ["ROPE_TYPES", "alibi_slopes", "apply_rotary", "rope_inv_freq", "rotary_at", "rotary_from_inv_freq"]
 
 ROPE_TYPES = ("default", "linear")
 """The rotary scalings implemented (transformers' ``rope_type`` names): none, or linear (positions / factor)."""
@@ -68,6 +68,34 @@ def rotary_from_inv_freq(inv_freq: Float[Array, " K2"], T: int, dtype: DType = j
     ang = jnp.arange(T, dtype=jnp.float32)[:, None] * jnp.asarray(inv_freq, jnp.float32)[None]
     emb = jnp.concatenate([ang, ang], axis=-1)
     return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def rotary_at(inv_freq: Float[Array, " R2"], positions: Int[Array, "*b T"], dtype: DType = jnp.float32
+              ) -> tuple[Float[Array, "*b T R"], Float[Array, "*b T R"]]:
+    """cos, sin tables (..., T, R) of the rotary embedding at the given position ids (RoFormer eq. (34)).
+
+    As :func:`rotary_from_inv_freq` at any positions (a padded batch's ids, counted over real tokens):
+    angles p · inv_freq in float32, duplicated to R = 2·len(inv_freq) columns, cast to ``dtype``.
+    """
+    pos = jnp.asarray(positions, jnp.float32)
+    ang = pos[..., None] * jnp.asarray(inv_freq, jnp.float32).reshape((1,) * pos.ndim + (-1,))
+    emb = jnp.concatenate([ang, ang], axis=-1)
+    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def apply_rotary(x: Float[Array, "*b K"], cos: Float[Array, "*#b R"], sin: Float[Array, "*#b R"]
+                 ) -> Float[Array, "*b K"]:
+    """Rotate x by its position: x cos + rotate_half(x) sin on the first R ≤ K coordinates (RoFormer eq. (34),
+    Hugging Face's layout); the other K − R pass unchanged (GPT-NeoX's partial rotary, ``rotary_pct``).
+
+    rotate_half([x1, x2]) = [−x2, x1] over the two halves of the R rotated coordinates. ``cos``/``sin``
+    broadcast against x[..., :R]. Linear in x, so the eq. (7) parts of a query can be rotated separately.
+    """
+    R = cos.shape[-1]
+    xr = x[..., :R]
+    half = R // 2
+    out = xr * cos + jnp.concatenate([-xr[..., half:], xr[..., :half]], axis=-1) * sin
+    return out if R == x.shape[-1] else jnp.concatenate([out, x[..., R:]], axis=-1)
 
 
 def alibi_slopes(n_heads: int) -> Float[Array, " H"]:

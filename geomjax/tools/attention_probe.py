@@ -29,7 +29,7 @@ from geomjax.theory.attention import AttentionBasis, QKParts, qk_decomposition
 from geomjax.errors import GeomjaxError
 from geomjax.models.common import check_input_ids
 from geomjax.models.interface import kv_expanded, model_interface
-from geomjax.theory.positional import alibi_slopes, rope_inv_freq
+from geomjax.theory.positional import alibi_slopes
 from geomjax.typing import Array, Float, Int
 
 __all__ = [
@@ -122,8 +122,10 @@ def qk_weights(model: Any, params: dict, layer: int) -> dict[str, Float[Array, "
       dict with ``W_q``, ``W_k``, ``W_v`` (H, d, K), ``W_o`` (H, K, d), ``b_q``, ``b_k``, ``b_v`` (H, K)
       (zeros when the model has no attention biases), ``kv_head`` (H,), and the position parameters
       the scores use: ``rope_inv_freq`` (K/2,) for rotary models (zeros otherwise) and ``alibi_slope``
-      (H,) for BLOOM (zeros otherwise). Head h computes ``q = x @ W_q[h] + b_q[h]`` on the attention
-      input x (then rotated for rotary models).
+      (H,) for BLOOM (zeros otherwise); where the family has them (:data:`SCORE_OPTIONS`) the score
+      ``scale`` (Gemma 2/3), the q/k RMSNorm gains ``q_norm``, ``k_norm`` (K,) and ``norm_eps`` (Qwen 3,
+      Gemma 3) and the ``softcap`` (Gemma 2). Head h computes ``q = x @ W_q[h] + b_q[h]`` on the attention
+      input x (then normalised and rotated where the family does).
 
     Raises:
       ValueError: layer out of range.
@@ -133,11 +135,11 @@ def qk_weights(model: Any, params: dict, layer: int) -> dict[str, Float[Array, "
     m = model_interface(model)
     w = kv_expanded(m.head_weights(params, layer))
     out = {k: w[k] for k in ("W_q", "W_k", "W_v", "W_o", "b_q", "b_k", "b_v", "kv_head")}
-    K, H, c = spec.head_dim, spec.n_heads, m.config
-    out["rope_inv_freq"] = jnp.asarray(rope_inv_freq(c.head_dim, c.rope_theta, c.rope_type, c.rope_factor)
-                                       if spec.positions == "rotary" else np.zeros(K // 2, np.float32))
+    K, H = spec.head_dim, spec.n_heads
+    inv = m.rope_inv_freq(layer)
+    out["rope_inv_freq"] = jnp.asarray(np.zeros(K // 2, np.float32) if inv is None else inv)
     out["alibi_slope"] = jnp.asarray(alibi_slopes(H) if spec.positions == "alibi" else np.zeros(H, np.float32))
-    return out
+    return out | _score_options(m, params, layer)
 
 
 def embed_unembed(model: Any, params: dict) -> tuple[Float[Array, "V d"], Float[Array, "d V"]]:
@@ -262,4 +264,24 @@ def head_qk_decomposition(model: Any, params: dict, basis: AttentionBasis, ids: 
     return qk_decomposition(xs[layer][0], basis.mean[layer], basis.pos[layer], w["W_q"][head], w["W_k"][head],
                             w["b_q"][head], w["b_k"][head], remove_mean=remove_mean, causal=spec.causal,
                             rope_inv_freq=w["rope_inv_freq"] if spec.positions == "rotary" else None,
-                            alibi_slope=w["alibi_slope"][head] if spec.positions == "alibi" else None)
+                            alibi_slope=w["alibi_slope"][head] if spec.positions == "alibi" else None,
+                            **{k: w[k] for k in SCORE_OPTIONS if k in w})
+
+
+SCORE_OPTIONS = ("scale", "q_norm", "k_norm", "norm_eps", "softcap")
+"""The :func:`qk_weights` entries a family adds when its scores are more than eq. (7)'s bilinear form."""
+
+
+def _score_options(m, params: dict, layer: int) -> dict:
+    """What a family does to the projected queries and keys beyond eq. (7)'s bilinear form: the score scale
+    (Gemma 2/3), per-head q/k RMSNorm gains (Qwen 3; Gemma 3's 1 + w) and soft-capping (Gemma 2)."""
+    c, out = m.config, {}
+    if getattr(c, "query_pre_attn_scalar", None) is not None:
+        out["scale"] = jnp.asarray(c.attn_scale, jnp.float32)
+    if getattr(c, "qk_norm", False):
+        a = params[m.layer_key(layer)]["attn"]
+        out.update({f"{n}_norm": a[f"{n}_norm"]["scale"] + c.norm_offset for n in ("q", "k")},
+                   norm_eps=jnp.asarray(c.rms_norm_eps, jnp.float32))
+    if getattr(c, "attn_logit_softcapping", None) is not None:
+        out["softcap"] = jnp.asarray(c.attn_logit_softcapping, jnp.float32)
+    return out

@@ -68,16 +68,21 @@ def mixed_precision(forward: ForwardFn, compute_dtype: str = "float32") -> Forwa
     def cast(a):
         return a.astype(low) if jnp.issubdtype(a.dtype, jnp.floating) else a
 
-    def low_forward(params, ids):
-        states = forward(jax.tree.map(cast, params), ids)
+    def low_forward(params, ids, *mask):
+        states = forward(jax.tree.map(cast, params), ids, *mask)
         return tuple(h.astype(jnp.float32) for h in states)
 
     return low_forward
 
 
 def hidden_state_forward(model, which: str = "hidden_states", compute_dtype: str = "float32") -> ForwardFn:
-    """Wrap a geomjax model as ``forward(params, ids) -> L+1 hidden states`` (its model interface's
-    :meth:`~geomjax.models.ModelInterface.study_forward`).
+    """Wrap a geomjax model as ``forward(params, ids[, attention_mask]) -> L+1 hidden states`` (its model
+    interface's :meth:`~geomjax.models.ModelInterface.study_forward`).
+
+    With a padding ``attention_mask`` (B, T) (1 real token, 0 padding, left or right) the states at real tokens
+    are those of the unpadded sequences (Hugging Face families; not the toy). :func:`decompose_model_stream`
+    takes no mask, by design: eqs. (2)-(3) average every (window, position) cell, so its windows must be
+    unpadded (pad-free fixed windows, as the study samples them).
 
     Args:
       model: any model :func:`geomjax.models.model_interface` accepts (GPT-2, BERT, Llama, Mistral,
