@@ -161,7 +161,8 @@ class Model:
         fam = self.facts.family
         if fam == "toy":
             return np.asarray(self.tokenizer.encode(text), np.int32)[None]
-        ids = self.tokenizer.encode(text, add_special_tokens=special_tokens and self.interface.family.tokenizer_specials)
+        specials = special_tokens and self.interface.family.tokenizer_specials
+        ids = self.tokenizer.encode(text, add_special_tokens=specials)
         bos = self.facts.bos_token_id
         if special_tokens and bos is not None and (ids.size == 0 or ids[0] != bos):
             ids = np.concatenate([np.asarray([bos], np.int32), ids])
