@@ -494,8 +494,9 @@ def rotary_family(name: str, model_types: tuple[str, ...], config_cls: type, rea
     return Family(
         name=name, model_types=model_types, config_cls=config_cls, module_cls=Llama, config_from_hf=reader,
         weight_table=weight_table, hf_prefix="model.", layer_key="layers_{}", embedding="embed_tokens",
-        positions="rotary", norm="rmsnorm", pre_norm=True, norms=(("input_norm", "rms_1"), ("post_norm", "rms_2"), ("attn_out_norm", "rms_attn_out"),
-                                                      ("mlp_out_norm", "rms_mlp_out")),
+        positions="rotary", norm="rmsnorm", pre_norm=True,
+        norms=(("input_norm", "rms_1"), ("post_norm", "rms_2"), ("attn_out_norm", "rms_attn_out"),
+               ("mlp_out_norm", "rms_mlp_out")),
         attention_norm=rms_norm_input, prepends_bos=prepends_bos)
 
 
