@@ -152,8 +152,11 @@ def test_appc_memory_does_not_grow_with_c_t_d(monkeypatch):
         lives[n] = max(live)
         del cfg, fwd, params, stats
     ctd = (8 - 2) * 4 * 32 * 64 * 8  # the float64 C·T·d the in-memory App. C held, at 4x the windows
-    assert peaks[8] - peaks[2] < 0.25 * ctd, (peaks, ctd)
-    assert lives[8] - lives[2] < 0.25 * ctd, (lives, ctd)
+    # the in-memory App. C grew by at least ctd; the streamed one's growth is allocator and tracing overhead
+    # (measured 0.26·ctd of host peak under the minimum set's jax 0.9, less under jax 0.10): half of ctd
+    # separates the two
+    assert peaks[8] - peaks[2] < 0.5 * ctd, (peaks, ctd)
+    assert lives[8] - lives[2] < 0.5 * ctd, (lives, ctd)
 
 
 class _FakeDataset:
