@@ -130,6 +130,25 @@ def test_gemma_windows_and_bases(checkpoints):
     np.testing.assert_allclose(c.layer_inv_freq(1), 1e5 ** (-np.arange(0, 8, 2) / 8) / 2.0, rtol=1e-6)
 
 
+def test_study_scans_only_families_whose_blocks_are_alike(checkpoints):
+    """The study's scanned forward applies block 0's module to every layer: Gemma 2 (alternating local and
+    global layers) is not scannable and runs whole, and its study states equal transformers' hidden states."""
+    from geomjax.analysis.study import GeometryConfig, _study_forward
+    from geomjax.tools import extraction
+
+    model, params = gj.convert.load_pretrained(checkpoints["gemma2"][0])
+    assert not model.scannable() and gj.convert.load_pretrained(checkpoints["qwen2"][0])[0].scannable()
+    with pytest.raises(ValueError, match="differ by layer"):
+        extraction.scan_forward(model, True)
+    conv = {"final_norm_applied": True, "bos_prepended": None}
+    fwd = _study_forward(GeometryConfig(), model, conv)
+    assert not isinstance(fwd, extraction.ScanForward)
+    ids = np.arange(1, T + 1)[None] % 50
+    ref = _hf(checkpoints["gemma2"][1], ids).hidden_states
+    for got, want in zip(fwd(params, ids), ref):
+        np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", slow_beyond_first([*NEW, *OLD]))
 def test_padding_left_and_right(checkpoints, name):
     """A batch padded on the left or the right gives, at every real token, transformers' states of the

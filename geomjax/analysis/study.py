@@ -813,7 +813,7 @@ def _study_forward(cfg: GeometryConfig, model, conv: dict):
                            bos=conv["bos_prepended"])
     except ValueError as e:  # an option the model does not support (--causal, --final-ln)
         raise GeomjaxError(str(e)) from None
-    if isinstance(model, CausalLM):
+    if isinstance(model, CausalLM) and model.scannable():  # Gemma 2/3's per-layer blocks run whole
         return extraction.scan_forward(model, conv["final_norm_applied"], conv["bos_prepended"], cfg.compute_dtype)
     return extraction.mixed_precision(fwd_raw, cfg.compute_dtype)
 

@@ -720,6 +720,12 @@ class CausalLM(nn.Module):
         cap = getattr(self.config, "final_logit_softcapping", None)
         return (logits if cap is None else jnp.tanh(logits / cap) * cap), inter
 
+    def scannable(self) -> bool:
+        """Every block is the same function of its own parameters, so a forward may apply one block module
+        (:meth:`scan_parts`) to every layer's weights. True unless a family's blocks differ by layer (Gemma 2/3:
+        alternating windows and rotary bases)."""
+        return True
+
     def scan_parts(self) -> tuple[nn.Module, nn.Module]:
         """Unbound copies of one block and of the final norm, for a forward that scans stacked blocks.
 

@@ -31,6 +31,7 @@ from typing import ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from geomjax.errors import GeomjaxError
 from geomjax.models import hf_tables as ht
@@ -333,6 +334,14 @@ class LlamaBlock(nn.Module):
 class Llama(CausalLM):
     """Llama / Mistral (and Qwen 2/3, Gemma 1/2/3) causal language model returning ``(logits, Intermediates)``
     (:class:`CausalLM`; any T: rotary positions are unbounded)."""
+
+    def scannable(self) -> bool:
+        """Every block has the same window and rotary base (Gemma 2/3's alternating local/global layers do
+        not): only then does block 0's module compute every layer (:meth:`CausalLM.scan_parts`)."""
+        c = self.config
+        return all(c.layer_window(layer) == c.layer_window(0)
+                   and np.array_equal(np.asarray(c.layer_inv_freq(layer)), np.asarray(c.layer_inv_freq(0)))
+                   for layer in range(c.num_hidden_layers))
 
     config: RotaryConfig
     PARTS: ClassVar[dict[str, str]] = {"blocks": "layers", "final_norm": "norm", "embedding": "embed_tokens"}

@@ -159,7 +159,7 @@ class ScanForward:
         if self.bos is not None:
             ids = jnp.concatenate([jnp.full((ids.shape[0], 1), self.bos, ids.dtype), ids], axis=1)
         mask = attention_mask_4d(ids.shape[1], None, causal=True)
-        return self.model.apply({"params": rest}, ids, mask, method=type(self.model).embed)
+        return self.model.apply({"params": rest}, ids, mask, None, method=type(self.model).embed)  # pad-free
 
     def block(self, p_layer: PyTree, x, block_args):
         """Block l's output (B, T', d) from its parameters (one layer of the stacked tree)."""
@@ -198,6 +198,9 @@ def scan_forward(model: CausalLM, final_norm: bool, bos: int | None = None,
     if not isinstance(model, CausalLM):
         raise ValueError(f"scan_forward needs a causal decoder (GPT-2, BLOOM, Llama / Mistral), got "
                          f"{type(model).__name__}")
+    if not model.scannable():
+        raise ValueError(f"scan_forward: the blocks of this {type(model).__name__} differ by layer (alternating "
+                         "windows or rotary bases), so one block module cannot compute every layer")
     if compute_dtype not in COMPUTE_DTYPES:
         raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {compute_dtype!r}")
     return ScanForward(model, bool(final_norm), None if bos is None else int(bos), compute_dtype)
