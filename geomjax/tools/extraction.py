@@ -103,7 +103,7 @@ class ScanForward:
 
     The same L+1 hidden states as the model's ``study_forward`` (embedding output, then each block; the
     last after the final norm when ``final_norm``), but the blocks' parameters are stacked over layers
-    (:meth:`stack`) and scanned, so a sharded (FSDP) model gathers one layer's weights at a time and
+    (:meth:`ScanForward.stack`) and scanned, so a sharded (FSDP) model gathers one layer's weights at a time and
     :func:`decompose_model_stream` updates each layer's statistics inside the scan (one layer's
     states at a time, never (L+1, B, T, d)). Build it with :func:`scan_forward`.
 
