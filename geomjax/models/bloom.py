@@ -31,7 +31,7 @@ import jax.numpy as jnp
 
 from geomjax.errors import GeomjaxError
 from geomjax.models import hf_tables as ht
-from geomjax.models.common import CausalLM, Embed, HFConfig, HookPoint, LayerNorm, PreLNBlock
+from geomjax.models.common import CausalLM, Embed, HFConfig, LayerNorm, PreLNBlock
 from geomjax.models.family import Family
 from geomjax.models.gpt2 import layer_norm_input
 from geomjax.theory.positional import alibi_slopes
@@ -95,11 +95,7 @@ class Bloom(CausalLM):
         self.word_embeddings_ln = LayerNorm(c.layer_norm_epsilon)
         self.h = [PreLNBlock(c, "gelu_new") for _ in range(c.n_layer)]
         self.ln_f = LayerNorm(c.layer_norm_epsilon)
-        self.hook_ln_final = HookPoint("ln_final")
-        self.hook_ln_final_scale = HookPoint("ln_final.scale")
-        self.hook_embed = HookPoint("hook_embed")
-        if not c.tie_word_embeddings:
-            self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
+        self.setup_read_out(c.vocab_size, c.tie_word_embeddings)
 
     def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[Float[Array, "B T d"], tuple[Bool[Array, "#B 1 #T T"], Float[Array, "#B H 1 T"]]]:

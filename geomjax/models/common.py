@@ -720,6 +720,15 @@ class CausalLM(nn.Module):
         cap = getattr(self.config, "final_logit_softcapping", None)
         return (logits if cap is None else jnp.tanh(logits / cap) * cap), inter
 
+    def setup_read_out(self, vocab_size: int, tied: bool) -> None:
+        """Called from a family's ``setup``: the final norm's hook points (``ln_final``, ``ln_final.scale``),
+        ``hook_embed``, and, when the embeddings are untied, ``lm_head`` (V, d read-out, N(0, 0.02) init)."""
+        self.hook_ln_final = HookPoint("ln_final")
+        self.hook_ln_final_scale = HookPoint("ln_final.scale")
+        self.hook_embed = HookPoint("hook_embed")
+        if not tied:
+            self.lm_head = nn.Dense(vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
+
     def scannable(self) -> bool:
         """Every block is the same function of its own parameters, so a forward may apply one block module
         (:meth:`scan_parts`) to every layer's weights. True unless a family's blocks differ by layer (Gemma 2/3:

@@ -36,7 +36,6 @@ from geomjax.models.common import (
     CausalLM,
     Embed,
     HFStandardConfig,
-    HookPoint,
     LayerNorm,
     hook_points,
     parallel_block,
@@ -143,11 +142,7 @@ class GPTNeoX(CausalLM):
         self.embed_in = Embed(c.vocab_size, c.hidden_size)
         self.layers = [GPTNeoXBlock(c) for _ in range(c.num_hidden_layers)]
         self.final_layer_norm = LayerNorm(c.layer_norm_eps)
-        self.hook_ln_final = HookPoint("ln_final")
-        self.hook_ln_final_scale = HookPoint("ln_final.scale")
-        self.hook_embed = HookPoint("hook_embed")
-        if not c.tie_word_embeddings:
-            self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
+        self.setup_read_out(c.vocab_size, c.tie_word_embeddings)
 
     def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[

@@ -43,7 +43,6 @@ from geomjax.models.common import (
     Embed,
     HFStandardConfig,
     MLP_HOOKS,
-    HookPoint,
     head_results,
     hook_points,
     pre_norm_block,
@@ -351,11 +350,7 @@ class Llama(CausalLM):
         self.embed_tokens = Embed(c.vocab_size, c.hidden_size)
         self.layers = [LlamaBlock(c, layer) for layer in range(c.num_hidden_layers)]
         self.norm = RMSNorm(c.rms_norm_eps, c.norm_offset)
-        self.hook_ln_final = HookPoint("ln_final")
-        self.hook_ln_final_scale = HookPoint("ln_final.scale")
-        self.hook_embed = HookPoint("hook_embed")
-        if not c.tie_word_embeddings:
-            self.lm_head = nn.Dense(c.vocab_size, use_bias=False, kernel_init=nn.initializers.normal(0.02))
+        self.setup_read_out(c.vocab_size, c.tie_word_embeddings)
 
     def embed(self, ids: Int[Array, "B T"], mask: Bool[Array, "#B 1 #T T"], positions: Int[Array, "B T"] | None
               ) -> tuple[
