@@ -240,9 +240,13 @@ def window_mask(T: int, window: int | None) -> Bool[Array, "1 1 T T"] | None:
 
 class LlamaAttention(nn.Module):
     """Grouped-query self-attention with rotary queries/keys (per-head parameter layout); optional per-head
-    q/k RMSNorm (Qwen 3, Gemma 3) and score soft-capping (Gemma 2)."""
+    q/k RMSNorm (Qwen 3, Gemma 3) and score soft-capping (Gemma 2).
 
-    config: RotaryConfig
+    ``config`` is a :class:`RotaryConfig` or any config with the fields it reads (GPT-NeoX's:
+    num_heads, num_kv_heads, head_dim, hidden_size, attention_bias, qkv_bias, qk_norm, rms_norm_eps,
+    norm_offset, attn_scale, attn_logit_softcapping), hence annotated with their common base."""
+
+    config: HFStandardConfig
 
     def setup(self):
         c = self.config
