@@ -11,6 +11,7 @@ import pytest
 
 from geomjax.models.toy import ToyTransformer
 from geomjax.train import grokking as gk
+from geomjax.train.loop import StopRule
 from geomjax.train.tasks import ModularOptions, modular_config
 
 
@@ -109,3 +110,40 @@ def test_smoke_training_and_exact_resume(tmp_path):
     ms = gk.grokking_milestones({"epoch": np.array([0, 10, 20, 30]), "train_acc": np.array([0.1, 1.0, 1.0, 1.0]),
                                  "test_acc": np.array([0.0, 0.2, 0.995, 1.0])})
     assert ms == {"train_100": 10, "test_99": 20}
+
+
+@pytest.mark.slow  # ~11 s of CPU (400 smoke epochs, 3 compiles); the loop's rule itself: tests/test_train_loop.py
+def test_stop_rule_ends_the_run_is_recorded_and_resume_is_exact(tmp_path):
+    """GrokkingConfig.stop: the run ends after the first chunk whose logged metrics meet the rule (the
+    smoke model memorises: train accuracy 1.0 at the logs of epochs 110 and 120, so chunks of 50 stop at
+    150, not at the cap of 300); the stop is recorded; an interrupted run resumes to the same epoch and
+    bit-identical parameters; a stopped run loads and trains no further; the rule changes the cache key."""
+    rule = StopRule("train_acc", 1.0, patience=2, origin="test: memorised")
+    base = gk.grokking_config("smoke").replace(chunk_epochs=50)
+    cfg = base.replace(stop=rule)
+    assert gk.config_hash(cfg) != gk.config_hash(base) and "stop" not in gk.run_json(base)
+    a = gk.train_grokking(cfg, tmp_path / "a", progress=False)
+    h = a.history
+    assert int(a.state.step) == 150 == h["epoch"][-1] and len(h["dense_epoch"]) == 150
+    assert a.stopped["by"] == "rule" and a.stopped["step"] == 150 and a.stopped["rule"]["patience"] == 2
+    assert np.all(h["train_acc"][-2:] == 1.0) and not np.all(h["train_acc"][h["epoch"] <= 100][-2:] == 1.0)
+    assert json.loads((tmp_path / "a" / "history.json").read_text())["stopped"] == a.stopped
+    b1 = gk.train_grokking(cfg, tmp_path / "b", progress=False, stop_at=100)
+    assert int(b1.state.step) == 100 and b1.stopped is None
+    with pytest.raises(ValueError, match="resume it"):
+        gk.load_grokking_run(tmp_path / "b", cfg)
+    b = gk.train_grokking(cfg, tmp_path / "b", progress=False)
+    assert b.resumed_from == 100 and int(b.state.step) == 150 and b.stopped == a.stopped
+    for u, v in zip(jax.tree_util.tree_leaves(a.state.params), jax.tree_util.tree_leaves(b.state.params)):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+    for k in (*gk.METRICS, *gk.DENSE):
+        np.testing.assert_array_equal(h[k], b.history[k])
+    again = gk.train_grokking(cfg, tmp_path / "b", progress=False)  # already stopped: no further training
+    assert again.resumed_from == 150 and int(again.state.step) == 150 and again.stopped["by"] == "rule"
+    loaded = gk.load_grokking_run(tmp_path / "a", cfg)
+    assert loaded.stopped == a.stopped and int(loaded.state.step) == 150
+    np.testing.assert_array_equal(loaded.history["test_acc"], h["test_acc"])
+    capped = gk.train_grokking(base.replace(epochs=100, stop=StopRule("test_acc", 0.99)), None, progress=False)
+    assert capped.stopped["by"] == "cap" and capped.stopped["step"] == 100
+    with pytest.raises(ValueError, match="stop.metric"):
+        base.replace(stop=StopRule("accuracy", 0.99))

@@ -10,7 +10,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from geomjax.train.loop import History, train_loop
+from geomjax.train.loop import History, StopRule, train_loop
 
 
 class _State(NamedTuple):
@@ -77,3 +77,64 @@ def test_history_concatenates_chunks_once():
     h.append(2, {"x": np.zeros((2, 3))})
     assert h.train["x"].shape == (4, 3) and h.steps.tolist() == [0, 1, 2, 3]
     assert len(h._train["x"]) == 1 and h.train["x"] is h.train["x"]
+
+
+def _eval_curve(values):
+    """evaluate(state) -> {"acc": values[step // 5]} (one evaluation per chunk of 5 steps)."""
+    return lambda st: {"acc": float(values[st.step // 5])}
+
+
+def test_stop_rule_fires_on_the_last_evaluations_and_is_recorded():
+    """StopRule: stop after the chunk whose last `patience` evaluations are all >= threshold (a value that
+    reached it and fell back does not count), then the final checkpoint; the stop is recorded."""
+    acc = [0.0, 0.5, 0.995, 0.9, 0.99, 0.999, 1.0, 1.0, 1.0]  # evaluations at steps 0, 5, 10, ...
+    rule = StopRule("acc", 0.99, patience=2, origin="test")
+    ckpts = []
+    state, hist = train_loop(_State(0), _chunk(5), None, total_steps=40, steps_per_call=5,
+                             evaluate=_eval_curve(acc), eval_every=5, stop=rule,
+                             checkpoint=lambda st, h: ckpts.append((st.step, h.stopped)), ckpt_every=5,
+                             progress=False)
+    # 10: 0.995 alone (patience 2), 15: dip to 0.9, 20 and 25: 0.99, 0.999 -> stop at 25
+    assert state.step == 25 and [e["step"] for e in hist.evals] == [0, 5, 10, 15, 20, 25]
+    assert [s for s, _ in ckpts] == [5, 10, 15, 20, 25] and ckpts[-1][1] is hist.stopped  # recorded before it
+    assert hist.stopped["step"] == 25 and hist.stopped["by"] == "rule"
+    assert "20: 0.9900" in hist.stopped["reason"] and "25: 0.9990" in hist.stopped["reason"]
+    assert hist.stopped["rule"] == {"metric": "acc", "threshold": 0.99, "patience": 2, "origin": "test"}
+    assert hist.to_json()["stopped"] == hist.stopped and len(hist.steps) == 25
+    # never met: the run ends at its cap, recorded as such; no rule: nothing recorded
+    _, capped = train_loop(_State(0), _chunk(5), None, total_steps=15, steps_per_call=5,
+                           evaluate=_eval_curve(acc), eval_every=5, stop=StopRule("acc", 1.0), progress=False)
+    assert capped.stopped["by"] == "cap" and capped.stopped["step"] == 15
+    _, plain = train_loop(_State(0), _chunk(5), None, total_steps=15, steps_per_call=5,
+                          evaluate=_eval_curve(acc), eval_every=5, progress=False)
+    assert plain.stopped is None and "stopped" not in plain.to_json()
+
+
+def test_stop_rule_resume_is_exact_and_a_stopped_run_trains_no_further():
+    acc = [0.0, 0.5, 0.995, 0.9, 0.99, 0.999, 1.0, 1.0, 1.0]
+    rule = StopRule("acc", 0.99, patience=2)
+    kw = dict(total_steps=40, steps_per_call=5, evaluate=_eval_curve(acc), eval_every=5, stop=rule, progress=False)
+    st_full, full = train_loop(_State(0), _chunk(5), None, **kw)
+    st, part = train_loop(_State(0), _chunk(5), None, stop_at=15, **kw)  # interrupted before the rule fires
+    assert st.step == 15 and part.stopped is None
+    st, both = train_loop(st, _chunk(5), None, history=part, **kw)
+    assert st.step == st_full.step == 25 and both.stopped == full.stopped
+    np.testing.assert_array_equal(both.train["loss"], full.train["loss"])
+    assert [e["step"] for e in both.evals] == [e["step"] for e in full.evals]
+    ckpts = []
+    st, again = train_loop(st, _chunk(5), None, history=both, checkpoint=lambda s, h: ckpts.append(s.step), **kw)
+    assert st.step == 25 and ckpts == [] and len(again.steps) == 25 and again.stopped["by"] == "rule"
+    # the series can come from elsewhere (in-scan metrics)
+    st, own = train_loop(_State(0), _chunk(5), None, total_steps=40, steps_per_call=5, stop=rule,
+                         stop_series=lambda h: (h.steps[4::5], np.ones(len(h.steps[4::5]))), progress=False)
+    assert st.step == 10 and own.stopped["by"] == "rule"
+
+
+def test_stop_rule_validates():
+    with pytest.raises(ValueError, match="patience"):
+        StopRule("acc", 0.99, patience=0)
+    with pytest.raises(ValueError, match="finite"):
+        StopRule("acc", float("nan"))
+    r = StopRule("acc", 0.99, patience=3)
+    assert r.reason([0, 1, 2], [1.0, 1.0, float("nan")]) is None and r.reason([0, 1], [1.0, 1.0]) is None
+    assert r.describe() == "acc >= 0.99 at 3 consecutive evaluations"

@@ -29,6 +29,7 @@ from geomjax.train.losses import (
 )
 from geomjax.train.loop import (
     History,
+    StopRule,
     check_cadences,
     jit_train_step,
     make_eval_fn,
@@ -75,6 +76,7 @@ __all__ = [
     "ModularOptions",
     "OptimConfig",
     "Programs",
+    "StopRule",
     "TrainConfig",
     "TrainState",
     "accuracy",

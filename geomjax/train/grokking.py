@@ -12,7 +12,10 @@ test loss and accuracy on the full sets, the sum of squared weights, that of W_E
 ``chunk_epochs`` epochs (0: the whole run in ONE call); between calls the state is checkpointed, a
 parameter snapshot is kept (for progress measures over training, Nanda et al. §5) and the run can be
 resumed exactly: chunk boundaries are absolute and step s depends only on (seed, s), so an
-interrupted and resumed run reproduces the uninterrupted run bit-for-bit.
+interrupted and resumed run reproduces the uninterrupted run bit-for-bit. A config's ``stop`` rule
+(:class:`geomjax.train.loop.StopRule` on a logged metric, e.g. test accuracy ≥ 99% at 2 consecutive
+logs: grokked) ends the run at the first chunk whose logs meet it; the epoch count is then the cap, and
+the run records where and why it stopped (``history.json``'s ``stopped``, :attr:`GrokkingResult.stopped`).
 
 Presets (:func:`grokking_config`): ``paper`` (50,000 epochs, Nanda et al.), ``blog`` (20,000 epochs,
 the blog's main run), ``cpu`` (a run that groks within minutes on a 2-core CPU), ``smoke`` (tests).
@@ -41,7 +44,7 @@ from geomjax.models.common import gelu_erf
 from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy
-from geomjax.train.loop import make_train_step, train_loop
+from geomjax.train.loop import StopRule, make_train_step, train_loop
 from geomjax.train.optim import effective_schedule, make_optimizer
 from geomjax.train.state import TrainState, create_train_state
 from geomjax.train.tasks import TrainConfig, modular_config
@@ -55,6 +58,7 @@ __all__ = [
     "GrokkingData",
     "GrokkingResult",
     "config_hash",
+    "run_json",
     "grokking_config",
     "grokking_data",
     "grokking_init",
@@ -85,12 +89,17 @@ class GrokkingConfig:
       chunk_epochs: epochs per jitted call; a checkpoint and a parameter snapshot follow each call.
         0 runs the whole training as ONE jitted ``lax.scan``.
       preset: the preset's name (informational).
+      stop: end the run early once its logged metrics meet this rule (its ``metric`` one of
+        :data:`METRICS`, checked after every chunk, so it stops at a multiple of ``chunk_epochs``);
+        ``total_steps`` is then the cap. None (default): train all epochs (and the config's JSON, so its
+        hash and its runs' cache keys, are those of configs written before the field existed).
     """
 
     train: TrainConfig
     log_every: int = 100
     chunk_epochs: int = 0
     preset: str = ""
+    stop: StopRule | None = None
 
     def __post_init__(self):
         t = self.train
@@ -105,6 +114,9 @@ class GrokkingConfig:
                                                             or t.total_steps % self.chunk_epochs)):
             raise ValueError(f"GrokkingConfig: chunk_epochs ({self.chunk_epochs}) must be 0 or a multiple of "
                              f"log_every ({self.log_every}) dividing the epochs ({t.total_steps})")
+        if self.stop is not None and self.stop.metric not in METRICS:
+            raise ValueError(f"GrokkingConfig: stop.metric must be one of the logged metrics {METRICS}, "
+                             f"got {self.stop.metric!r}")
 
     @property
     def epochs(self) -> int:
@@ -177,9 +189,19 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     return GrokkingConfig(t, log_every=10, chunk_epochs=100, preset=preset)
 
 
+def run_json(cfg: GrokkingConfig) -> dict:
+    """The config as stored with its runs (checkpoint metadata, ``grokking_config.json``) and hashed
+    (:func:`config_hash`): :func:`geomjax.train.checkpoint.config_jsonable`, without ``stop`` when it is
+    None, so configs without a stop rule keep the form (and the cache keys) they had before it existed."""
+    d = config_jsonable(cfg)
+    if cfg.stop is None:
+        d.pop("stop")
+    return d
+
+
 def config_hash(cfg: GrokkingConfig) -> str:
-    """Short SHA-256 of the config's JSON (cache key of trained runs)."""
-    s = json.dumps(config_jsonable(cfg), sort_keys=True)
+    """Short SHA-256 of the config's JSON (:func:`run_json`; cache key of trained runs)."""
+    s = json.dumps(run_json(cfg), sort_keys=True)
     return hashlib.sha256(s.encode()).hexdigest()[:16]
 
 
@@ -364,6 +386,8 @@ class GrokkingResult:
       compile_seconds: time of the first call's compilation (0 if nothing was compiled).
       resumed_from: epoch resumed from, or None.
       run_dir: where checkpoints/snapshots/history live (or None).
+      stopped: with a stop rule, how the run ended (:attr:`geomjax.train.loop.History.stopped`:
+        ``{"step": epoch, "by": "rule" | "cap" | "non-finite", "reason", "rule"}``), else None.
     """
 
     config: GrokkingConfig
@@ -373,6 +397,7 @@ class GrokkingResult:
     compile_seconds: float
     resumed_from: int | None
     run_dir: Path | None
+    stopped: dict | None = None
 
 
 def _initial_metrics(cfg: GrokkingConfig, state: TrainState, data: GrokkingData) -> dict[str, float]:
@@ -433,6 +458,9 @@ def train_grokking(
     With ``run_dir``: after every call the state is checkpointed (``checkpoints/``, newest 2 kept),
     the parameters are snapshotted (``params/params_{epoch}.npz``) and ``history.json`` is rewritten;
     a re-run resumes from the latest checkpoint and reproduces the uninterrupted run bit-for-bit.
+    With ``cfg.stop`` the run ends at the first chunk whose logged metrics meet the rule (or at
+    ``cfg.epochs``, the cap); ``history.json`` and the result record where and why (``stopped``), and
+    re-running a run that stopped trains no further.
 
     Args:
       cfg: the run's config (:func:`grokking_config`).
@@ -453,7 +481,7 @@ def train_grokking(
     hist = {k: [] for k in ("epoch", *METRICS, *DENSE)}
     resumed = None
     run_path = Path(run_dir) if run_dir is not None else None
-    cfg_json = config_jsonable(cfg)
+    cfg_json = run_json(cfg)
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=True)
         last = latest_checkpoint(run_path / "checkpoints") if resume else None
@@ -499,14 +527,16 @@ def train_grokking(
                         f"test_loss {hist['test_loss'][-1]:.3e} test_acc {hist['test_acc'][-1]:.4f} "
                         f"wall {time.perf_counter() - t0:.1f}s\n")
 
-    def checkpoint(st, _loop_hist):
-        save_checkpoint(run_path / "checkpoints", st, cfg, keep=2)
+    def checkpoint(st, loop_hist):
+        save_checkpoint(run_path / "checkpoints", st, cfg_json, keep=2)
         _save_params(run_path, st.params, int(jax.device_get(st.step)))
-        (run_path / "history.json").write_text(json.dumps(hist))
+        stopped = {"stopped": loop_hist.stopped} if loop_hist.stopped is not None else {}
+        (run_path / "history.json").write_text(json.dumps(hist | stopped))
 
     state, loop_hist = train_loop(
         state, run, data, total_steps=cfg.epochs, steps_per_call=N, checkpoint=checkpoint if run_path else None,
         ckpt_every=N, record=record, stop_at=stop_at, progress=progress, desc=f"grokking[{cfg.preset}]",
+        stop=cfg.stop, stop_series=lambda _h: (hist["epoch"], hist[cfg.stop.metric]),
         postfix=lambda m, _h: {"train": f"{hist['train_acc'][-1]:.3f}", "test": f"{hist['test_acc'][-1]:.3f}"})
     s, seconds = int(jax.device_get(state.step)), loop_hist.seconds
     if run_path is not None:
@@ -514,11 +544,12 @@ def train_grokking(
         with open(run_path / "timings.jsonl", "a") as f:
             f.write(json.dumps(timing) + "\n")
     history = {k: np.asarray(v, np.int64 if k in ("epoch", "dense_epoch") else np.float64) for k, v in hist.items()}
-    return GrokkingResult(cfg, state, history, seconds, compile_s, resumed, run_path)
+    return GrokkingResult(cfg, state, history, seconds, compile_s, resumed, run_path, loop_hist.stopped)
 
 
 def load_grokking_run(run_dir: str | os.PathLike, cfg: GrokkingConfig) -> GrokkingResult:
-    """Load a finished run (latest checkpoint + history) written by :func:`train_grokking` for ``cfg``.
+    """Load a finished run (latest checkpoint + history) written by :func:`train_grokking` for ``cfg``:
+    at ``cfg.epochs``, or, with ``cfg.stop``, at an epoch where its logged metrics meet the rule.
 
     Raises:
       FileNotFoundError: no checkpoint. ValueError: written by another config or unfinished.
@@ -528,16 +559,20 @@ def load_grokking_run(run_dir: str | os.PathLike, cfg: GrokkingConfig) -> Grokki
     if last is None:
         raise FileNotFoundError(f"load_grokking_run: no checkpoint in {run_path / 'checkpoints'}; train first")
     state, meta = load_checkpoint(last, grokking_init(cfg))
-    if meta.get("config") != config_jsonable(cfg):
+    if meta.get("config") != run_json(cfg):
         raise ValueError(f"load_grokking_run: {last} was written by a different config")
-    if int(meta["step"]) != cfg.epochs:
-        raise ValueError(f"load_grokking_run: run at epoch {meta['step']} of {cfg.epochs}; resume it with train_grokking")
     hist = json.loads((run_path / "history.json").read_text())
+    stopped = hist.pop("stopped", None)
+    step = int(meta["step"])
+    done = step == cfg.epochs or (cfg.stop is not None and hist["epoch"][-1] == step
+                                  and cfg.stop.reason(hist["epoch"], hist[cfg.stop.metric]) is not None)
+    if not done:
+        raise ValueError(f"load_grokking_run: run at epoch {meta['step']} of {cfg.epochs}; resume it with train_grokking")
     history = {k: np.asarray(v, np.int64 if k in ("epoch", "dense_epoch") else np.float64) for k, v in hist.items()}
     secs = [json.loads(line) for line in (run_path / "timings.jsonl").read_text().splitlines()] \
         if (run_path / "timings.jsonl").is_file() else []
     return GrokkingResult(cfg, state, history, float(sum(t["seconds"] for t in secs)),
-                          float(sum(t["compile_seconds"] for t in secs)), None, run_path)
+                          float(sum(t["compile_seconds"] for t in secs)), None, run_path, stopped)
 
 
 def grokking_milestones(history: dict[str, Shaped[Array, "..."]], *, test_threshold: float = 0.99

@@ -13,7 +13,9 @@ depend only on the seed and the step, so a run resumed from a checkpoint at step
 uninterrupted run bit-for-bit (the chunk boundaries are absolute multiples of N).
 
 :func:`train_loop` is the one host loop of every trainer (toy transformer, grokking, the LocATER
-sweep): chunks, evaluation and checkpoint cadence, progress, the non-finite-metric check and resume.
+sweep): chunks, evaluation and checkpoint cadence, progress, the non-finite-metric check, resume and
+the early stop of a :class:`StopRule` (a run that ends once an evaluated metric has reached a threshold
+at a stated number of consecutive evaluations, e.g. grokking: test accuracy ≥ 99%).
 
 Data parallelism: given a ``"data"`` mesh, the state and data are replicated, each batch is
 constrained to be sharded along its leading axis, and XLA inserts the gradient all-reduce.
@@ -25,7 +27,7 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -37,10 +39,12 @@ from jax.sharding import Mesh
 from geomjax.base.parallel import batch_sharding, check_divisible, replicated
 from geomjax.train.anomalies import Anomaly
 from geomjax.train.state import TrainState, step_keys
+from geomjax.typing import Array, IntSeq, Real
 
 __all__ = [
     "History",
     "LossFn",
+    "StopRule",
     "check_cadences",
     "make_eval_fn",
     "make_train_chunk",
@@ -148,6 +152,9 @@ class History:
       evals: list of dicts ``{"step": s, "<name>": value, ...}`` (evaluation after s updates).
       seconds: wall time of the host loop (plus that of earlier sessions when resumed with ``history=``).
       anomalies: :class:`geomjax.train.anomalies.Anomaly` found while training (non-finite metrics).
+      stopped: with a :class:`StopRule`, how the run ended: ``{"step": s, "by": "rule" | "cap" |
+        "non-finite", "reason": one line, "rule": the rule's fields}`` (None without a rule, or while
+        a run is unfinished).
 
     Chunks are kept as a list and concatenated on first access of ``steps``/``train`` (appending is
     O(1) per chunk, so long runs do not copy their history once per chunk).
@@ -156,6 +163,7 @@ class History:
     evals: list[dict] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     anomalies: list[Anomaly] = dataclasses.field(default_factory=list)
+    stopped: dict | None = None
     _steps: list = dataclasses.field(default_factory=list, repr=False)
     _train: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -181,9 +189,55 @@ class History:
         return {k: v[0] for k, v in self._train.items()}
 
     def to_json(self) -> dict:
-        """JSON-friendly dict (per-step lists and evaluations)."""
-        return {"steps": self.steps.tolist(), "train": {k: v.tolist() for k, v in self.train.items()},
-                "evals": self.evals, "seconds": self.seconds}
+        """JSON-friendly dict (per-step lists and evaluations; ``stopped`` when a stop rule ran)."""
+        out = {"steps": self.steps.tolist(), "train": {k: v.tolist() for k, v in self.train.items()},
+               "evals": self.evals, "seconds": self.seconds}
+        return out | ({"stopped": self.stopped} if self.stopped is not None else {})
+
+
+@dataclasses.dataclass(frozen=True)
+class StopRule:
+    """Early stop on an evaluated metric: the run ends at the first evaluation after which the last
+    ``patience`` evaluations of ``metric`` are all ≥ ``threshold``, else at its cap (``total_steps``).
+
+    The last ``patience`` evaluations, not any earlier window: the state the run returns is the one
+    that meets the rule (a metric that reached the threshold and fell back does not stop the run).
+    Grokking (Nanda et al. §3; the clock blog §4): ``StopRule("test_acc", 0.99, 2, origin=...)``.
+
+    Attributes:
+      metric: the evaluated metric's name (a key of the evaluations the loop sees).
+      threshold: the value the metric must reach (≥; NaN never does).
+      patience: consecutive evaluations at or above it (≥ 1).
+      origin: where the threshold and the patience come from (recorded with the run).
+    """
+
+    metric: str
+    threshold: float
+    patience: int = 1
+    origin: str = ""
+
+    def __post_init__(self):
+        if not self.metric:
+            raise ValueError("StopRule: metric must be a non-empty metric name")
+        if int(self.patience) != self.patience or self.patience < 1:
+            raise ValueError(f"StopRule: patience must be an integer >= 1, got {self.patience!r}")
+        if not math.isfinite(self.threshold):
+            raise ValueError(f"StopRule: threshold must be finite, got {self.threshold!r}")
+
+    def describe(self) -> str:
+        """One line: the rule in words."""
+        n = self.patience
+        return f"{self.metric} >= {self.threshold:g} at {n} consecutive evaluation{'s' if n > 1 else ''}"
+
+    def reason(self, steps: IntSeq, values: Sequence[float] | Real[Array, " n"]) -> str | None:
+        """None unless the rule holds at the end of ``values`` (the metric's evaluations in order, at
+        ``steps``); else one line naming the steps and values that meet it."""
+        v = np.asarray(values, np.float64).reshape(-1)
+        n = self.patience
+        if v.size < n or not np.all(v[-n:] >= self.threshold):
+            return None
+        at = ", ".join(f"{int(s)}: {x:.4f}" for s, x in zip(list(steps)[-n:], v[-n:]))
+        return f"{self.describe()} (step: value {at})"
 
 
 def check_cadences(where: str, name: str, total: int, steps_per_call: int, **cadences: int) -> None:
@@ -220,6 +274,21 @@ def _nonfinite(start: int, n_steps: int, metrics: dict) -> Anomaly | None:
     return None
 
 
+def _eval_series(hist: History, metric: str) -> tuple[list[int], list[float]]:
+    """The evaluations of ``metric`` in ``hist.evals``, as (steps, values)."""
+    ev = [e for e in hist.evals if metric in e]
+    return [e["step"] for e in ev], [float(e[metric]) for e in ev]
+
+
+def _stop_record(stop: StopRule, step: int, total_steps: int, fired: str | None, halted: bool) -> dict:
+    """:attr:`History.stopped` of a run that ended at ``step``: by the rule (``fired``: its reason), at the
+    cap, or at a non-finite metric (``halted``)."""
+    by = "non-finite" if halted else "rule" if fired is not None else "cap"
+    reason = {"rule": fired, "cap": f"reached total_steps = {total_steps} before {stop.describe()}",
+              "non-finite": "a non-finite metric (nonfinite='stop')"}[by]
+    return {"step": int(step), "by": by, "reason": reason, "rule": dataclasses.asdict(stop)}
+
+
 def _default_postfix(metrics: dict, hist: History) -> dict:
     if "loss" in metrics:
         return {"loss": f"{float(np.ravel(metrics['loss'])[-1]):.4f}"}
@@ -242,6 +311,8 @@ def train_loop(
     postfix: Callable[[dict, History], dict] | None = None,
     nonfinite: str = "warn",
     stop_at: int | None = None,
+    stop: StopRule | None = None,
+    stop_series: Callable[[History], tuple[Sequence[int], Sequence[float]]] | None = None,
     progress: bool = True,
     desc: str = "train",
 ) -> tuple[TrainState | Any, History]:
@@ -261,7 +332,12 @@ def train_loop(
     runs at step 0 (fresh runs), every ``eval_every`` steps and at the end, its dict appended to
     ``history.evals`` with ``"step"``; ``checkpoint(state, history)`` runs every ``ckpt_every`` steps
     and at the end (``history.seconds`` updated first). ``stop_at`` ends the loop early at that step
-    (after checkpointing), simulating an interrupted run. A tqdm bar shows progress unless
+    (after checkpointing), simulating an interrupted run. ``stop`` (a :class:`StopRule`) ends the run
+    after the chunk whose evaluations meet it (the final evaluation and checkpoint follow as at the
+    cap) and records how the run ended in ``history.stopped``; the rule reads ``stop_series(history)``
+    -> (steps, values) (default: the ``stop.metric`` entries of ``history.evals``; in-scan metrics
+    supply their own). It is checked before the first chunk too, so a resumed run that had stopped
+    trains no further: resume stays exact. A tqdm bar shows progress unless
     ``progress=False``; ``postfix(metrics, history)`` gives its fields. ``state`` is a TrainState
     (or any state with a scalar ``step``: the loop reads only that and hands the state to the hooks).
 
@@ -293,6 +369,12 @@ def train_loop(
     postfix = _default_postfix if postfix is None else postfix
     prior, t0 = hist.seconds, time.perf_counter()
 
+    def rule_fires() -> str | None:
+        if stop is None:
+            return None
+        steps, values = stop_series(hist) if stop_series is not None else _eval_series(hist, stop.metric)
+        return stop.reason(steps, values)
+
     def do_eval(st):
         if evaluate is not None:
             hist.evals.append({"step": int(jax.device_get(st.step))} | evaluate(st))
@@ -305,9 +387,9 @@ def train_loop(
     if start == 0:
         do_eval(state)
     bar = tqdm(total=total_steps, initial=start, disable=not progress, desc=desc, leave=False)
-    s, halted = start, False
+    s, halted, fired = start, False, rule_fires()
     try:
-        while s < end:
+        while s < end and fired is None:
             state, metrics = chunk_fn(state, data)
             metrics = {k: np.asarray(v) for k, v in jax.device_get(metrics).items()}
             record(s, metrics)
@@ -321,14 +403,17 @@ def train_loop(
             if eval_every and s % eval_every == 0 and s < end:
                 do_eval(state)
             bar.set_postfix(postfix(metrics, hist))
-            if halted:
+            fired = rule_fires()
+            if halted or fired is not None:
                 break
             if ckpt_every and s % ckpt_every == 0 and s < end:
                 do_checkpoint(state)
     finally:
         bar.close()
-    if s > start or not hist.evals or hist.evals[-1]["step"] != s:
+    if not hist.evals or hist.evals[-1]["step"] != s:
         do_eval(state)
+    if stop is not None and (fired is not None or halted or s == total_steps):  # the run ended (not interrupted)
+        hist.stopped = _stop_record(stop, s, total_steps, fired or rule_fires(), halted)
     if s > start and not halted:
         do_checkpoint(state)
     hist.seconds = prior + time.perf_counter() - t0
