@@ -32,6 +32,10 @@ def test_presets_match_reference():
 
     full = claim_config("full")
     assert (full.train.options, full.epochs, full.log_every) == (ModularOptions(113, 0.5), 3000, 25)
+    assert full.stop is None and gk.config_hash(full) == "fec16fa0c6bf7338"  # the recorded full run's cache key
+    quick = claim_config("quick")  # the full run's model, recipe, split and seed, stopped once it has grokked
+    assert quick.train.replace(total_steps=full.epochs) == full.train and quick.log_every == 25
+    assert (quick.stop.metric, quick.stop.threshold, quick.stop.patience, quick.epochs) == ("test_acc", 0.99, 2, 1000)
     assert modular_config("blog").total_steps == 20_000
     with pytest.raises(ValueError, match="preset"):
         gk.grokking_config("huge")

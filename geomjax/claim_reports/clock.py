@@ -354,6 +354,11 @@ def report_sections(run, *, budget: str = "quick", seed: int = 0):
 
     head = Section("Clock: what was trained")
     head.paragraphs.append(trained_description(budget) + "; the ReLU-free variant uses the same recipe with activation 'none'.")
+    for name, a in (("ReLU", an), ("ReLU-free", free)):
+        if a.get("stopped") is not None:
+            st = a["stopped"]
+            head.paragraphs.append(f"The {name} run stopped at epoch {st['step']} ({st['by']}: {st['reason']}).")
+    metrics["stopped"] = {"ReLU": an.get("stopped"), "ReLU-free": free.get("stopped")}
     metrics["effective_schedule"] = {name: claim_config(budget, relu, seed).effective_schedule()
                                      for name, relu in (("ReLU", True), ("ReLU-free", False))}
     return [head, schedule_section(metrics["effective_schedule"])] + sections, metrics
