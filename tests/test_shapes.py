@@ -102,6 +102,7 @@ NO_ARRAYS = {
     "geomjax.train.grokking.grokking_init": "GrokkingConfig -> TrainState (a struct of arrays)",
     "geomjax.train.grokking.load_grokking_run": "(folder, config) -> GrokkingResult",
     "geomjax.train.grokking.make_run_chunk": "(config, epochs) -> jitted program",
+    "geomjax.train.grokking.run_json": "GrokkingConfig -> dict (its stored JSON form)",
     "geomjax.train.grokking.train_grokking": "config -> GrokkingResult (the host loop)",
     "geomjax.train.locater.fairseq_adam": "numbers -> OptimConfig",
     "geomjax.train.locater.load_wikitext_words": "config -> WordData",
