@@ -66,6 +66,24 @@ def test_resume_reproduces_losses_exactly(full_run, smoke_cfg, tmp_path):
 
 
 @pytest.mark.slow
+def test_fit_stop_rule_ends_the_run_exactly_and_a_resume_trains_no_further(full_run, smoke_cfg, tmp_path):
+    """fit(stop=...): the validation loss of the session's run at step 30 meets an at-most rule at that value,
+    so the run ends at 30 of 60 with the uninterrupted run's parameters (its checkpoint at 30, bit-for-bit);
+    re-running the stopped run directory trains no further; how it ended is in the history file."""
+    v30 = full_run.history.evals[1]["loss"]
+    rule = train.StopRule("loss", v30, mode="at_most", origin="the session's run at step 30")
+    res = train.fit(smoke_cfg, run_dir=tmp_path, progress=False, stop=rule)
+    assert int(res.state.step) == 30 and res.history.stopped["by"] == "rule" and res.history.stopped["step"] == 30
+    ref, _ = train.load_checkpoint(full_run.run_dir / "checkpoints" / "ckpt_00000030.npz", train.init_state(smoke_cfg))
+    for a, b in zip(jax.tree_util.tree_leaves(res.state.params), jax.tree_util.tree_leaves(ref.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert json.loads((tmp_path / "history.json").read_text())["stopped"] == res.history.stopped
+    again = train.fit(smoke_cfg, run_dir=tmp_path, progress=False, stop=rule)
+    assert again.resumed_from == 30 and int(again.state.step) == 30 and len(again.history.steps) == 0
+    assert again.history.stopped["by"] == "rule" and [e["step"] for e in again.history.evals] == [0, 30]
+
+
+@pytest.mark.slow
 def test_checkpoint_round_trip_and_errors(full_run, smoke_cfg, tmp_path):
     state = full_run.state
     path = train.save_checkpoint(tmp_path, state, smoke_cfg)

@@ -99,7 +99,7 @@ def test_stop_rule_fires_on_the_last_evaluations_and_is_recorded():
     assert [s for s, _ in ckpts] == [5, 10, 15, 20, 25] and ckpts[-1][1] is hist.stopped  # recorded before it
     assert hist.stopped["step"] == 25 and hist.stopped["by"] == "rule"
     assert "20: 0.9900" in hist.stopped["reason"] and "25: 0.9990" in hist.stopped["reason"]
-    assert hist.stopped["rule"] == {"metric": "acc", "threshold": 0.99, "patience": 2, "origin": "test"}
+    assert hist.stopped["rule"] == {"metric": "acc", "threshold": 0.99, "patience": 2, "origin": "test", "mode": "at_least"}
     assert hist.to_json()["stopped"] == hist.stopped and len(hist.steps) == 25
     # never met: the run ends at its cap, recorded as such; no rule: nothing recorded
     _, capped = train_loop(_State(0), _chunk(5), None, total_steps=15, steps_per_call=5,
@@ -138,3 +138,8 @@ def test_stop_rule_validates():
     r = StopRule("acc", 0.99, patience=3)
     assert r.reason([0, 1, 2], [1.0, 1.0, float("nan")]) is None and r.reason([0, 1], [1.0, 1.0]) is None
     assert r.describe() == "acc >= 0.99 at 3 consecutive evaluations"
+    low = StopRule("loss", 0.5, patience=2, mode="at_most")
+    assert low.reason([0, 1, 2], [0.4, 0.6, 0.5]) is None and "1: 0.4000, 2: 0.5000" in low.reason([0, 1, 2], [0.9, 0.4, 0.5])
+    assert low.describe() == "loss <= 0.5 at 2 consecutive evaluations"
+    with pytest.raises(ValueError, match="mode"):
+        StopRule("loss", 0.5, mode="below")

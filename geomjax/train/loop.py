@@ -198,7 +198,8 @@ class History:
 @dataclasses.dataclass(frozen=True)
 class StopRule:
     """Early stop on an evaluated metric: the run ends at the first evaluation after which the last
-    ``patience`` evaluations of ``metric`` are all ≥ ``threshold``, else at its cap (``total_steps``).
+    ``patience`` evaluations of ``metric`` are all ≥ ``threshold`` (``mode="at_most"``: all ≤ it, e.g. a
+    validation loss), else at its cap (``total_steps``).
 
     The last ``patience`` evaluations, not any earlier window: the state the run returns is the one
     that meets the rule (a metric that reached the threshold and fell back does not stop the run).
@@ -206,15 +207,17 @@ class StopRule:
 
     Attributes:
       metric: the evaluated metric's name (a key of the evaluations the loop sees).
-      threshold: the value the metric must reach (≥; NaN never does).
-      patience: consecutive evaluations at or above it (≥ 1).
+      threshold: the value the metric must reach (NaN never does).
+      patience: consecutive evaluations that reach it (≥ 1).
       origin: where the threshold and the patience come from (recorded with the run).
+      mode: ``"at_least"`` (≥ threshold, an accuracy) or ``"at_most"`` (≤ threshold, a loss).
     """
 
     metric: str
     threshold: float
     patience: int = 1
     origin: str = ""
+    mode: str = "at_least"
 
     def __post_init__(self):
         if not self.metric:
@@ -223,18 +226,21 @@ class StopRule:
             raise ValueError(f"StopRule: patience must be an integer >= 1, got {self.patience!r}")
         if not math.isfinite(self.threshold):
             raise ValueError(f"StopRule: threshold must be finite, got {self.threshold!r}")
+        if self.mode not in ("at_least", "at_most"):
+            raise ValueError(f"StopRule: mode must be 'at_least' or 'at_most', got {self.mode!r}")
 
     def describe(self) -> str:
         """One line: the rule in words."""
         n = self.patience
-        return f"{self.metric} >= {self.threshold:g} at {n} consecutive evaluation{'s' if n > 1 else ''}"
+        op = ">=" if self.mode == "at_least" else "<="
+        return f"{self.metric} {op} {self.threshold:g} at {n} consecutive evaluation{'s' if n > 1 else ''}"
 
     def reason(self, steps: IntSeq, values: Sequence[float] | Real[Array, " n"]) -> str | None:
         """None unless the rule holds at the end of ``values`` (the metric's evaluations in order, at
         ``steps``); else one line naming the steps and values that meet it."""
         v = np.asarray(values, np.float64).reshape(-1)
         n = self.patience
-        if v.size < n or not np.all(v[-n:] >= self.threshold):
+        if v.size < n or not np.all(v[-n:] >= self.threshold if self.mode == "at_least" else v[-n:] <= self.threshold):
             return None
         at = ", ".join(f"{int(s)}: {x:.4f}" for s, x in zip(list(steps)[-n:], v[-n:]))
         return f"{self.describe()} (step: value {at})"

@@ -42,7 +42,7 @@ from geomjax.models.toy import ToyConfig, ToyTransformer, nanda_config, nanogpt_
 from geomjax.base.parallel import replicated
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy, exact_match, shift_for_next_token
-from geomjax.train.loop import History, check_cadences, make_eval_fn, make_train_chunk, make_train_step, train_loop
+from geomjax.train.loop import History, StopRule, check_cadences, make_eval_fn, make_train_chunk, make_train_step, train_loop
 from geomjax.train.optim import (
     OptimConfig,
     check_length_change,
@@ -468,6 +468,7 @@ def fit(
     progress: bool = True,
     stop_at: int | None = None,
     keep_checkpoints: int | None = None,
+    stop: StopRule | None = None,
 ) -> FitResult:
     """Train the toy transformer on ``cfg``'s task; resume from ``run_dir``'s latest checkpoint.
 
@@ -486,6 +487,10 @@ def fit(
       progress: show a tqdm bar.
       stop_at: stop early at this step (simulates an interrupted run; the state is checkpointed).
       keep_checkpoints: keep only the newest k checkpoints.
+      stop: end the run once its evaluations (every ``cfg.eval_every`` steps) meet this rule
+        (:class:`geomjax.train.loop.StopRule`); ``cfg.total_steps`` is then the cap. The history records
+        how the run ended (``stopped``); a resumed run reads the earlier sessions' evaluations
+        (:func:`merged_history`), so one that had stopped trains no further.
 
     Returns:
       :class:`FitResult`.
@@ -521,11 +526,14 @@ def fit(
     def checkpoint(st, _hist):
         save_checkpoint(ckpt_dir, st, cfg, keep=keep_checkpoints)
 
+    earlier = None  # a stop rule reads the evaluations of the sessions before a resume too
+    if stop is not None and resumed is not None:
+        earlier = History(evals=[e for e in merged_history(run_dir)["evals"] if e["step"] <= resumed])
     state, hist = train_loop(
         state, pr.chunk_fn, train_data, total_steps=cfg.total_steps, steps_per_call=cfg.steps_per_call,
         evaluate=evaluate, eval_every=cfg.eval_every,
         checkpoint=checkpoint if ckpt_dir is not None else None, ckpt_every=cfg.ckpt_every,
-        stop_at=stop_at, progress=progress, desc=f"{cfg.task}",
+        history=earlier, stop_at=stop_at, stop=stop, progress=progress, desc=f"{cfg.task}",
     )
     if run_dir is not None:
         name = "history.json" if resumed is None else f"history_from_{resumed:08d}.json"
