@@ -34,7 +34,6 @@ import numpy as np
 
 from geomjax.tools.clock_probe import analyze
 from geomjax.base.io import cache_root
-from geomjax.models.toy import nanda_config
 from geomjax.train.grokking import GrokkingConfig, config_hash, grokking_config, load_grokking_run, train_grokking
 from geomjax.train.loop import StopRule
 from geomjax.train.tasks import ModularOptions
