@@ -272,8 +272,28 @@ def test_localization_penalty_minimum_and_identity_share():
     share = identity_share([np.sum(w**2), 2.0], [np.trace(w), 0.5], d)
     assert abs(share[0] - 1.0) < 1e-4 and abs(share[1] - 0.25 / 6.0) < 1e-12
     m = {"kappa2": [0.0, 1.0], "final_scale": [1e-6, 2e-3], "final_trace": [0.0, 0.5], "final_val_entropy": [2.0, 2.1],
-         "final_val_ppl": [20.0, 19.0], "d_model": 128, "kappa1": 100.0, "steps": 10, "seconds": 1.0,
+         "final_val_ppl": [20.0, 19.0], "rho_stripes_sd": [0.1, 0.1], "d_model": 128, "kappa1": 100.0, "steps": 10, "seconds": 1.0,
          "reproduced": {"(B) stronger κ2 shrinks the eigenspectrum scale": "no",
                         "(C) stronger κ2 keeps the attention entropy higher": "yes"}}
     s = settings_section({"a": m, "b": m | {"d_model": 32}})
     assert len(s.tables[0]["rows"]) == 4 and "(B) no, (C) yes" in s.paragraphs[-1]
+
+
+def test_token_randomization_early_positions_inflate_the_rms():
+    """A smooth positional curve with a few large early offsets: the early positions hold most of the energy, the
+    rms-normalised roughness of the whole curve is small, and leaving them out gives the rest's own roughness
+    (computed here with NumPy on the truncated curve)."""
+    from experiments.token_randomization.run import early_share, half_metrics, positional_profile, roughness_after
+
+    T, d = 40, 16
+    rng = np.random.default_rng(1)
+    pos = rng.normal(size=(T, d)) * 0.1  # independent positions: rough
+    pos[:4] += 10.0 * rng.normal(size=(4, d))  # four outlying early positions
+    h = pos[None] + 0.01 * rng.normal(size=(64, T, d))
+    prof = positional_profile(h)
+    sq = (prof["pos"] ** 2).sum(-1)
+    assert abs(early_share(prof) - sq[:4].sum() / sq.sum()) < 1e-12 and early_share(prof) > 0.9
+    q = prof["pos"][4:] - prof["pos"][4:].mean(0)
+    ref = np.linalg.norm(np.diff(q, axis=0), axis=-1).mean() / np.sqrt((q**2).sum(-1).mean())
+    assert abs(roughness_after(prof) - ref) < 1e-12 and ref > 1.0  # the rest is rough (independent: ≈ √2)
+    assert half_metrics(prof)["roughness_second"] < 0.5  # but the whole curve's rule reads it as smooth

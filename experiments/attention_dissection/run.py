@@ -28,6 +28,8 @@ from geomjax.tools import attention_probe as AP
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data import sample_windows
 from geomjax.analysis.report import RunDir, Section, schedule_section
+from geomjax.train import get_config as get_train_config
+from geomjax.train.cost import toy_training_cost
 
 
 def _batches(ids: np.ndarray, B: int):
@@ -47,6 +49,13 @@ def draw_probes(pc: ProbeConfig, key, low: int, high: int) -> np.ndarray:
                                                n_sequences=pc.n_probes))
 
 
+def toy_train_config(cfg: DissectionConfig):
+    """The :class:`geomjax.train.TrainConfig` of the toy GPT that :func:`train_toy` trains (tiny-Shakespeare preset
+    ``cfg.toy_variant``, cut to ``cfg.toy_steps`` when set)."""
+    tc = get_train_config("shakespeare", cfg.toy_variant)
+    return tc.replace(total_steps=cfg.toy_steps, eval_every=0, ckpt_every=0) if cfg.toy_steps else tc
+
+
 def train_toy(cfg: DissectionConfig, out: Path, data_dir=None, progress: bool = True):
     """Train the GPT-style toy (tiny-Shakespeare preset ``cfg.toy_variant``) into ``out`` with fit().
 
@@ -54,11 +63,9 @@ def train_toy(cfg: DissectionConfig, out: Path, data_dir=None, progress: bool = 
     same parameters later) and the last validation metrics."""
     from geomjax.models.toy import ToyTransformer
     from geomjax.models.toy_run import ToyRun
-    from geomjax.train import fit, get_config as train_config
+    from geomjax.train import fit
 
-    tc = train_config("shakespeare", cfg.toy_variant)
-    if cfg.toy_steps:
-        tc = tc.replace(total_steps=cfg.toy_steps, eval_every=0, ckpt_every=0)
+    tc = toy_train_config(cfg)
     res = fit(tc, run_dir=out, data_dir=data_dir, progress=progress)
     run = ToyRun(model=ToyTransformer(tc.model), params=res.state.params, tokenizer=res.info["tokenizer"],
                  config=tc, step=int(res.state.step), max_positions=int(tc.model.max_len))
@@ -260,6 +267,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
+    if a.toy_run is None:  # before training: the toy GPT this run trains (checkpointed in <out>/toy_run, resumed)
+        print("toy GPT: " + toy_training_cost(toy_train_config(get_config(a.preset))).describe())
     m = run(get_config(a.preset), a.out, toy_run=a.toy_run, data_dir=a.data_dir, progress=not a.no_progress)
     for name in ("minilm", "toy"):
         if name in m:

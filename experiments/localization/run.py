@@ -273,7 +273,8 @@ def write_report(res: SweepResult, run: RunDir, preset: str, others: dict | None
 def settings_section(by_preset: dict) -> Section:
     """The κ2 effect on the scale and the entropy at every setting run (preset → :func:`write_report`'s metrics):
     per setting and κ2 the final scale, tr(W_QK), the penalty's tr*, the identity share (:func:`identity_share`),
-    the validation entropy and perplexity, and the (B)/(C) verdicts, with one sentence per setting."""
+    the validation entropy and perplexity, the stripes' spread (Fig. 7), and the (B)/(C) verdicts, with one sentence
+    per setting."""
     s = Section("The κ2 effect at other settings", [
         "Each setting is a complete sweep (its report in <out>/<preset>/). Whether the eigenspectrum scale shrinks with "
         "κ2 (Fig. 6B) is read at every one; tr(W_QK)²/(d·scale) = 1 means W_QK is the penalty's minimiser c·I, whose "
@@ -285,7 +286,7 @@ def settings_section(by_preset: dict) -> Section:
         for j, k in enumerate(k2):
             rows.append([name, d, f"{m['kappa1']:.3g}", f"{k:.3g}", float(m["final_scale"][j]), float(m["final_trace"][j]),
                          penalty_minimum(m["kappa1"], k, d)[0], float(ident[j]), float(m["final_val_entropy"][j]),
-                         float(m["final_val_ppl"][j])])
+                         float(m["final_val_ppl"][j]), float(m["rho_stripes_sd"][j])])
         rep = m["reproduced"]
         i_max = int(np.argmax(k2))
         says.append(f"{name} (d = {d}, κ1 = {m['kappa1']:.3g}, {m['steps']} iterations, {m['seconds']:.0f} s of training): "
@@ -293,7 +294,7 @@ def settings_section(by_preset: dict) -> Section:
                     f"largest κ2, identity share {ident[i_max]:.2f} at the largest; (B) {rep[_KEYS[0]]}, (C) {rep[_KEYS[1]]}")
     s.paragraphs.append("; ".join(says) + ".")
     return s.table(["setting", "d", "κ1", "κ2", "scale", "tr(W_QK)", "tr*", "tr(W_QK)²/(d·scale)", "entropy (valid)",
-                    "val ppl"], rows, caption="final values per setting (train metrics: mean over the last 20 % of iterations)")
+                    "val ppl", "sd_i of mean ρ_i (Fig. 7)"], rows, caption="final values per setting (train metrics: mean over the last 20 % of iterations)")
 
 
 def run_companions(preset: str, out: Path, *, seed: int, data_dir, progress: bool, stop_at) -> dict:
