@@ -53,7 +53,10 @@ def toy_train_config(cfg: DissectionConfig):
     """The :class:`geomjax.train.TrainConfig` of the toy GPT that :func:`train_toy` trains (tiny-Shakespeare preset
     ``cfg.toy_variant``, cut to ``cfg.toy_steps`` when set)."""
     tc = get_train_config("shakespeare", cfg.toy_variant)
-    return tc.replace(total_steps=cfg.toy_steps, eval_every=0, ckpt_every=0) if cfg.toy_steps else tc
+    if not cfg.toy_steps:
+        return tc
+    keep = tc.ckpt_every and cfg.toy_steps % tc.ckpt_every == 0  # checkpoints (and so resuming) where they divide the run
+    return tc.replace(total_steps=cfg.toy_steps, eval_every=0, ckpt_every=tc.ckpt_every if keep else 0)
 
 
 def train_toy(cfg: DissectionConfig, out: Path, data_dir=None, progress: bool = True):

@@ -10,6 +10,8 @@
 * ``cpu-d32``: App. D's d = 32 setting (Fig. 8: lr 1e-4, four times the d = 128 rate), scaled as ``cpu`` is
   (batch 16, 1,024 words, lr 40× = 4e-3, 1,000 iterations): a second width, to show that the direction
   of the scale with κ2 is set by the objective, not by d.
+* ``cpu-d32-long``: ``cpu-d32`` trained 4× longer (4,000 iterations): whether the entropy and perplexity
+  differences across κ2 (Fig. 6C-D), within the noise at 1,000 iterations, grow with training.
 * ``cpu-sum``: ``cpu`` with κ1 and every κ2 divided by 64·64 = 4,096, the penalty's weight per token if it is
   added to fairseq's criterion, which sums the loss over the batch's B·T tokens and divides the gradient by
   that count (a hypothesis about the source's implementation, which the paper does not state): a weak penalty
@@ -24,10 +26,10 @@ from __future__ import annotations
 
 from geomjax.train.locater import LocaterConfig, fairseq_adam
 
-PRESETS = ("smoke", "cpu", "cpu-d32", "cpu-sum", "paper")
-# the settings a preset's run trains beside its own (each into <out>/<preset>/, with its own report) and
+PRESETS = ("smoke", "cpu", "cpu-d32", "cpu-d32-long", "cpu-sum", "paper")
+# the settings a preset's run trains beside its own (none where a preset is not listed) (each into <out>/<preset>/, with its own report) and
 # tabulates in its report: a second width and a weak penalty beside ``cpu``
-COMPANIONS = {"cpu": ("cpu-d32", "cpu-sum"), "smoke": (), "cpu-d32": (), "cpu-sum": (), "paper": ()}
+COMPANIONS = {"cpu": ("cpu-d32", "cpu-d32-long", "cpu-sum")}
 FAIRSEQ_TOKENS = 64 * 64  # B·T of §7: fairseq divides a summed loss (and any penalty added to it) by this count
 
 
@@ -41,6 +43,8 @@ def get_config(preset: str = "cpu", *, seed: int = 0) -> LocaterConfig:
         return cpu
     if preset == "cpu-d32":
         return cpu.replace(d_model=32, optim=fairseq_adam(lr=4e-3))
+    if preset == "cpu-d32-long":
+        return cpu.replace(d_model=32, optim=fairseq_adam(lr=4e-3), steps=4000, eval_every=200, ckpt_every=1000)
     if preset == "cpu-sum":
         return cpu.replace(kappa1=cpu.kappa1 / FAIRSEQ_TOKENS, kappa2s=tuple(k / FAIRSEQ_TOKENS for k in cpu.kappa2s))
     if preset == "smoke":

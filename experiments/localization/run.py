@@ -301,7 +301,7 @@ def run_companions(preset: str, out: Path, *, seed: int, data_dir, progress: boo
     """Train and report every companion setting of ``preset`` (:data:`COMPANIONS`) into ``out/<companion>``
     (resuming from its checkpoints); returns companion → its metrics."""
     others = {}
-    for c in COMPANIONS[preset]:
+    for c in COMPANIONS.get(preset, ()):
         cfg = get_config(c, seed=seed)
         run = RunDir(out / c, command="localization")
         run.write_config({"preset": c, "locater": cfg}, schedules={SWEEP: cfg.effective_schedule()})
@@ -330,7 +330,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, seed=args.seed)
-    for c in (args.preset, *COMPANIONS[args.preset]):  # before training
+    for c in (args.preset, *COMPANIONS.get(args.preset, ())):  # before training
         print(f"{c}: {expected_cost(get_config(c, seed=args.seed), args.data_dir)}")
     run = RunDir(args.out or f"runs/localization-{args.preset}", command="localization")
     others = run_companions(args.preset, run.path, seed=args.seed, data_dir=args.data_dir,
