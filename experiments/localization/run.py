@@ -125,7 +125,11 @@ def check_rows(metrics: dict, *, statistics: bool = True) -> list[list[str]]:
     return [[c, m, "not testable" if ok is None else "yes" if ok else "no"] for c, m, ok in checks]
 
 
-NOTES = {"entropy": f"valid split, last evaluation; counts only beyond {NOISE_SD:g} sd of the κ2_max − κ2_0 difference "
+NOTES = {"scale": "why, with curves: the penalty's own minimiser c·I has tr*²/d growing with κ2 (the scale panel's dotted "
+                  "lines; tr(W_QK)²/(d·scale) in the final-values table; the κ2 effect at other settings, where the cpu "
+                  "preset ran them)",
+         "stripes": "sd over tokens of ρ_i at the other settings: the κ2 effect at other settings, where the cpu preset ran them",
+         "entropy": f"valid split, last evaluation; counts only beyond {NOISE_SD:g} sd of the κ2_max − κ2_0 difference "
                     f"over the last {NOISE_CHECKPOINTS} checkpoints",
          "ppl": f"last evaluation; counts only beyond {NOISE_SD:g} sd of the κ2_max − κ2_0 difference over the last "
                 f"{NOISE_CHECKPOINTS} checkpoints"}
