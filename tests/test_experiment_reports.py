@@ -297,3 +297,14 @@ def test_token_randomization_early_positions_inflate_the_rms():
     ref = np.linalg.norm(np.diff(q, axis=0), axis=-1).mean() / np.sqrt((q**2).sum(-1).mean())
     assert abs(roughness_after(prof) - ref) < 1e-12 and ref > 1.0  # the rest is rough (independent: ≈ √2)
     assert half_metrics(prof)["roughness_second"] < 0.5  # but the whole curve's rule reads it as smooth
+
+
+def test_dissection_absent_head_type_note_gives_the_largest_lift():
+    """A head type no head reaches is 'not testable'; its note gives the largest lift of that type among the heads
+    against the threshold (and, for the toy, the committed 3,000-step setting's count)."""
+    from experiments.attention_dissection.run import _absent_note
+
+    m = {"heads": [{"copying_lift": -0.2}, {"copying_lift": 0.05}, {"copying_lift": 0.01}]}
+    note = _absent_note(m, "copying", 0.15, "MiniLM")
+    assert note == "largest copying lift of any head 0.050 (a type needs >= 0.15)"
+    assert _absent_note(m, "copying", 0.15, "Toy GPT").startswith(note)
