@@ -4,6 +4,9 @@
 * ``cpu``: MiniLM (causal, as the source ran BERT) with μ/pos from 128 WikiText-2 windows of 64
   tokens, 16 probes of 8 random tokens × 3; the toy is the tiny-Shakespeare ``cpu`` preset trained
   with :func:`geomjax.train.fit` (or an existing run directory).
+* ``cpu-toy-long``: the toy alone (no MiniLM), trained 3,000 steps instead of the ``cpu`` preset's 1,000 (its
+  checkpoints every 500 steps kept, so a re-run resumes): a second setting for the toy's head types that the
+  ``cpu`` run does not find (self-token, copying).
 * ``paper``: the source's sizes (REFERENCE.md): μ/pos from 6400 windows of 512 tokens, one probe of
   8 ids in [1000, 10000) × 3, W structure with K up to 60; the toy is the NanoGPT ``paper`` preset.
   (The source dissected GPT-2, whose weights are not available offline; MiniLM stands in.)
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-PRESETS = ("smoke", "cpu", "paper")
+PRESETS = ("smoke", "cpu", "cpu-toy-long", "paper")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +116,8 @@ def get_config(preset: str = "cpu") -> DissectionConfig:
                                 w=WStructureConfig(layer_toy=1, Ks=(4, 8, 16), n_random=2, fit_K=4))
     if preset == "cpu":
         return DissectionConfig("cpu")
+    if preset == "cpu-toy-long":  # the toy alone, trained 3× the cpu preset's 1,000 steps: do its missing head types appear?
+        return DissectionConfig("cpu-toy-long", use_minilm=False, toy_steps=3000)
     if preset == "paper":
         return DissectionConfig("paper", basis=BasisConfig(windows=6400, T=512, batch=16),
                                 probe=ProbeConfig(n_probes=1), toy_variant="paper",

@@ -13,6 +13,7 @@ from the committed ``results/cpu/metrics.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -80,6 +81,13 @@ def committed_30() -> str | None:
     rows = parse_source_table(COMMITTED.read_text())
     row = next((r for r in rows if r["quantity"].startswith("the MLP is affine")), None)
     return None if row is None else f"{row['this run']} — {row['verdict']}"
+
+
+def committed_splits() -> str | None:
+    """:func:`trend` of the committed ``cpu`` split study (``results/cpu/relu_free/metrics.json``), the sentence the
+    cpu report's ReLU-free row cites; None when it is not committed."""
+    path = COMMITTED.parent / "relu_free" / "metrics.json"
+    return trend(json.loads(path.read_text())["runs"]) if path.is_file() else None
 
 
 def trend(summaries: dict) -> str:

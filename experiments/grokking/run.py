@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from experiments.grokking.config import GROK_PRESETS, get_config
+from experiments.grokking.relu_free import committed_splits
 from experiments.grokking.source import SOURCE
 
 from geomjax.claim_reports.clock import analysis_sections
@@ -114,8 +115,9 @@ def comparison_rows(an, an_free) -> list[Row]:
                         f"{_at(mf['test_99'])} (final test accuracy {an_free['history']['test_acc'][-1]:.2f}); ReLU "
                         f"removed from the trained ReLU model: accuracy {an.get('acc_relu_removed', float('nan')):.2f}",
                         verdict(mf["test_99"] is not None),
-                        "" if mf["test_99"] is not None else "other training splits: python -m "
-                        "experiments.grokking.relu_free (results/cpu/relu_free/report.md)"))
+                        "" if mf["test_99"] is not None else "other training splits (python -m experiments.grokking."
+                        "relu_free; results/cpu/relu_free/report.md, with the curves): " + (committed_splits() or
+                                                                                            "not run yet")))
     else:
         rows.append(Row("relu_free", "ReLU-free variant not trained (--no-relu-free)", verdict(None)))
     pairs, emb = an["sufficiency"]["pairs"], an["sufficiency_embed"]

@@ -13,10 +13,11 @@ conclusions the run reproduces::
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 
-from experiments.localization.config import PRESETS, get_config
+from experiments.localization.config import COMPANIONS, PRESETS, get_config
 from experiments.localization.source import SOURCE
 
 from geomjax.analysis.comparison import Row, source_section, verdict
@@ -124,7 +125,11 @@ def check_rows(metrics: dict, *, statistics: bool = True) -> list[list[str]]:
     return [[c, m, "not testable" if ok is None else "yes" if ok else "no"] for c, m, ok in checks]
 
 
-NOTES = {"entropy": f"valid split, last evaluation; counts only beyond {NOISE_SD:g} sd of the κ2_max − κ2_0 difference "
+NOTES = {"scale": "why, with curves: the penalty's own minimiser c·I has tr*²/d growing with κ2 (the scale panel's dotted "
+                  "lines; tr(W_QK)²/(d·scale) in the final-values table; the κ2 effect at other settings, where the cpu "
+                  "preset ran them)",
+         "stripes": "sd over tokens of ρ_i at the other settings: the κ2 effect at other settings, where the cpu preset ran them",
+         "entropy": f"valid split, last evaluation; counts only beyond {NOISE_SD:g} sd of the κ2_max − κ2_0 difference "
                     f"over the last {NOISE_CHECKPOINTS} checkpoints",
          "ppl": f"last evaluation; counts only beyond {NOISE_SD:g} sd of the κ2_max − κ2_0 difference over the last "
                 f"{NOISE_CHECKPOINTS} checkpoints"}
@@ -137,11 +142,28 @@ def source_rows(checks: list[list[str]]) -> list[Row]:
             for k, c in zip(keys, checks)]
 
 
+def penalty_minimum(kappa1: float, kappa2: float, d: int) -> tuple[float, float]:
+    """(tr*, scale*) of the LocATER penalty alone, κ1·tr(WᵀW) + κ2·(tr W − 1)² over d×d W (Bao §6): its minimiser is
+    W = c·I with tr* = κ2·d / (κ1 + κ2·d), and scale* = tr(WᵀW) = tr*² / d (Cauchy–Schwarz: every W of trace t has
+    tr(WᵀW) >= t² / d, with equality only at W = (t/d)·I)."""
+    t = kappa2 * d / (kappa1 + kappa2 * d) if kappa1 + kappa2 * d > 0 else 0.0
+    return t, t * t / d
+
+
+def identity_share(scale, trace, d: int) -> np.ndarray:
+    """tr(W)² / (d·tr(WᵀW)) ∈ [0, 1] per run: the share of W_QK's scale that its trace forces (Cauchy–Schwarz);
+    1 iff W_QK is a multiple of the identity, as at the penalty's minimum. ``scale``, ``trace``: (K,)."""
+    scale, trace = np.asarray(scale, np.float64), np.asarray(trace, np.float64)
+    return np.where(scale > 0, trace**2 / (d * np.where(scale > 0, scale, 1.0)), np.nan)
+
+
+_KEYS = ("(B) stronger κ2 shrinks the eigenspectrum scale", "(C) stronger κ2 keeps the attention entropy higher")
 SWEEP = "every κ2 (one vmapped sweep)"  # the model name of the schedule in config.json and the report
 
 
-def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
-    """Figures, tables and the conclusions of the sweep into ``run``'s report."""
+def write_report(res: SweepResult, run: RunDir, preset: str, others: dict | None = None) -> dict:
+    """Figures, tables and the conclusions of the sweep into ``run``'s report; ``others`` (preset → the metrics
+    :func:`write_report` returned for that companion setting) adds :func:`settings_section`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -166,6 +188,10 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
         ax.set_xlabel("iteration")
         if logy:
             ax.set_yscale("log")
+        if key == "scale":  # the penalty's own minimum c·I: scale tr*²/d (κ2 = 0: 0, off a log axis)
+            for j, k in enumerate(k2):
+                if k > 0:
+                    ax.axhline(penalty_minimum(cfg.kappa1, k, cfg.d_model)[1], color=colors[j], ls=":", lw=0.8)
     ev_steps = [e["step"] for e in res.evals]
     ppl = np.asarray([e["ppl"] for e in res.evals])
     for j, k in enumerate(k2):
@@ -213,15 +239,20 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     s2 = Section("Fig. 6: training curves")
     s2.figure(rel6, "training loss, eigenspectrum scale, attention entropy, validation perplexity per κ2")
     d = cfg.d_model
-    rows = [[f"{k:g}", float(metrics["final_scale"][j]), float(metrics["final_trace"][j]), k * d / (cfg.kappa1 + k * d),
-             float(metrics["final_train_entropy"][j]),
+    ident = identity_share(metrics["final_scale"], metrics["final_trace"], d)
+    rows = [[f"{k:g}", float(metrics["final_scale"][j]), float(metrics["final_trace"][j]),
+             penalty_minimum(cfg.kappa1, k, d)[0], float(ident[j]), float(metrics["final_train_entropy"][j]),
              float(metrics["final_val_entropy"][j]), float(metrics["final_val_ppl"][j]), float(metrics["best_val_ppl"][j]),
              float(metrics["rho_stripes_sd"][j])] for j, k in enumerate(k2)]
-    s2.table(["κ2", "scale tr(W_QKᵀW_QK)", "tr(W_QK)", "tr at the penalty's minimum κ2·d/(κ1+κ2·d)", "entropy (train)", "entropy (valid)", "val ppl (final)", "val ppl (best)",
+    s2.table(["κ2", "scale tr(W_QKᵀW_QK)", "tr(W_QK)", "tr at the penalty's minimum κ2·d/(κ1+κ2·d)",
+              "tr(W_QK)²/(d·scale)", "entropy (train)", "entropy (valid)", "val ppl (final)", "val ppl (best)",
               "sd_i of mean ρ_i"], rows, caption="final values (train metrics: mean over the last 20 % of iterations)")
     s2.paragraphs.append(
         "The LocATER penalty alone is minimised by W_QK = c·I with tr(W_QK) = κ2·d/(κ1 + κ2·d) (so its scale "
-        "κ1·tr(W_QKᵀW_QK) grows with κ2 at fixed κ1); the column next to tr(W_QK) gives that value. The penalty acts on "
+        "κ1·tr(W_QKᵀW_QK) grows with κ2 at fixed κ1); the column next to tr(W_QK) gives that value, and the scale "
+        "panel of the figure its scale tr*²/d (dotted, one line per κ2 > 0). tr(W_QK)²/(d·scale) is the share of the "
+        "scale that the trace forces (Cauchy–Schwarz: tr(WᵀW) >= tr(W)²/d); 1 means W_QK is a multiple of the identity, "
+        "the penalty's minimiser, and then the scale can only grow as the trace is pulled towards 1. The penalty acts on "
         "W_q W_kᵀ only: the key-dependent logit b_q·(x_j W_k) of the query bias is not penalised, so attention need not "
         "become uniform when W_q W_kᵀ → 0.")
     s3 = Section("Fig. 7: ρ_i per iteration")
@@ -235,10 +266,52 @@ def write_report(res: SweepResult, run: RunDir, preset: str) -> dict:
     cmp = source_section(SOURCE, preset, f"d = {cfg.d_model}, T = {cfg.seq_len}, batch {cfg.batch_size}, lr {cfg.optim.lr:g}, "
                          f"{cfg.steps} iterations, κ1 = {cfg.kappa1:g}, κ2 ∈ {k2}.", dep, rows)
     sched = schedule_section({SWEEP: cfg.effective_schedule()})
-    run.write_report(f"LocATER on WikiText-2 ({preset})", [cmp, sched, s1, s2, s3])
-    metrics |= {"preset": preset, "seconds": res.seconds, "vocab_size": res.vocab_size, "plumbing_only": plumbing}
+    metrics |= {"preset": preset, "seconds": res.seconds, "vocab_size": res.vocab_size, "plumbing_only": plumbing,
+                "d_model": d, "kappa1": cfg.kappa1, "steps": cfg.steps, "load": machine_load()}
+    extra = [settings_section({preset: metrics, **others})] if others else []
+    run.write_report(f"LocATER on WikiText-2 ({preset})", [cmp, *extra, sched, s1, s2, s3])
     run.write_json("metrics.json", metrics)
     return metrics
+
+
+def settings_section(by_preset: dict) -> Section:
+    """The κ2 effect on the scale and the entropy at every setting run (preset → :func:`write_report`'s metrics):
+    per setting and κ2 the final scale, tr(W_QK), the penalty's tr*, the identity share (:func:`identity_share`),
+    the validation entropy and perplexity, the stripes' spread (Fig. 7), and the (B)/(C) verdicts, with one sentence
+    per setting."""
+    s = Section("The κ2 effect at other settings", [
+        "Each setting is a complete sweep (its report in <out>/<preset>/). Whether the eigenspectrum scale shrinks with "
+        "κ2 (Fig. 6B) is read at every one; tr(W_QK)²/(d·scale) = 1 means W_QK is the penalty's minimiser c·I, whose "
+        "scale tr*²/d grows with κ2 — at any width, batch or length of training."])
+    rows, says = [], []
+    for name, m in by_preset.items():
+        k2, d = np.asarray(m["kappa2"], np.float64), int(m["d_model"])
+        ident = identity_share(m["final_scale"], m["final_trace"], d)
+        for j, k in enumerate(k2):
+            rows.append([name, d, f"{m['kappa1']:.3g}", f"{k:.3g}", float(m["final_scale"][j]), float(m["final_trace"][j]),
+                         penalty_minimum(m["kappa1"], k, d)[0], float(ident[j]), float(m["final_val_entropy"][j]),
+                         float(m["final_val_ppl"][j]), float(m["rho_stripes_sd"][j])])
+        rep = m["reproduced"]
+        i_max = int(np.argmax(k2))
+        says.append(f"{name} (d = {d}, κ1 = {m['kappa1']:.3g}, {m['steps']} iterations, {m['seconds']:.0f} s of training): "
+                    f"scale {m['final_scale'][int(np.argmin(k2))]:.3g} → {m['final_scale'][i_max]:.3g} from the smallest to the "
+                    f"largest κ2, identity share {ident[i_max]:.2f} at the largest; (B) {rep[_KEYS[0]]}, (C) {rep[_KEYS[1]]}")
+    s.paragraphs.append("; ".join(says) + ".")
+    return s.table(["setting", "d", "κ1", "κ2", "scale", "tr(W_QK)", "tr*", "tr(W_QK)²/(d·scale)", "entropy (valid)",
+                    "val ppl", "sd_i of mean ρ_i (Fig. 7)"], rows, caption="final values per setting (train metrics: mean over the last 20 % of iterations)")
+
+
+def run_companions(preset: str, out: Path, *, seed: int, data_dir, progress: bool, stop_at) -> dict:
+    """Train and report every companion setting of ``preset`` (:data:`COMPANIONS`) into ``out/<companion>``
+    (resuming from its checkpoints); returns companion → its metrics."""
+    others = {}
+    for c in COMPANIONS.get(preset, ()):
+        cfg = get_config(c, seed=seed)
+        run = RunDir(out / c, command="localization")
+        run.write_config({"preset": c, "locater": cfg}, schedules={SWEEP: cfg.effective_schedule()})
+        res = run_sweep(cfg, run_dir=run.path / "train", data_dir=data_dir, progress=progress, stop_at=stop_at)
+        others[c] = write_report(res, run, c)
+    return others
 
 
 def expected_cost(cfg: LocaterConfig, data_dir=None) -> str:
@@ -261,12 +334,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, seed=args.seed)
-    print(expected_cost(cfg, args.data_dir))  # before training
+    for c in (args.preset, *COMPANIONS.get(args.preset, ())):  # before training
+        print(f"{c}: {expected_cost(get_config(c, seed=args.seed), args.data_dir)}")
     run = RunDir(args.out or f"runs/localization-{args.preset}", command="localization")
+    others = run_companions(args.preset, run.path, seed=args.seed, data_dir=args.data_dir,
+                            progress=not args.no_progress, stop_at=args.stop_at)
     run.write_config({"preset": args.preset, "locater": cfg},
                      schedules={SWEEP: cfg.effective_schedule()})
     res = run_sweep(cfg, run_dir=run.path / "train", data_dir=args.data_dir, progress=not args.no_progress, stop_at=args.stop_at)
-    write_report(res, run, args.preset)
+    write_report(res, run, args.preset, others)
     print(f"report: {run.path / 'report.md'}")
     for c in conclusions(res, statistics=args.preset != "smoke")[0]:
         print(" | ".join(c))

@@ -35,6 +35,8 @@ from experiments.wertich_models.source import SOURCE
 from geomjax.theory import gaussian as G
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.models import kv_expanded, model_interface
+from geomjax.train import get_config as get_train_config
+from geomjax.train.cost import toy_training_cost
 from geomjax.analysis.report import RunDir, Section, schedule_section
 
 FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
@@ -452,6 +454,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, toy_run=args.toy_run, minilm=not args.no_minilm, seed=args.seed)
+    if cfg.toy_run is None:  # before any work: the toy GPT this run trains (checkpointed in <out>/toy, resumed)
+        print("toy GPT: " + toy_training_cost(get_train_config("shakespeare", cfg.toy_preset)).describe())
     out = Path(args.out or f"runs/wertich-models-{cfg.preset}")
     run = RunDir(out, command="wertich_models")
     progress = not args.no_progress
