@@ -35,7 +35,7 @@ from experiments.wertich_models.source import SOURCE
 from geomjax.theory import gaussian as G
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.models import kv_expanded, model_interface
-from geomjax.train import get_config as get_train_config
+from geomjax.train import fit, get_config as get_train_config
 from geomjax.train.cost import toy_training_cost
 from geomjax.analysis.report import RunDir, Section, schedule_section
 
@@ -473,13 +473,11 @@ def main(argv=None) -> int:
 
     toy_dir = cfg.toy_run
     if toy_dir is None:
-        from geomjax import train
-
         toy_dir = str(out / "toy")
-        tcfg = train.get_config("shakespeare", cfg.toy_preset)
+        tcfg = get_train_config("shakespeare", cfg.toy_preset)
         if progress:
             print(f"[toy] training shakespeare/{cfg.toy_preset} into {toy_dir}", flush=True)
-        train.fit(tcfg, run_dir=toy_dir, progress=progress)
+        fit(tcfg, run_dir=toy_dir, progress=progress)
     ad, trun = toy_adapter(toy_dir)
     schedules = {"Toy GPT": trun.config.effective_schedule()}  # MiniLM is pretrained, not trained here
     run.write_config(dataclasses.asdict(cfg), schedules=schedules)
@@ -487,7 +485,9 @@ def main(argv=None) -> int:
     batch = shakespeare_batch(trun, cfg.n_texts, Tm, cfg.seed)
     prompt = ad.encode(FEW_SHOT_TOY, Tm)
     s, m = analyse(ad, run, cfg, "toy", batch, prompt, "lm", progress)
-    sections += s; metrics["toy"] = m | {"run_dir": toy_dir}
+    # the run's own toy is recorded relative to its output folder (a committed report names no machine path)
+    toy_rec = "toy" if cfg.toy_run is None else toy_dir
+    sections += s; metrics["toy"] = m | {"run_dir": toy_rec}
 
     metrics["seconds"] = time.time() - t0
     models = [(n, metrics[k]) for n, k in (("MiniLM", "minilm"), ("Toy GPT", "toy")) if k in metrics]
