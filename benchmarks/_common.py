@@ -116,13 +116,20 @@ def blas_info() -> str:
     return "; ".join(rows) or "none loaded"
 
 
-def machine_info(device: Device | None = None, *, peak: bool = True) -> dict[str, str]:
-    """The machine block of a results section; with ``device``, its device record and (``peak``) the
-    matmul peak of both libraries measured now (:func:`matmul_peak`)."""
+def machine_info(device: Device | None = None, *, peak: bool = True, record_device: bool = True) -> dict[str, str]:
+    """The machine block of a results section with its device record and (``peak``) the matmul peak of both
+    libraries measured now (:func:`matmul_peak`). ``device`` None: a benchmark whose baselines run on the CPU
+    only (no ``--device`` yet); it stops if JAX is on an accelerator, so that no section compares a GPU
+    geomjax with a CPU baseline. ``record_device=False`` (run_all.py's header) starts no JAX backend."""
     import torch
 
     unset = os.environ.get(_UNSET_MARK)
     dev = {}
+    if device is None and record_device:
+        device = select_device("auto")
+        if device.jax != "cpu":
+            raise SystemExit("this benchmark's baselines run on the CPU only: run it with JAX_PLATFORMS=cpu, or use "
+                             "the device-aware ones (run_all.py --gpu)")
     if device is not None:
         if peak and not device.peak:
             device.peak = matmul_peak(device)

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     # the parent starts no JAX backend (on a GPU it would hold the memory the benchmarks need): each section
     # records its own device and matmul peak
     header = [f"# geomjax benchmarks, {time.strftime('%Y-%m-%d %H:%M')} ({kind}, --device {args.device or 'auto'})",
-              "", _common.machine_block(_common.machine_info()), ""]
+              "", _common.machine_block(_common.machine_info(record_device=False)), ""]
     out.write_text("\n".join(header) + "\n", encoding="utf-8")
     failed, walls, t_all = [], [], time.perf_counter()
     todo = plan(names, gpu=args.gpu, quick=args.quick, device=args.device, out=out)

@@ -70,3 +70,10 @@ def test_run_all_gpu_plan_passes_the_device_to_every_benchmark(bench, tmp_path):
     assert train[train.index("--preset") + 1] == "paper"
     everything = run_all.plan(names, gpu=False, quick=False, device=None, out=tmp_path / "r.md")
     assert len(everything) == len(names) and all("--device" not in c for _, c in everything)
+
+
+def test_machine_info_records_the_device(bench):
+    common = importlib.import_module("_common")
+    dev = common.Device("cpu", "cpu", "test cpu", peak={"n": 8, "jax float32": 1.0})
+    assert "baselines (PyTorch) on cpu" in common.machine_info(dev)["device"]
+    assert "device" not in common.machine_info(record_device=False)  # run_all's header starts no backend
