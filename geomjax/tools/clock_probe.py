@@ -10,10 +10,10 @@ sufficiency of key-frequency subsets). It returns arrays and numbers, no figures
 
 The array work runs as a few jitted programs, each compiled once per shape and batched over what the
 analyses loop over (frequencies, heads, key frequencies, parameter snapshots, frequency subsets):
-:func:`_base_program` (the forward pass on all p² inputs, spectra, every frequency's circles, every head's
-attention spectrum, neuron spectra, logit ranks), :func:`_key_program` (petals, o planes, MLP planes of the
-key frequencies: one program per number of key frequencies), :func:`_progress_program` (Nanda's progress
-measures over all snapshots, mapped in batches) and :func:`_embed_counts_program` (the embedding-restricted
+``_base_program`` (the forward pass on all p² inputs, spectra, every frequency's circles, every head's
+attention spectrum, neuron spectra, logit ranks), ``_key_program`` (petals, o planes, MLP planes of the
+key frequencies: one program per number of key frequencies), ``_progress_program`` (Nanda's progress
+measures over all snapshots, mapped in batches) and ``_embed_counts_program`` (the embedding-restricted
 models of each subset size); only final arrays go to the host.
 """
 
