@@ -169,6 +169,11 @@ class Stages:
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         jax.monitoring.register_event_listener(self._on_event)
 
+    def close(self) -> None:
+        """Stop listening (the listeners are process-wide)."""
+        jax.monitoring.unregister_event_duration_listener(self._on_duration)
+        jax.monitoring.unregister_event_listener(self._on_event)
+
     def _on_duration(self, event: str, duration: float, **_kw) -> None:
         if event == self._COMPILE:
             self._compile[0] += duration
@@ -256,6 +261,7 @@ def main(argv=None) -> int:
                          _departures(cfg), comparison_rows(an, an_free))
     anom = anomaly_section(anomalies + anomalies_free, ck, why, final)
     timing = stage.section(cache_dir, load_start)
+    stage.close()
     sections = [cmp, schedule_section(schedules), anom, timing] + sections
     ms = grokking_milestones(res.history)
     metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],
