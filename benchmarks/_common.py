@@ -12,6 +12,12 @@
   that benchmark command alone, never in tests or CI — and ``machine_info`` records the BLAS
   library, kernel (``architecture``) and thread count actually loaded (``threadpoolctl``), so every
   NumPy ratio says what it was measured against.
+* Devices (``--device auto|cpu|gpu``, :func:`add_device_argument` / :func:`select_device`): every
+  baseline runs on the device geomjax runs on: PyTorch on CUDA when JAX is on a GPU (a benchmark refuses
+  to compare a GPU geomjax with a CPU PyTorch), NumPy baselines through :attr:`Device.xp` (PyTorch
+  tensors on the GPU); ``--device cpu`` pins both to the CPU. ``machine_info(device)`` records the device,
+  the library versions and a square-matmul peak of both libraries measured in the same run
+  (:func:`matmul_peak`).
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ full_speed_blas()
 
 import numpy as np  # noqa: E402  (after the BLAS environment is settled)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _device import (DEVICES, Device, add_device_argument, cpu_model, device_line, matmul_peak,  # noqa: E402,F401
+                     resolve_devices, select_device, timed)
+
 
 def n_cpus() -> int:
     """CPUs this process may run on (XLA's CPU client sizes its thread pool from this)."""
@@ -61,17 +71,6 @@ def set_threads() -> int:
     n = n_cpus()
     torch.set_num_threads(n)
     return n
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or platform.machine()
 
 
 def versions() -> dict[str, str]:
@@ -117,11 +116,25 @@ def blas_info() -> str:
     return "; ".join(rows) or "none loaded"
 
 
-def machine_info() -> dict[str, str]:
+def machine_info(device: Device | None = None, *, peak: bool = True, record_device: bool = True) -> dict[str, str]:
+    """The machine block of a results section with its device record and (``peak``) the matmul peak of both
+    libraries measured now (:func:`matmul_peak`). ``device`` None: a benchmark whose baselines run on the CPU
+    only (no ``--device`` yet); it stops if JAX is on an accelerator, so that no section compares a GPU
+    geomjax with a CPU baseline. ``record_device=False`` (run_all.py's header) starts no JAX backend."""
     import torch
 
     unset = os.environ.get(_UNSET_MARK)
-    return {
+    dev = {}
+    if device is None and record_device:
+        device = select_device("auto")
+        if device.jax != "cpu":
+            raise SystemExit("this benchmark's baselines run on the CPU only: run it with JAX_PLATFORMS=cpu, or use "
+                             "the device-aware ones (run_all.py --gpu)")
+    if device is not None:
+        if peak and not device.peak:
+            device.peak = matmul_peak(device)
+        dev = {"device": device_line(device)}
+    return dev | {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "cpu": cpu_model(),
         "cores": f"{n_cpus()} usable ({os.cpu_count()} online)",
@@ -140,12 +153,6 @@ def _repo_relative(path: str) -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     full = os.path.abspath(path)
     return os.path.relpath(full, root) if full.startswith(root + os.sep) else os.path.basename(path)
-
-
-def timed(fn: Callable[[], object]) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def interleaved(fns: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:

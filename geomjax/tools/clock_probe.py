@@ -7,21 +7,31 @@ and applies the array analyses of :mod:`geomjax.theory.fourier` (Fourier spectra
 circles, periodic attention, petals and their planes, the MLP, read-out ranks, restricted/excluded loss,
 sufficiency of key-frequency subsets). It returns arrays and numbers, no figures and no verdicts: the claims
 (:mod:`geomjax.claims.clock`) judge them, :mod:`geomjax.claim_reports.clock` draws them.
+
+The array work runs as a few jitted programs, each compiled once per shape and batched over what the
+analyses loop over (frequencies, heads, key frequencies, parameter snapshots, frequency subsets):
+``_base_program`` (the forward pass on all p² inputs, spectra, every frequency's circles, every head's
+attention spectrum, neuron spectra, logit ranks), ``_key_program`` (petals, o planes, MLP planes of the
+key frequencies: one program per number of key frequencies), ``_progress_program`` (Nanda's progress
+measures over all snapshots, mapped in batches) and ``_embed_counts_program`` (the embedding-restricted
+models of each subset size); only final arrays go to the host.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from geomjax.theory import fourier as fx
 from geomjax.models.toy import clock_activations, head_weights
-from geomjax.train.grokking import GrokkingResult, grokking_data, grokking_init, grokking_milestones, param_snapshots
+from geomjax.train.grokking import GrokkingResult, grokking_data, grokking_milestones, param_snapshots
 
 __all__ = ["analyze"]
 
@@ -43,7 +53,7 @@ def analyze(res: GrokkingResult, *, seed: int = 0, with_snapshots: bool = True) 
     cfg = res.config
     p, mcfg = cfg.train.options.p, cfg.train.model
     params = jax.device_get(res.state.params)
-    A = clock_activations(params, mcfg, p)
+    base = _base_program(params, mcfg, p, jax.random.key(seed))  # validates the model while tracing
     seconds = res.seconds
     if res.run_dir is not None and (Path(res.run_dir) / "timings.jsonl").is_file():
         lines = (Path(res.run_dir) / "timings.jsonl").read_text().splitlines()
@@ -52,42 +62,88 @@ def analyze(res: GrokkingResult, *, seed: int = 0, with_snapshots: bool = True) 
                            "milestones": grokking_milestones(res.history), "seconds": seconds}
     a_, b_ = np.divmod(np.arange(p * p), p)
     y = (a_ + b_) % p
-    logits = np.asarray(A.logits).reshape(p * p, -1)[:, :p]
+    logits = np.asarray(base["logits"])
     out["final_acc_all"] = float(np.mean(np.argmax(logits, 1) == y))
-    cE = _analyze_spectra(out, params, A, p, seed)
-    _analyze_circles_attention(out, params, A, p, seed)
-    o_planes = _analyze_petals_planes(out, params, A, cE)
-    _analyze_mlp(out, params, A, mcfg, p, y, o_planes)
-    _analyze_readout(out, res, params, A, logits, y, with_snapshots)
+    _analyze_spectra(out, base, p)
+    _analyze_circles_attention(out, base, p, seed)
+    kp = _key_program(params, base["A"], base["cE"], jnp.asarray(out["key"], jnp.int32), out["a0"], base["logits"],
+                      *_loss_inputs(cfg, out["key"], y)) if out["key"] else None
+    o_planes = _analyze_petals_planes(out, kp)
+    _analyze_mlp(out, params, base, kp, mcfg, p, y, o_planes)
+    _analyze_readout(out, res, params, base, kp, y, with_snapshots)
     return out
 
 
-def _analyze_spectra(out: dict, params, A, p: int, seed: int):
-    """Fourier spectra of W_E and W_L, key frequencies (blog §5), Nanda's neuron frequencies; returns W_E's
-    Fourier coefficients."""
-    W_E = params["embed"]["embedding"]
-    W_L = fx.unembed_matrix(params)
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _base_program(params: dict, mcfg, p: int, rkey) -> dict:
+    """Everything that does not depend on the key frequencies, as one program: the forward pass on all p²
+    inputs, Fourier spectra of W_E, W_L and a random W_E, circles of every frequency, every head's attention
+    spectrum, the neurons' squared 2D spectra and the correct-logit ranks."""
+    A = clock_activations(params, mcfg, p)
+    W_E, W_L = params["embed"]["embedding"], fx.unembed_matrix(params)
     cE, cL = fx.fourier_coefficients(W_E, p), fx.fourier_coefficients(W_L, p)
+    rW = jax.random.normal(rkey, W_E.shape)
+    logits = A.logits.reshape(p * p, -1)[:, :p]
+    y = jnp.asarray(np.sum(np.divmod(np.arange(p * p), p), axis=0) % p)
+    with jax.default_matmul_precision("highest"):
+        mlp_logits = A.post.reshape(p * p, -1) @ W_L[:p].T
+    att = jnp.moveaxis(A.attn[..., 0], 2, 0)  # (H, p, p): weight of the "=" query on token a
+    C, ea, eb = fx.attention_spectra(att)
+    extra = {}
+    if mcfg.activation == "relu":  # the trained model with its ReLU removed (blog §8)
+        L_lin = clock_activations(params, mcfg.replace(activation="none"), p).logits.reshape(p * p, -1)[:, :p]
+        extra["correct_relu_removed"] = jnp.sum(jnp.argmax(L_lin, axis=1) == y)
+    return extra | {"A": A, "logits": logits, "cE": cE, "cL": cL, "eE": fx.frequency_energy(cE, p), "eL": fx.frequency_energy(cL, p),
+            "eR": fx.frequency_energy(fx.fourier_coefficients(rW, p), p), "circles_E": fx.all_circles(W_E, p),
+            "circles_L": fx.all_circles(W_L, p), "att": att, "att_C": C, "att_ea": ea, "att_eb": eb,
+            "neuron_sq": fx.neuron_spectrum(A.post, p), "rank_full": fx.correct_logit_rank(logits, y),
+            "rank_W_L": fx.correct_logit_rank(mlp_logits, y), "frac_pre_negative": jnp.mean(A.pre < 0)}
+
+
+@jax.jit
+def _key_program(params: dict, A, cE, ks, a0, logits, waves, y, train_idx, test_idx) -> dict:
+    """The analyses of the key frequencies ``ks`` (n,) as one program: per-head petals (blog §6.2) and the
+    o-vector petals with their spectra (§7) for a = ``a0``, the o circle planes (§8), the MLP planes (§9) and
+    Nanda's restricted / excluded loss of ``logits`` for the key ``waves`` (2n, p²)."""
+    p = cE.shape[0]
+    W_V = head_weights(params, 0)["W_v"]  # (H, d, K)
+    bases_E = fx.circle_bases(cE, p)[ks - 1]  # (n, 2, d)
+    with jax.default_matmul_precision("highest"):
+        new = jnp.einsum("hkd,njd->nhkj", jnp.linalg.pinv(W_V), bases_E)
+        z = jnp.einsum("bhk,nhkj->nhbj", A.z[a0], new)  # (n, H, p, 2)
+        o_heads = A.o_heads[a0]  # (p, H, d)
+        bases_o = fx.circle_bases(fx.fourier_coefficients(jnp.sum(o_heads, axis=1), p), p)[ks - 1]
+        heads = jnp.einsum("bhd,njd->nhbj", o_heads, bases_o)  # (n, H, p, 2)
+    total = heads.sum(axis=1)
+    o_planes, _ = fx.plane_svds(A.o, ks, n_components=2)
+    comps, svals = fx.plane_svds(A.post, ks, n_components=4)
+    return {"restricted_final": fx.restricted_excluded_terms(logits, waves, y, train_idx, test_idx),
+            "bases_E": bases_E, "z": z, "o_heads": heads, "o_total": total, "peak_total": fx.complex_peak_stats(total),
+            "peak_heads": fx.complex_peak_stats(heads), "o_planes": o_planes, "comps": comps, "svals": svals}
+
+
+def _analyze_spectra(out: dict, base: dict, p: int) -> None:
+    """Fourier spectra of W_E and W_L, key frequencies (blog §5), Nanda's neuron frequencies."""
+    cE, cL = np.asarray(base["cE"]), np.asarray(base["cL"])
+    eE, eL, eR = (np.asarray(base[k]) for k in ("eE", "eL", "eR"))
     # key frequencies: strong in W_E AND in the read-out W_L (blog §5's 10x-median rule on both), so that
     # a "key" frequency is one the model uses; W_E-only ones are reported separately (they have no W_L circle)
-    key_E, key_L = fx.key_frequencies_embed(W_E, p), fx.key_frequencies_embed(W_L, p)
+    key_E, key_L = fx.key_frequencies_from_energy(eE), fx.key_frequencies_from_energy(eL)
     key = [k for k in key_E if k in key_L] or key_E
-    out.update(W_E_coeffs=np.asarray(cE), W_L_coeffs=np.asarray(cL), key=key,
-               W_E_energy=np.asarray(fx.frequency_energy(cE, p)), W_L_energy=np.asarray(fx.frequency_energy(cL, p)),
+    out.update(W_E_coeffs=cE, W_L_coeffs=cL, key=key, W_E_energy=eE, W_L_energy=eL,
                key_W_L=key_L, key_W_E=key_E, key_W_E_only=[k for k in key_E if k not in key])
-    out["key_fraction_W_E"] = float(fx.key_fraction(cE, p, key)) if key else 0.0
-    out["key_fraction_W_L"] = float(fx.key_fraction(cL, p, key)) if key else 0.0
+    frac = lambda e: float(np.sum(e[key]) / np.sum(e[1:])) if key else 0.0  # noqa: E731
+    out["key_fraction_W_E"], out["key_fraction_W_L"] = frac(eE), frac(eL)
     out["random_fraction_expected"] = 2 * len(key) / (p - 1)
-    rW = np.asarray(jax.random.normal(jax.random.key(seed), W_E.shape))
-    out["random_W_E_fraction"] = float(fx.key_fraction(fx.fourier_coefficients(rW, p), p, key)) if key else 0.0
-    neur = fx.key_frequencies_neurons(A.post, p)
-    neur85 = fx.key_frequencies_neurons(A.post, p, min_fraction=0.85)
+    out["random_W_E_fraction"] = frac(eR)
+    sq = np.asarray(base["neuron_sq"])
+    neur = fx.neuron_frequencies_from_spectrum(sq, p)
+    neur85 = fx.neuron_frequencies_from_spectrum(sq, p, min_fraction=0.85)
     out.update(neuron_freq=neur.freq, neuron_fraction=neur.fraction, key_neurons=neur.key,
                neuron_counts=neur.counts, key_neurons_85=neur85.key, neuron_counts_85=neur85.counts)
-    return cE
 
 
-def _analyze_circles_attention(out: dict, params, A, p: int, seed: int) -> None:
+def _analyze_circles_attention(out: dict, base: dict, p: int, seed: int) -> None:
     """W_E / W_L circles of the key, W_E-only and random frequencies (blog §5.1-5.2); periodic attention (§6)."""
     key = out["key"]
     rng = np.random.default_rng(seed)
@@ -96,116 +152,161 @@ def _analyze_circles_attention(out: dict, params, A, p: int, seed: int) -> None:
     rand = sorted(rng.choice(others, size=min(3, len(others)), replace=False).tolist())
     out["random_freqs"] = rand
     circ = {}
-    for name, W in (("W_E", params["embed"]["embedding"]), ("W_L", fx.unembed_matrix(params))):
+    for name in ("W_E", "W_L"):
+        xy_all, r2_all = (np.asarray(v) for v in base[f"circles_{name[-1]}"])
         for k in key + out["key_W_E_only"] + rand:
-            xy = np.asarray(fx.circle_projection(W, p, k))
-            circ[(name, k)] = {"xy": xy, "r2": float(fx.circle_fit_r2(xy, k)),
-                               "norm": float(np.sqrt(np.mean(np.sum(xy**2, 1))))}
+            xy = xy_all[k - 1]
+            circ[(name, k)] = {"xy": xy, "r2": float(r2_all[k - 1]), "norm": float(np.sqrt(np.mean(np.sum(xy**2, 1))))}
     out["circles"] = circ
-    att = np.asarray(A.attn[..., 0])  # (p, p, H): weight of the "=" query on token a
+    att, C, ea, eb = (np.asarray(base[k]) for k in ("att", "att_C", "att_ea", "att_eb"))
+    idx = np.asarray([0] + [j for k in key for j in (2 * k - 1, 2 * k)])
     heads = []
-    for h in range(att.shape[2]):
-        sp = fx.attention_spectrum(att[:, :, h])
-        heads.append({"map": att[:, :, h], "energy_a": np.asarray(sp["energy_a"]), "energy_b": np.asarray(sp["energy_b"]),
-                      "dominant": sp["dominant"],
-                      "key_fraction": float(fx.attention_key_fraction(att[:, :, h], key)) if key else 0.0})
+    for h in range(att.shape[0]):
+        sq = np.square(C[h])
+        kf = float((np.sum(sq[np.ix_(idx, idx)]) - sq[0, 0]) / (np.sum(sq) - sq[0, 0])) if key else 0.0
+        heads.append({"map": att[h], "energy_a": ea[h], "energy_b": eb[h], "dominant": int(np.argmax((ea[h] + eb[h])[1:])) + 1,
+                      "key_fraction": kf})
     out["attention"] = heads
+    out["a0"] = 70 % p  # the blog's a = 70 (mod p) for the petals
 
 
-def _analyze_petals_planes(out: dict, params, A, cE) -> dict:
+def _analyze_petals_planes(out: dict, kp: dict | None) -> dict:
     """Petals for a fixed a (the blog's a = 70, mod p; §6.2-7) and dihedral angles between W_E and o circle
     planes (§8); returns the o circle plane per key frequency."""
 
-    p, key = out["p"], out["key"]
-    a0 = 70 % p
-    out["a0"] = a0
-    W_V = head_weights(params, 0)["W_v"]
-    H = W_V.shape[0]
+    key = out["key"]
+    if kp is None:
+        out.update(petals={}, dihedral_min_angle=np.zeros((0, 0)), dihedral_all={})
+        return {}
+    kp = jax.device_get(kp)
+    H = kp["z"].shape[1]
     petals = {}
-    for k in key:
-        zproj = np.asarray(fx.per_head_circle_projection(A.z[a0], W_V, fx.circle_basis(cE, k)))  # (H, p, 2)
-        pf = fx.petal_fourier_projection(A.o_heads[a0], k)
-        tot = fx.complex_peak_fraction(pf["total"])
-        per = [fx.complex_peak_fraction(pf["heads"][h]) for h in range(H)]
-        petals[k] = {"z": zproj, "o_heads": np.asarray(pf["heads"]), "o_total": np.asarray(pf["total"]),
-                     "spectrum_total": np.asarray(tot["spectrum"]), "total_freq_fraction": float(tot["freq_fraction"]),
-                     "total_peak_freq": int(tot["peak_freq"]),
-                     "head_freq_fraction": [float(q["freq_fraction"]) for q in per],
-                     "head_norm": [float(np.sqrt(np.mean(np.sum(np.asarray(pf["heads"][h]) ** 2, 1)))) for h in range(H)]}
+    for i, k in enumerate(key):
+        heads = kp["o_heads"][i]
+        petals[k] = {"z": kp["z"][i], "o_heads": heads, "o_total": kp["o_total"][i],
+                     "spectrum_total": kp["peak_total"]["spectrum"][i],
+                     "total_freq_fraction": float(kp["peak_total"]["freq_fraction"][i]),
+                     "total_peak_freq": int(kp["peak_total"]["peak_freq"][i]),
+                     "head_freq_fraction": [float(kp["peak_heads"]["freq_fraction"][i, h]) for h in range(H)],
+                     "head_norm": [float(np.sqrt(np.mean(np.sum(heads[h] ** 2, 1)))) for h in range(H)]}
     out["petals"] = petals
+    o_planes = {k: kp["o_planes"][i] for i, k in enumerate(key)}
+    bases = kp["bases_E"]
     ang = np.zeros((len(key), len(key)))
-    o_planes = {k: np.asarray(fx.o_circle_plane(A.o, k)) for k in key}
-    for i, k1 in enumerate(key):
+    for i in range(len(key)):
         for j, k2 in enumerate(key):
-            ang[i, j] = float(fx.principal_angles(fx.circle_basis(cE, k1), o_planes[k2])[0])
+            ang[i, j] = float(fx.principal_angles(bases[i], o_planes[k2])[0])
     out["dihedral_min_angle"] = ang
-    out["dihedral_all"] = {k: np.asarray(fx.principal_angles(np.concatenate([np.asarray(fx.circle_basis(cE, q)) for q in key]),
-                                                             o_planes[k])) for k in key}
+    out["dihedral_all"] = {k: np.asarray(fx.principal_angles(np.concatenate(list(bases)), o_planes[k])) for k in key}
     return o_planes
 
 
-def _analyze_mlp(out: dict, params, A, mcfg, p: int, y: np.ndarray, o_planes: dict) -> None:
+def _analyze_mlp(out: dict, params, base: dict, kp: dict | None, mcfg, p: int, y: np.ndarray, o_planes: dict) -> None:
     """MLP biases, W_in in the o planes, activation circles (revolution vs rotation; blog §8-9) and the trained
     model with its ReLU removed."""
     mlp = params["block_0"]["mlp"]
     b_in = np.asarray(mlp["fc"]["bias"])
     out["b_in_sorted"] = np.sort(b_in)
     out["n_negative_b_in"] = fx.negative_bias_count(b_in)
-    out["frac_pre_negative"] = float(np.mean(np.asarray(A.pre) < 0))
+    out["frac_pre_negative"] = float(base["frac_pre_negative"])
     W_in = np.asarray(mlp["fc"]["kernel"])  # (d, F)
     a0 = out["a0"]
     a_show = sorted({a0, (a0 + p // 4) % p, (a0 + p // 2) % p, (a0 + 3 * p // 4) % p})
     out["a_show"] = a_show
     mlp_an = {}
-    for k in out["key"]:
+    post = np.asarray(base["A"].post) if out["key"] else None
+    for i, k in enumerate(out["key"]):
         Win_xy = (o_planes[k] @ W_in).T  # (F, 2): W_in columns in the o circle plane
-        comps, svals = fx.mlp_plane_svd(A.post, k, n_components=4)
-        comps = np.asarray(comps)
-        post_xy = {a: np.asarray(A.post[a]) @ comps.T for a in a_show}  # (p, 4)
+        comps = np.asarray(kp["comps"][i])
+        post_xy = {a: post[a] @ comps.T for a in a_show}  # (p, 4)
         # revolution vs rotation: spread of per-a circle centres relative to the radius, per PC pair
-        allp = np.einsum("abf,cf->abc", np.asarray(A.post), comps)
+        allp = np.einsum("abf,cf->abc", post, comps)
         cent = allp.mean(axis=1)  # (p, 4)
         rad = np.sqrt(np.mean(np.sum((allp[..., :2] - cent[:, None, :2]) ** 2, -1)))
         rad34 = np.sqrt(np.mean(np.sum((allp[..., 2:] - cent[:, None, 2:]) ** 2, -1)))
         spread12 = float(np.sqrt(np.mean(np.sum((cent[:, :2] - cent[:, :2].mean(0)) ** 2, 1))) / np.mean(rad))
         spread34 = float(np.sqrt(np.mean(np.sum((cent[:, 2:] - cent[:, 2:].mean(0)) ** 2, 1))) / np.mean(rad34))
-        mlp_an[k] = {"W_in_xy": Win_xy, "svals": np.asarray(svals), "post_xy": post_xy,
+        mlp_an[k] = {"W_in_xy": Win_xy, "svals": np.asarray(kp["svals"][i]), "post_xy": post_xy,
                      "spread12": spread12, "spread34": spread34}
     out["mlp"] = mlp_an
     if out["relu"]:  # ReLU removed from the trained model (is the MLP "just an affine transformation"?)
-        A_lin = clock_activations(params, mcfg.replace(activation="none"), p)
-        out["acc_relu_removed"] = float(np.mean(np.argmax(np.asarray(A_lin.logits).reshape(p * p, -1)[:, :p], 1) == y))
+        out["acc_relu_removed"] = int(base["correct_relu_removed"]) / (p * p)
 
 
-def _restricted_model_accuracy(params, mcfg, p: int, y: np.ndarray, freqs) -> float:
-    """Accuracy over all p² pairs of the model whose W_E keeps only ``freqs`` (blog §11)."""
-    L = np.asarray(clock_activations(fx.embed_restricted_params(params, p, freqs), mcfg, p).logits)
-    return float(np.mean(np.argmax(L.reshape(p * p, -1)[:, :p], 1) == y))
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _progress_program(stacked: dict, mcfg, p: int, waves, y, train_idx, test_idx) -> dict:
+    """Nanda et al.'s progress measures (restricted / excluded / train / test loss, §5.1) of every parameter
+    snapshot in ``stacked`` (a params pytree with a leading snapshot axis), mapped in batches of 8."""
+
+    def one(prm):
+        L = clock_activations(prm, mcfg, p).logits.reshape(p * p, -1)[:, :p]
+        return fx.restricted_excluded_terms(L, waves, y, train_idx, test_idx)
+
+    return jax.lax.map(one, stacked, batch_size=8)
 
 
-def _analyze_readout(out: dict, res, params, A, logits: np.ndarray, y: np.ndarray, with_snapshots: bool) -> None:
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _embed_counts_program(params: dict, mcfg, p: int, rows, y):
+    """Correct answers over all p² inputs of the models whose W_E keeps only the Fourier ``rows[i]`` (n, J, p)
+    (the blog §11's embedding restriction; zero rows allowed)."""
+
+    def one(r):
+        L = clock_activations(fx.project_embedding(params, p, r), mcfg, p).logits.reshape(p * p, -1)[:, :p]
+        return jnp.sum(jnp.argmax(L, axis=1) == y)
+
+    return jax.lax.map(one, rows)
+
+
+def _restricted_model_accuracies(params, mcfg, p: int, y: np.ndarray, sets: dict) -> dict:
+    """{name: accuracy over all p² pairs of the model whose W_E keeps only the frequencies ``sets[name]``}
+    (blog §11), all sets as one program: each set's Fourier rows padded with zero rows to the largest set
+    (a zero row adds nothing to the projection)."""
+    names = list(sets)
+    rows = [np.asarray(fx.embedding_rows(p, sets[n])) for n in names]
+    J = max(r.shape[0] for r in rows)
+    padded = np.stack([np.concatenate([r, np.zeros((J - r.shape[0], p), r.dtype)]) for r in rows])
+    counts = np.asarray(_embed_counts_program(params, mcfg, p, jnp.asarray(padded), jnp.asarray(y)))
+    return {n: float(c) / (p * p) for n, c in zip(names, counts)}
+
+
+def _loss_inputs(cfg, key, y: np.ndarray) -> tuple:
+    """(waves (2n, p²), labels, train indices, test indices) of Nanda's restricted / excluded loss."""
+    p = cfg.train.options.p
+    tr = np.zeros(p * p, bool)
+    tr[_train_idx(cfg)] = True
+    return (jnp.asarray(fx.sum_waves(p, key), jnp.float32), jnp.asarray(y), jnp.asarray(np.flatnonzero(tr)),
+            jnp.asarray(np.flatnonzero(~tr)))
+
+
+def _progress(res, params, key, y: np.ndarray) -> list[dict]:
+    """Restricted / excluded loss and the sum of squared weights at every parameter snapshot of the run."""
+    snaps = [(ep, jax.device_get(prm)) for ep, prm in param_snapshots(res.run_dir, params)]
+    if not snaps:
+        return []
+    stacked = jax.tree_util.tree_map(lambda *v: np.stack(v), *[prm for _, prm in snaps])  # stacked on the host
+    terms = jax.device_get(_progress_program(stacked, res.config.train.model, res.config.train.options.p,
+                                             *_loss_inputs(res.config, key, y)))
+    return [{"epoch": ep, **{k: float(v[i]) for k, v in terms.items()},
+             "sq_weights": float(sum(np.sum(np.square(v)) for v in jax.tree_util.tree_leaves(prm)))}
+            for i, (ep, prm) in enumerate(snaps)]
+
+
+def _analyze_readout(out: dict, res, params, base: dict, kp: dict | None, y: np.ndarray, with_snapshots: bool) -> None:
     """Correct-logit ranks (blog §10), Nanda's restricted/excluded loss over training, sufficiency of one
     circle, two coprime circles and all key frequencies (§11), logit- and embedding-restricted."""
 
     cfg, p, key = res.config, out["p"], out["key"]
     mcfg = cfg.train.model
-    out["rank_full"] = np.asarray(fx.correct_logit_rank(logits, y))
-    mlp_logits = np.asarray(A.post).reshape(p * p, -1) @ np.asarray(fx.unembed_matrix(params))[:p].T
-    out["rank_W_L"] = np.asarray(fx.correct_logit_rank(mlp_logits, y))
-    train_idx = _train_idx(cfg)
-    out["restricted_final"] = fx.restricted_excluded_loss(logits, p, key, train_idx) if key else None
+    out["rank_full"] = np.asarray(base["rank_full"])
+    out["rank_W_L"] = np.asarray(base["rank_W_L"])
+    out["restricted_final"] = {k: float(v) for k, v in kp["restricted_final"].items()} if key else None
     if with_snapshots and res.run_dir is not None and key:
-        curve = []
-        for ep, prm in param_snapshots(res.run_dir, grokking_init(cfg).params):
-            L = np.asarray(clock_activations(prm, mcfg, p).logits).reshape(p * p, -1)[:, :p]
-            curve.append({"epoch": ep, **fx.restricted_excluded_loss(L, p, key, train_idx),
-                          "sq_weights": float(sum(np.sum(np.square(v)) for v in jax.tree_util.tree_leaves(prm)))})
-        out["progress"] = curve
-    out["sufficiency"] = fx.sufficiency(logits, p, key) if key else {"single": {}, "pairs": {}, "all": 0.0}
-    emb = {str(k): _restricted_model_accuracy(params, mcfg, p, y, [k]) for k in key}
+        out["progress"] = _progress(res, params, key, y)
+    out["sufficiency"] = fx.sufficiency(base["logits"], p, key) if key else {"single": {}, "pairs": {}, "all": 0.0}
+    sets = {str(k): [k] for k in key}
     for i, k1 in enumerate(key):
         for k2 in key[i + 1:]:
             if math.gcd(k1, k2) == 1:
-                emb[f"{k1},{k2}"] = _restricted_model_accuracy(params, mcfg, p, y, [k1, k2])
-    emb["all"] = _restricted_model_accuracy(params, mcfg, p, y, key)
-    out["sufficiency_embed"] = emb
+                sets[f"{k1},{k2}"] = [k1, k2]
+    sets["all"] = key
+    out["sufficiency_embed"] = _restricted_model_accuracies(params, mcfg, p, y, sets)

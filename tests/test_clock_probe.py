@@ -1,0 +1,61 @@
+"""geomjax.tools.clock_probe.analyze as compiled programs: a second analysis of a run with the same shapes
+compiles nothing and gives the same numbers; the progress measures cover every parameter snapshot."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from geomjax.theory import fourier as fx
+from geomjax.tools.clock_probe import analyze
+from geomjax.train import grokking as gk
+
+_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+def _planted_run(tmp_path):
+    """The smoke model (p 23) with frequencies 3 and 5 planted in W_E and in the read-out, two parameter
+    snapshots written as train_grokking writes them (params/params_<epoch>.npz, '/'-joined names)."""
+    cfg = gk.grokking_config("smoke")
+    p = cfg.train.options.p
+    state = gk.grokking_init(cfg)
+    params = jax.device_get(state.params)
+    rng = np.random.default_rng(0)
+    B = np.asarray(fx.fourier_basis(p), np.float64)
+    rows = B[[5, 6, 9, 10]]  # cos/sin of frequencies 3 and 5
+    E = np.array(params["embed"]["embedding"])
+    E[:p] = rows.T @ rng.normal(size=(4, E.shape[1])) + 0.01 * rng.normal(size=(p, E.shape[1]))
+    U = np.array(params["unembed"]["kernel"])
+    U[:, :p] = rng.normal(size=(U.shape[0], 4)) @ rows
+    params = {**params, "embed": {"embedding": E.astype(np.float32)}, "unembed": {"kernel": U.astype(np.float32)}}
+    d = tmp_path / "params"
+    d.mkdir()
+    for ep, scale in ((0, 0.5), (100, 1.0)):
+        flat = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(v) * np.float32(scale)
+                for path, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+        np.savez(d / f"params_{ep:08d}.npz", **flat)
+    hist = {"epoch": np.array([0, 100]), "train_acc": np.array([0.0, 1.0]), "test_acc": np.array([0.0, 0.5])}
+    return gk.GrokkingResult(cfg, state.replace(params=params), hist, 0.0, 0.0, None, tmp_path)
+
+
+@pytest.mark.slow  # compiles the analysis programs once (tens of seconds on a loaded 2-core machine)
+def test_second_analysis_compiles_nothing_and_repeats_its_numbers(tmp_path):
+    res = _planted_run(tmp_path)
+    first = analyze(res)
+    assert first["key"] == [3, 5] and [q["epoch"] for q in first["progress"]] == [0, 100]
+    compiles = []
+    listener = lambda event, duration, **kw: compiles.append(event) if event == _COMPILE else None  # noqa: E731
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        second = analyze(res)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert compiles == []
+    assert second["progress"] == first["progress"] and second["sufficiency"] == first["sufficiency"]
+    assert second["sufficiency_embed"] == first["sufficiency_embed"]
+    np.testing.assert_array_equal(second["petals"][3]["z"], first["petals"][3]["z"])
+    # the last snapshot holds the analysed parameters: the mapped progress program and the key program agree
+    last, final = first["progress"][-1], first["restricted_final"]
+    for k in ("restricted", "excluded", "train", "test"):
+        assert abs(last[k] - final[k]) <= 1e-5 * max(1.0, abs(final[k]))
