@@ -31,6 +31,9 @@ class Claim:
       n_samples: Monte Carlo sample counts per budget.
       dtype: "float64" (default) or "float32" for the Monte Carlo accumulation.
       chunk: Monte Carlo chunk size.
+      seconds: Monte Carlo claims: the budget in seconds per budget name (``{"quick": s, "full": s}``) that the
+        rounds of :mod:`geomjax.claims.sequential` may spend (default :data:`~geomjax.claims.sequential.SECONDS`);
+        ``n_samples[budget]`` is the first look's sample.
       notes: free text shown in the report (e.g. how the printed statement was read).
       witness: ``(budget, key) -> Evaluation``, a second computation of the same quantity that
         shares no code path with the first (exact closed form in float64, enumeration, quadrature,
@@ -61,6 +64,7 @@ class Claim:
     n_samples: Mapping[str, int] = field(default_factory=lambda: {"quick": 2**14, "full": 2**20})
     dtype: str = "float64"
     chunk: int = 4096
+    seconds: Mapping[str, float] | None = None
     notes: str = ""
     witness: Callable | None = None
     corrected_by: str = ""

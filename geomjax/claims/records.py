@@ -50,7 +50,7 @@ def record_full_verdicts(results: Sequence[ClaimResult], path: str | Path = FULL
                                "source": r.source, "statement": r.statement, "margin": r.margin,
                                "margin_origin": r.margin_origin, "detectable_error": r.detectable_error,
                                "n": r.n, "seconds": r.details.get("seconds"), "witnesses": list(r.witnesses),
-                               **_draws_record(r)})
+                               **_draws_record(r), **_sequential_record(r)})
     known = {c.id for c in all_claims()}
     rec = {k: rec[k] for k in sorted(rec) if k in known}
     p.write_text(json.dumps({"budget": "full", "claims": rec}, indent=1, ensure_ascii=False) + "\n")
@@ -77,6 +77,14 @@ def results_as_records(results: Sequence[ClaimResult]) -> dict:
 _DRAWS_KEYS = ("draws", "failing", "undecided", "fraction_failing", "interval", "allowed_fraction")
 
 
+def _sequential_record(r: ClaimResult) -> dict:
+    """{"sampling": {samples, seconds, rounds, stopped}} of a Monte Carlo result drawn in rounds, else {}."""
+    seq = r.details.get("sequential")
+    if not seq:
+        return {}
+    return {"sampling": {k: seq[k] for k in ("samples", "seconds", "rounds", "stopped", "samples_needed") if k in seq}}
+
+
 def _draws_record(r: ClaimResult) -> dict:
     """{"draws": {...}} for a result decided over random draws (:func:`over_draws`), else {}."""
     if "interval" not in r.details or "draws" not in r.details:
@@ -94,7 +102,10 @@ def _check_column(r: ClaimResult) -> str:
     if "error" in d:
         return "error: " + d["error"][:80]
     if d.get("kind") == "monte_carlo":
-        return f"z = {d['worst_abs_z']:.3g} (n = {d['n_samples']}, {d['dtype']})"
+        seq = d.get("sequential") or {}
+        rounds = (f"; {seq['rounds']} round(s), {_fmt(seq.get('seconds'))} s, stopped: {seq['stopped']}"
+                  if "rounds" in seq else "")
+        return f"z = {d['worst_abs_z']:.3g} (n = {d['n_samples']}, {d['dtype']}{rounds})"
     if "worst_ratio_lhs_over_rhs" in d:
         if r.verdict == "does not hold":
             return f"worst certified lhs/rhs = {d['worst_ratio_lower_over_rhs']:.3g} ({d['n_violations_certified']}/{d['n_instances']} violations)"

@@ -83,11 +83,13 @@ from geomjax.claims.records import (FULL_VERDICTS, contradicts, load_full_verdic
                                     results_as_records, to_markdown, write_results)
 from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, register, register_table, select_claims,
                                          unregister)
-from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, MIN_DRAWS, N_SIGMA, READINGS,
+from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, READINGS,
                                   REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
-                                  MonteCarloRule, Rule, Tolerance, binomial_interval, decide, over_draws)
+                                  MonteCarloRule, Rule, Tolerance, binomial_interval, decide, look_sigma,
+                                  over_draws)
 from geomjax.claims.runner import RunMemo, per_run, run, run_claim, run_memo
-from geomjax.claims.sampling import _judge_monte_carlo
+from geomjax.claims.sampling import _judge_monte_carlo, claim_seconds
+from geomjax.claims.sequential import SECONDS, SequentialOutcome, Stats, samples_needed, sequential_decision
 
 __all__ = [
     "Claim",
@@ -137,4 +139,12 @@ __all__ = [
     "RunMemo",
     "run_memo",
     "per_run",
+    "LOOKS",
+    "look_sigma",
+    "SECONDS",
+    "claim_seconds",
+    "sequential_decision",
+    "SequentialOutcome",
+    "Stats",
+    "samples_needed",
 ]

@@ -102,6 +102,20 @@ EXACT_IDENTITY = Margin(
 )
 
 
+#: Looks of the fixed schedule n₀·2^j, j = 0 … LOOKS − 1 (the largest sample is 2^(LOOKS−1)·n₀).
+LOOKS = 12
+
+def look_sigma(n_sigma: float = N_SIGMA, looks: int = LOOKS) -> float:
+    """k of one look: Φ(−k) = Φ(−n_sigma)/looks (Bonferroni over the schedule; 5σ over 12 looks: k ≈ 5.46).
+
+    Args:
+      n_sigma: the single-look standard (5: one-sided error Φ(−5) = 2.9e-7).  looks: the schedule's looks, ≥ 1.
+    """
+    if looks < 1:
+        raise ValueError(f"look_sigma: looks must be >= 1, got {looks}")
+    return float(norm.isf(norm.sf(n_sigma) / looks))
+
+
 @dataclass(frozen=True)
 class MonteCarloRule:
     """Judged by :func:`decide`: holds iff |estimate − predicted| + n_sigma·sem ≤ δ everywhere."""
@@ -111,9 +125,11 @@ class MonteCarloRule:
 
     def describe(self) -> str:
         """The rule in words (shown under the Markdown table)."""
-        return (f"Monte Carlo: holds iff |estimate − predicted| + {self.n_sigma:g}·sem ≤ margin (every element); "
-                f"does not hold iff |estimate − predicted| − {self.n_sigma:g}·sem > margin (some element); "
-                "else inconclusive")
+        k = look_sigma(self.n_sigma)
+        return (f"Monte Carlo, sampled in rounds n₀·2^j (at most {LOOKS} looks, stopping at the first decided look): "
+                f"holds iff |estimate − predicted| + {k:.3g}·sem ≤ margin (every element); "
+                f"does not hold iff |estimate − predicted| − {k:.3g}·sem > margin (some element); else inconclusive "
+                f"({k:.3g}σ per look: the {self.n_sigma:g}σ error split over the {LOOKS} looks, Bonferroni)")
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.claims.claim import Claim, ClaimResult
 from geomjax.claims.judge import _claim_key, _judge_deterministic, _second_witness, _too_few_draws
-from geomjax.claims.records import write_results
+from geomjax.claims.records import load_full_verdicts, write_results
 from geomjax.claims.registration import _select_strict
 from geomjax.claims.rules import BUDGETS, Budget
-from geomjax.claims.sampling import _judge_monte_carlo
+from geomjax.claims.sampling import _judge_monte_carlo, run_deadline
+from geomjax.errors import GeomjaxError
 
 
 class RunMemo:
@@ -122,6 +124,7 @@ def run(
     errors: Literal["raise", "record"] = "raise",
     mesh=None,
     progress: bool = False,
+    time_budget: float | None = None,
 ) -> list[ClaimResult]:
     """Check every selected claim and optionally write ``claims.json`` and ``claims.md``.
 
@@ -134,33 +137,64 @@ def run(
       errors: "raise" (default) re-raises an exception from a claim; "record" turns it into an
         "inconclusive" result whose details hold the error.
       mesh: optional 1-D "data" mesh over which Monte Carlo samples are sharded.
-      progress: show a tqdm bar over the claims (stderr) naming the claim being checked.
+      progress: show a tqdm bar over the claims (stderr) naming the claim being checked and the decided /
+        undecided counts so far.
+      time_budget: optional wall seconds for the whole selection (``geomjax verify --time-budget``): the claims
+        are checked cheapest first (:func:`cost_order`), a Monte Carlo claim's rounds stop at the run's deadline,
+        and a claim not started before it is "inconclusive" ("not reached within the time budget").
 
     Returns:
       One :class:`ClaimResult` per selected claim, sorted by id.
 
     Raises:
       ValueError: unknown budget or errors mode, or a ``select`` pattern that matches no claim.
+      GeomjaxError: a time budget that is not a positive number.
     """
     if budget not in BUDGETS:
         raise ValueError(f"run: budget must be one of {BUDGETS}, got {budget!r}")
     if errors not in ("raise", "record"):
         raise ValueError(f"run: errors must be 'raise' or 'record', got {errors!r}")
+    if time_budget is not None and not (isinstance(time_budget, (int, float)) and time_budget > 0):
+        raise GeomjaxError(f"run: time_budget must be a positive number of seconds, got {time_budget!r}")
     selected = _select_strict(select, "run")
+    order = selected if time_budget is None else cost_order(selected, budget)
+    deadline = None if time_budget is None else time.perf_counter() + float(time_budget)
     results = []
     bar = None
     if progress:
         from tqdm.auto import tqdm  # display only
 
-        bar = tqdm(selected, desc="claims", unit="claim", leave=True)
-    with run_memo():
-        for claim in bar if bar is not None else selected:
+        bar = tqdm(order, desc="claims", unit="claim", leave=True)
+    with run_memo(), run_deadline(deadline):
+        for claim in bar if bar is not None else order:
             if bar is not None:
-                bar.set_postfix_str(claim.id, refresh=True)
+                decided = sum(r.verdict != "inconclusive" for r in results)
+                bar.set_postfix_str(f"decided {decided}, undecided {len(results) - decided}; {claim.id}", refresh=True)
+            if deadline is not None and time.perf_counter() >= deadline:
+                results.append(_not_reached(claim, budget, seed, time_budget))
+                continue
             results.append(_run_or_record(claim, budget, seed, mesh, errors))
+    results.sort(key=lambda r: r.id)
     if out_dir is not None:
         write_results(results, out_dir, budget=budget, seed=seed)
     return results
+
+
+def cost_order(claims: Sequence[Claim], budget: str) -> list[Claim]:
+    """Claims cheapest-to-decide first: by recorded seconds at ``budget`` (quick: ``quick_seconds.json``; full: the
+    recorded full verdicts), claims without a record last (in id order)."""
+    if budget == "quick":
+        cost = load_quick_seconds()
+    else:
+        cost = {k: float(v["seconds"]) for k, v in load_full_verdicts().items() if v.get("seconds") is not None}
+    return sorted(claims, key=lambda c: (c.id not in cost, cost.get(c.id, 0.0), c.id))
+
+
+def _not_reached(claim: Claim, budget: str, seed: int, time_budget) -> ClaimResult:
+    return ClaimResult(id=claim.id, source=claim.source, statement=claim.statement, predicted=None, estimate=None,
+                       sem=None, verdict="inconclusive", details={"budget": budget, "seed": seed, "seconds": 0.0},
+                       margin_origin=claim.margin_origin,
+                       reason=f"not reached within the time budget ({time_budget:g} s; claims run cheapest first)")
 
 
 def _run_or_record(claim: Claim, budget: str, seed: int, mesh, errors: str) -> ClaimResult:

@@ -147,8 +147,9 @@ def claims_summary(counts: dict) -> str:
 
 @claims.run_memo()  # one memo over the claims and their report hooks (geomjax.claims.per_run)
 def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0,
-               progress: bool = False, on_results=None):
-    """Check the registered claims (``geomjax.claims.run``); writes claims.json / claims.md.
+               progress: bool = False, on_results=None, time_budget: float | None = None):
+    """Check the registered claims (``geomjax.claims.run``; ``time_budget``: wall seconds for the selection,
+    cheapest claims first); writes claims.json / claims.md.
 
     ``on_results(results)``, if given, is called as soon as the claims are checked, before the sources'
     report sections are drawn (minutes of figures at ``full``): ``verify --budget full`` records its
@@ -157,7 +158,8 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     Returns:
       (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts.
     """
-    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress)
+    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress,
+                         time_budget=time_budget)
     if on_results is not None:
         on_results(results)
     rows = []
@@ -169,9 +171,10 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     s = Section(f"Claims checked ({len(results)}: {claims_summary(counts)})")
     s.paragraphs.append(
         "Each claim declares a margin (the error that would make it wrong) and is checked against an "
-        "independent computation: it holds when |estimate − prediction| + 5·sem ≤ margin, does not hold "
-        "when |estimate − prediction| − 5·sem > margin on two independent computations (the witnesses), "
-        "and is inconclusive otherwise (the reason is given). claims.md gives the margins and their "
+        "independent computation: it holds when |estimate − prediction| + k·sem ≤ margin, does not hold "
+        "when |estimate − prediction| − k·sem > margin on two independent computations (the witnesses), "
+        "and is inconclusive otherwise (the reason is given); k = 5, or for a Monte Carlo claim sampled in "
+        "doubling rounds until it decides, 5.46 per look (the 5σ error split over its 12 looks). claims.md gives the margins and their "
         "origin, the detectable error, the witnesses and the corrected forms. For inequality claims "
         "(lhs ≤ rhs on every instance) the 'predicted' column is the right side and 'estimate' the left "
         "side, at the worst instance.")
