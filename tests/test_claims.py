@@ -311,7 +311,7 @@ def test_run_writes_json_and_markdown(tmp_path, registered):
     off_row = next(line for line in md.splitlines() if line.startswith("| testplant.off"))
     assert "**does not hold**" in off_row and f"{abs(by_id['testplant.off']['z_score']):.3g}" in off_row
     assert "**holds**" in next(line for line in md.splitlines() if line.startswith("| testplant.ok"))
-    assert "5·sem" in md  # the verdict rule is stated
+    assert "5.46·sem" in md and "Bonferroni" in md  # the verdict rule is stated (5σ split over the looks)
 
 
 def test_run_bad_input_and_error_recording(registered):

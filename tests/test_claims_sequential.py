@@ -130,3 +130,23 @@ def test_engine_rounds_extend_one_sample_and_record_why_they_stopped():
     est = montecarlo.estimate(_uniform, R._claim_key(0, claim.id), r.n, chunk=256, dtype="float64")
     assert r.estimate == pytest.approx(float(est.mean), rel=1e-12)
     assert r.sem == pytest.approx(float(est.sem), rel=1e-9)
+
+
+def test_run_time_budget_orders_cheapest_first_and_reports_claims_not_reached(capsys):
+    """A time budget already spent: every selected claim is reported, inconclusive, "not reached"; the order is by
+    recorded cost (claims without a record last)."""
+    claims = [R.register(R.Claim(id=f"testseq.budget.{i}", source="test", statement="E U = 1/2", predicted=0.5,
+                                 sampler=_uniform, dtype="float64", n_samples={"quick": 64, "full": 64}, chunk=64))
+              for i in range(2)]
+    try:
+        out = R.run("testseq.budget", time_budget=1e-9)
+        assert [r.id for r in out] == ["testseq.budget.0", "testseq.budget.1"]
+        assert all(r.verdict == "inconclusive" and "not reached within the time budget" in r.reason for r in out)
+        recorded = sorted(R.load_quick_seconds().items(), key=lambda kv: kv[1])[:2]
+        known = [c for c in R.all_claims() if c.id in dict(recorded)]
+        assert [c.id for c in R.cost_order(claims + known, "quick")] == [i for i, _ in recorded] + [c.id for c in claims]
+    finally:
+        for c in claims:
+            R.unregister(c.id)
+    with pytest.raises(R.GeomjaxError):
+        R.run("bao.lemma1", time_budget=-1)

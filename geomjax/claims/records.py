@@ -78,11 +78,11 @@ _DRAWS_KEYS = ("draws", "failing", "undecided", "fraction_failing", "interval", 
 
 
 def _sequential_record(r: ClaimResult) -> dict:
-    """{"sampling": {samples, seconds, rounds, stopped}} of a Monte Carlo result drawn in rounds, else {}."""
+    """{"sampling": {samples, cpu_seconds, rounds, stopped}} of a Monte Carlo result drawn in rounds, else {}."""
     seq = r.details.get("sequential")
     if not seq:
         return {}
-    return {"sampling": {k: seq[k] for k in ("samples", "seconds", "rounds", "stopped", "samples_needed") if k in seq}}
+    return {"sampling": {k: seq[k] for k in ("samples", "cpu_seconds", "rounds", "stopped", "samples_needed") if k in seq}}
 
 
 def _draws_record(r: ClaimResult) -> dict:
@@ -103,7 +103,7 @@ def _check_column(r: ClaimResult) -> str:
         return "error: " + d["error"][:80]
     if d.get("kind") == "monte_carlo":
         seq = d.get("sequential") or {}
-        rounds = (f"; {seq['rounds']} round(s), {_fmt(seq.get('seconds'))} s, stopped: {seq['stopped']}"
+        rounds = (f"; {seq['rounds']} round(s), {_fmt(seq.get('cpu_seconds'))} CPU s, stopped: {seq['stopped']}"
                   if "rounds" in seq else "")
         return f"z = {d['worst_abs_z']:.3g} (n = {d['n_samples']}, {d['dtype']}{rounds})"
     if "worst_ratio_lhs_over_rhs" in d:

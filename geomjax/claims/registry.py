@@ -87,7 +87,8 @@ from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS,
                                   REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
                                   MonteCarloRule, Rule, Tolerance, binomial_interval, decide, look_sigma,
                                   over_draws)
-from geomjax.claims.runner import RunMemo, per_run, run, run_claim, run_memo
+from geomjax.claims.runner import RunMemo, cost_order, per_run, run, run_claim, run_memo
+from geomjax.errors import GeomjaxError
 from geomjax.claims.sampling import _judge_monte_carlo, claim_seconds
 from geomjax.claims.sequential import SECONDS, SequentialOutcome, Stats, samples_needed, sequential_decision
 
@@ -147,4 +148,5 @@ __all__ = [
     "SequentialOutcome",
     "Stats",
     "samples_needed",
+    "cost_order",
 ]

@@ -36,8 +36,9 @@ def run_deadline(deadline: float | None):
 
 
 def claim_seconds(claim: Claim, budget: str) -> float:
-    """The claim's budget in seconds at ``budget`` (``Claim.seconds``, else :data:`~geomjax.claims.sequential.SECONDS`),
-    cut to the time left before the run's deadline (:func:`run_deadline`, ``geomjax verify --time-budget``)."""
+    """The claim's budget in process CPU seconds at ``budget`` (``Claim.seconds``, else
+    :data:`~geomjax.claims.sequential.SECONDS`), cut to the wall time left before the run's deadline
+    (:func:`run_deadline`, ``geomjax verify --time-budget``)."""
     own = claim.seconds or {}
     seconds = float(own.get(budget, SECONDS[budget]))
     deadline = _DEADLINE.get()
@@ -76,7 +77,8 @@ def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult
     out = sequential_decision(_drawer(claim, key, n0, mesh, info), n0, pred_raw,
                               lambda st: rule.margin.value(np.broadcast_to(np.asarray(pred_raw, float), st.mean.shape),
                                                            st.sd),
-                              n_sigma=rule.n_sigma, seconds=seconds)
+                              n_sigma=rule.n_sigma, seconds=seconds, deadline=_DEADLINE.get(),
+                              max_samples=2**31 - 1 - max(claim.chunk, n0))
     st, dec = out.stats, out.decision
     mean, sem, sd = st.mean, st.sem, st.sd
     if mean.size == 1:
@@ -89,7 +91,7 @@ def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult
         # z = (estimate − predicted)/sem; a zero sem gives 0 (exact agreement) or ±inf
         z = np.where(finite, (mean - pred) / np.where(finite, sem, 1.0), np.where(err == 0, 0.0, np.inf * np.sign(mean - pred)))
     reason = dec.reason
-    sequential = {"rounds": out.rounds, "samples": st.n, "seconds": round(out.seconds, 3), "stopped": out.stopped,
+    sequential = {"rounds": out.rounds, "samples": st.n, "cpu_seconds": round(out.seconds, 3), "stopped": out.stopped,
                   "looks": out.looks, "sigma_per_look": out.k, "first_look": n0, "budget_seconds": seconds,
                   "history": [[n, v] for n, v in out.history]}
     if dec.verdict == "inconclusive" and "not finite" not in reason:
@@ -97,7 +99,7 @@ def _judge_monte_carlo(claim: Claim, budget: str, key, mesh=None) -> ClaimResult
         rate = out.seconds / st.n
         sequential["samples_needed"] = need
         reason += (f"; stopped: {out.stopped} after {out.rounds} round(s), n = {st.n}; deciding needs about "
-                   + (f"{need:.3g} samples (≈ {need * rate:.3g} s at this run's rate)" if math.isfinite(need)
+                   + (f"{need:.3g} samples (≈ {need * rate:.3g} CPU s at this run's rate)" if math.isfinite(need)
                       else "an unbounded sample (the error sits on the margin)"))
     details = {
         "kind": "monte_carlo",

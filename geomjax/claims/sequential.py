@@ -28,7 +28,7 @@ from geomjax.claims.rules import LOOKS, N_SIGMA, Decision, decide, look_sigma
 
 __all__ = ["LOOKS", "SECONDS", "look_sigma", "Stats", "SequentialOutcome", "sequential_decision", "samples_needed"]
 
-#: Default budget in seconds of one Monte Carlo claim (``Claim.seconds`` overrides it per budget).
+#: Default budget of one Monte Carlo claim in process CPU seconds (``Claim.seconds`` overrides it per budget).
 SECONDS = {"quick": 15.0, "full": 180.0}
 
 
@@ -78,7 +78,8 @@ class SequentialOutcome:
 
 def sequential_decision(draw: Callable[[int, int], Stats], n0: int, predicted, margin: Callable[[Stats], np.ndarray],
                         *, n_sigma: float = N_SIGMA, looks: int = LOOKS, seconds: float = math.inf,
-                        clock: Callable[[], float] = time.perf_counter) -> SequentialOutcome:
+                        deadline: float | None = None, max_samples: int = 2**31 - 1,
+                        clock: Callable[[], float] = time.process_time) -> SequentialOutcome:
     """Draw rounds on the schedule n₀·2^j until the rule decides, the budget is spent or the looks run out.
 
     Args:
@@ -88,8 +89,13 @@ def sequential_decision(draw: Callable[[int, int], Stats], n0: int, predicted, m
       margin: ``Stats -> δ`` (the margin may depend on the per-sample sd).
       n_sigma: the single-look standard; each look uses :func:`look_sigma` (n_sigma, looks).
       looks: the schedule's length (fixed before the first draw).
-      seconds: wall budget; a round is started only when the last round's rate says it fits.
-      clock: time source (tests pass a fake one).
+      seconds: budget in process CPU seconds (``clock``; less sensitive to a loaded machine than wall time): a
+        round is started only when the last round's rate says it fits.
+      max_samples: the largest sample the draws can index (the Monte Carlo driver's int32 indices); the
+        schedule stops before a round past it (k stays the full schedule's: conservative).
+      deadline: optional wall deadline (a ``time.perf_counter()`` value, the run's ``--time-budget``): no round
+        starts after it.
+      clock: the budget's time source (default ``time.process_time``; tests pass a fake one).
 
     Returns:
       :class:`SequentialOutcome`.
@@ -105,6 +111,12 @@ def sequential_decision(draw: Callable[[int, int], Stats], n0: int, predicted, m
             spent = clock() - t0
             if spent >= seconds or (rate is not None and spent + rate * count > seconds):
                 stopped = "time budget spent"
+                break
+            if stats.n + count > max_samples:
+                stopped = f"the largest sample the driver indexes ({max_samples})"
+                break
+            if deadline is not None and time.perf_counter() >= deadline:
+                stopped = "the run's time budget spent"
                 break
         t_round = clock()
         new = draw(0 if stats is None else stats.n, count)
