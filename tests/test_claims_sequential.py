@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
+from geomjax import cli
 from geomjax.claims import registry as R
 from geomjax.claims.sequential import LOOKS, Stats, look_sigma, samples_needed, sequential_decision
 from geomjax.theory import montecarlo
@@ -150,3 +151,10 @@ def test_run_time_budget_orders_cheapest_first_and_reports_claims_not_reached(ca
             R.unregister(c.id)
     with pytest.raises(R.GeomjaxError):
         R.run("bao.lemma1", time_budget=-1)
+
+
+def test_verify_time_budget_must_be_positive(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["verify", "--source", "bao.lemma1", "--time-budget", "0"]) == 2
+    assert "--time-budget must be a positive number" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # nothing written before the error

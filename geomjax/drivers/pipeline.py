@@ -165,8 +165,11 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     rows = []
     for r in results:
         d = r.to_dict()
+        seq = r.details.get("sequential") or {}
+        sampling = (f"n = {seq['samples']}, {seq['rounds']} round(s), {seq['cpu_seconds']:.3g} CPU s, {seq['stopped']}"
+                    if seq else "")
         rows.append([d["id"], d["source"], d.get("verdict"), _short(d.get("predicted")),
-                     _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score"))])
+                     _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score")), sampling])
     counts = {v: sum(r.verdict == v for r in results) for v in ("holds", "does not hold", "inconclusive")}
     s = Section(f"Claims checked ({len(results)}: {claims_summary(counts)})")
     s.paragraphs.append(
@@ -178,7 +181,7 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         "origin, the detectable error, the witnesses and the corrected forms. For inequality claims "
         "(lhs ≤ rhs on every instance) the 'predicted' column is the right side and 'estimate' the left "
         "side, at the worst instance.")
-    s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z"], rows)
+    s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z", "sampling (Monte Carlo rounds)"], rows)
     sections = [s]
     extra = {}
     for name, hook in _claim_report_hooks(results):

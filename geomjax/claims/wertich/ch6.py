@@ -136,6 +136,7 @@ def _s_sumsq(key):
 mc_claim("s6_2_2.eq6_13", f"{SOURCE} eq. (6.13)",
     "E[Σσ_i²] = n²σ², Var(Σσ_i²) = 2n²σ⁴ (n×n, N(0, σ²) entries)",
     np.array([_SUMSQ_N**2 * _SUMSQ_S2, 2 * _SUMSQ_N**2 * _SUMSQ_S2**2]), _s_sumsq, quick=2**13, chunk=1024,
+    seconds={"quick": 40.0, "full": 180.0},  # ~1e6 SVDs decide the variance at 1%: ~25 CPU s on the 2-core machine
     notes=f"n={_SUMSQ_N}, σ²={_SUMSQ_S2}; Σσ_i² computed from the SVD (not as Σa_ij²)")
 
 _MP_MOMENTS_N, _MP_MOMENTS_S2 = 24, 0.5
