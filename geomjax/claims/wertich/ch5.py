@@ -550,6 +550,11 @@ for _id, _kind, _printed, _intended in (
      "D_KL(Softmax(w)‖Softmax(SLERP(v, w, t))) = a·cos(π/2·x + b) + c for 0 ≤ t ≤ 1. […] So the corollary is proven.", ""),
     ("s5_2_4.eq5_5_printed", "typo/notation",
      "dH(Sm(w)|Sm(v(t)))/dt = Σ_{i=1}^n (Sm(w)_i − Sm(v)_i)·dv_i(t)/dt (5.5)", "s5_2_4.eq5_5_corrected"),
+    ("s5_2_4.eq5_17_same_frequency", "proof gap",
+     "Combining all individual cosine terms in the summation formula, we obtain: dH(Sm(w)|Sm(v(t)))/dt = Σ_{i=1}^n "
+     "(Sm(w)_i − Sm(v)_i)·(π/2)·√(w_i² + v_i²)·cos(t·π/2 + arctan(−v_i/w_i)) (5.16). The sum of cosine functions is again "
+     "a cosine function with the same frequency if all cosine terms have the same frequency, which is the case with "
+     "θ = π/2: ∃â, b̂ ∈ R  dH(Sm(w)|Sm(SLERP(v, w, t)))/dt = â·cos(π/2·x + b̂), 0 ≤ t ≤ 1 (5.17)", ""),
     ("s5_3_2.taylor_shift_printed", "typo/notation",
      "exp(z) = exp(Σ_i λ_i·v_i) ≈ 1 + Σ_i(λ_i·v_i) + ½Σ_i(λ_i²·v_i²) + Σ_{i<j}(λ_i·λ_j·v_i·v_j) ≈ (n − 1) + Σ_i exp(λ_iv_i) + "
      "Σ_{i<j}(λ_i·λ_j·v_i·v_j). We can see that the linear combinations get shifted by n − 1",
