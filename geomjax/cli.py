@@ -101,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="claim selection: a source (song_zhong, wertich, bao, clock) or an id glob")
     p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
     p_ver.add_argument("--seed", type=int, default=0)
+    p_ver.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                       help="wall seconds for the selected claims: cheapest to decide first, Monte Carlo rounds "
+                            "stop at the deadline, claims not reached are inconclusive")
     p_ver.add_argument("--out", default=None)
     p_ver.add_argument("--overwrite", action="store_true", help="replace whatever --out holds")
     p_ver.add_argument("--no-progress", action="store_true")
@@ -279,6 +282,8 @@ def _run(args) -> int:
         options = {"task": args.task, "preset": args.preset, "data_dir": args.data_dir}
     else:
         pipeline.validate_claims_selection(args.source)
+        if args.time_budget is not None and not args.time_budget > 0:
+            raise GeomjaxError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
         options = {"source": args.source, "budget": args.budget, "seed": args.seed}
     progress = not getattr(args, "no_progress", False)
     if not primary:  # every process computes; only process 0 writes the run directory
@@ -343,7 +348,7 @@ def _execute(args, run, progress: bool) -> str | None:
         run.write_report(f"geomjax train: {args.task} ({args.preset})", sections)
         return None
     sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
-                                            seed=args.seed, progress=progress,
+                                            seed=args.seed, progress=progress, time_budget=args.time_budget,
                                             on_results=_record_full if args.budget == "full" else None)
     run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
                       "seed": args.seed})

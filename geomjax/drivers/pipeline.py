@@ -147,8 +147,9 @@ def claims_summary(counts: dict) -> str:
 
 @claims.run_memo()  # one memo over the claims and their report hooks (geomjax.claims.per_run)
 def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0,
-               progress: bool = False, on_results=None):
-    """Check the registered claims (``geomjax.claims.run``); writes claims.json / claims.md.
+               progress: bool = False, on_results=None, time_budget: float | None = None):
+    """Check the registered claims (``geomjax.claims.run``; ``time_budget``: wall seconds for the selection,
+    cheapest claims first); writes claims.json / claims.md.
 
     ``on_results(results)``, if given, is called as soon as the claims are checked, before the sources'
     report sections are drawn (minutes of figures at ``full``): ``verify --budget full`` records its
@@ -157,25 +158,30 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     Returns:
       (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts.
     """
-    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress)
+    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress,
+                         time_budget=time_budget)
     if on_results is not None:
         on_results(results)
     rows = []
     for r in results:
         d = r.to_dict()
+        seq = r.details.get("sequential") or {}
+        sampling = (f"n = {seq['samples']}, {seq['rounds']} round(s), {seq['cpu_seconds']:.3g} CPU s, {seq['stopped']}"
+                    if seq else "")
         rows.append([d["id"], d["source"], d.get("verdict"), _short(d.get("predicted")),
-                     _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score"))])
+                     _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score")), sampling])
     counts = {v: sum(r.verdict == v for r in results) for v in ("holds", "does not hold", "inconclusive")}
     s = Section(f"Claims checked ({len(results)}: {claims_summary(counts)})")
     s.paragraphs.append(
         "Each claim declares a margin (the error that would make it wrong) and is checked against an "
-        "independent computation: it holds when |estimate − prediction| + 5·sem ≤ margin, does not hold "
-        "when |estimate − prediction| − 5·sem > margin on two independent computations (the witnesses), "
-        "and is inconclusive otherwise (the reason is given). claims.md gives the margins and their "
+        "independent computation: it holds when |estimate − prediction| + k·sem ≤ margin, does not hold "
+        "when |estimate − prediction| − k·sem > margin on two independent computations (the witnesses), "
+        "and is inconclusive otherwise (the reason is given); k = 5, or for a Monte Carlo claim sampled in "
+        "doubling rounds until it decides, 5.46 per look (the 5σ error split over its 12 looks). claims.md gives the margins and their "
         "origin, the detectable error, the witnesses and the corrected forms. For inequality claims "
         "(lhs ≤ rhs on every instance) the 'predicted' column is the right side and 'estimate' the left "
         "side, at the worst instance.")
-    s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z"], rows)
+    s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z", "sampling (Monte Carlo rounds)"], rows)
     sections = [s]
     extra = {}
     for name, hook in _claim_report_hooks(results):

@@ -300,14 +300,14 @@ def _make_driver(sample_fn, n_samples: int, chunk: int, mesh, dtype: str):
     n_chunks = math.ceil(n_samples / chunk)
     per_dev = chunk // n_dev
 
-    def chunk_stats(key, c, offset):
+    def chunk_stats(key, c, offset, start):
         idx = c * chunk + offset + jnp.arange(per_dev, dtype=jnp.int32)
         valid = idx < n_samples
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(idx)
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(idx + start)
         x = jax.vmap(sample_fn)(keys)
         return _stats_from_samples(x, valid, dtype=dtype)
 
-    def run_chunks(key):
+    def run_chunks(key, start):
         probe = jax.eval_shape(sample_fn, jax.random.fold_in(key, 0))
         if mesh is None:
             offset = jnp.int32(0)
@@ -315,7 +315,7 @@ def _make_driver(sample_fn, n_samples: int, chunk: int, mesh, dtype: str):
             offset = jax.lax.axis_index(AXIS).astype(jnp.int32) * per_dev
 
         def body(carry, c):
-            st = chunk_stats(key, c, offset)
+            st = chunk_stats(key, c, offset, start)
             if mesh is not None:
                 st = _psum_stats(st, AXIS)
             return _merge_stats(carry, st), None
@@ -331,7 +331,7 @@ def _make_driver(sample_fn, n_samples: int, chunk: int, mesh, dtype: str):
 
     if mesh is None:
         return jax.jit(run_chunks)
-    return jax.jit(jax.shard_map(run_chunks, mesh=mesh, in_specs=P(), out_specs=P()))
+    return jax.jit(jax.shard_map(run_chunks, mesh=mesh, in_specs=(P(), P()), out_specs=P()))
 
 
 @compiled_cache(maxsize=64)
@@ -356,10 +356,11 @@ def estimate(
     chunk: int = 4096,
     mesh: Mesh | None = None,
     dtype: str | None = None,
+    start: int = 0,
 ) -> Estimate:
     """Monte Carlo estimate of E[sample_fn(key)] from ``n_samples`` independent draws.
 
-    Sample ``i`` (0 <= i < n_samples) is ``sample_fn(jax.random.fold_in(key, i))``: keys are never
+    Sample ``i`` (start <= i < start + n_samples) is ``sample_fn(jax.random.fold_in(key, i))``: keys are never
     reused and do not depend on ``chunk`` or the mesh, so every chunking and device count sees the
     SAME samples and the results agree up to the rounding of the (exact) merges. Each chunk of
     ``chunk`` keys is vmapped; chunks are scanned (``jax.lax.scan``); with ``mesh`` each chunk is
@@ -386,6 +387,9 @@ def estimate(
         whole computation, so ``sample_fn`` also draws in float64 by default; the draws then
         differ from a float32 run with the same key). Default: float64 if the samples are
         float64, else float32. Float64 samples with dtype="float32" raise.
+      start: index of the first sample (default 0): ``estimate(f, key, n, start=m)`` draws the samples
+        m … m + n − 1, so consecutive calls extend one sample (the claims' sequential rounds) and their
+        :func:`merge` equals one call over the union; the compiled driver does not depend on it.
 
     Returns:
       :class:`Estimate` with ``n = n_samples``; ``.dtype`` records the dtype used.
@@ -414,7 +418,8 @@ def estimate(
             )
     if chunk > n_samples:
         chunk = math.ceil(n_samples / n_dev) * n_dev
-    if math.ceil(n_samples / chunk) * chunk >= 2**31:
+    start = check_int(start, "start", "estimate", minimum=0)
+    if start + math.ceil(n_samples / chunk) * chunk >= 2**31:
         raise GeomjaxError(
             f"estimate: n_samples={n_samples} with chunk={chunk} needs sample indices >= 2**31 "
             "(int32); use fewer samples per call and merge the estimates"
@@ -446,5 +451,5 @@ def estimate(
         )
 
     with x64_context(dtype):
-        n, mean, m2 = _driver(sample_fn, n_samples, chunk, mesh, dtype)(key)
+        n, mean, m2 = _driver(sample_fn, n_samples, chunk, mesh, dtype)(key, jnp.int32(start))
     return Estimate(mean=mean, m2=m2, n=n, dtype=dtype)

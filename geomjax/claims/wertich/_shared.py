@@ -34,11 +34,13 @@ def x64(fn):
 
 
 def mc_claim(id, source, statement, predicted, sampler, *, quick=QUICK_SAMPLES, full=FULL_SAMPLES, notes="", chunk=4096,
-             exact=None, corrected_by="", witness=None, **meta):
+             exact=None, corrected_by="", witness=None, seconds=None, **meta):
     """Register a Monte Carlo claim (margin: the registry's exact-identity default, 1% of the scale).
 
     ``meta``: the claim's reading, scope, error_kind, printed and intended_by (:class:`Claim`; an intended_by id
     is given without the "wertich." prefix).
+
+    ``seconds``: the claim's budget in CPU seconds per budget name (:class:`Claim`; default the registry's).
 
     ``exact``: a closed form ``() -> value`` of the sampled quantity's TRUE mean (the corrected statement,
     derived in :mod:`geomjax.theory.gaussian` and evaluated in float64) — the second witness of a printed form
@@ -55,7 +57,7 @@ def mc_claim(id, source, statement, predicted, sampler, *, quick=QUICK_SAMPLES, 
         exact_fn = x64(exact)
         witness = exact_witness(lambda budget: exact_fn(), "closed form of the corrected statement (float64)")
     return register(Claim(id=f"wertich.{id}", source=source, statement=statement, predicted=pred,
-                          sampler=sampler, n_samples={"quick": quick, "full": full}, notes=notes, chunk=chunk,
+                          sampler=sampler, n_samples={"quick": quick, "full": full}, notes=notes, chunk=chunk, seconds=seconds,
                           witness=witness, corrected_by=f"wertich.{corrected_by}" if corrected_by else "", **_meta(meta)))
 
 

@@ -389,9 +389,31 @@ def _ev_same_frequency(budget, key):
                       details={"a_hat": fit.a, "b_hat": fit.b, "max_abs_residual": fit.max_abs})
 
 
+def _wit_same_frequency(budget, key):
+    """Second witness sharing no code path: the same pair (v, w) taken as plain NumPy arrays, H(t) written out in
+    NumPy (log-sum-exp softmax cross-entropy along the SLERP of eq. 5.6), dH/dt by central differences (h = 1e-4:
+    truncation ~h²·|H‴|, far below the misfit) and the cosine a·cos(πt/2 + b) fitted by NumPy least squares."""
+    v, w = (np.asarray(x, dtype=np.float64) for x in _orth_pair(key, _N_PROOF, _L_PROOF))
+    th = math.acos(float(np.clip(v @ w / (np.linalg.norm(v) * np.linalg.norm(w)), -1.0, 1.0)))
+    p = np.exp(w - w.max())
+    p /= p.sum()
+
+    def h_of(t):
+        x = (np.sin((1 - t)[:, None] * th) * v[None] + np.sin(t[:, None] * th) * w[None]) / math.sin(th)
+        m = x.max(1, keepdims=True)
+        return -(p[None] * (x - m - np.log(np.exp(x - m).sum(1, keepdims=True)))).sum(1)
+
+    h = 1e-4
+    d = (h_of(SLERP_T + h) - h_of(SLERP_T - h)) / (2 * h)
+    X = np.stack([np.cos(np.pi * SLERP_T / 2), np.sin(np.pi * SLERP_T / 2)], 1)
+    coef, *_ = np.linalg.lstsq(X, d, rcond=None)
+    return Evaluation(value=np.array([np.max(np.abs(d - X @ coef)) / np.max(np.abs(d))]),
+                      method="NumPy: H along SLERP, central differences, least-squares cosine fit")
+
+
 det_claim("s5_2_4.eq5_17_same_frequency", f"{SOURCE} eq. (5.17)",
      "dH(Sm(w)|Sm(SLERP(v,w,t)))/dt = â·cos(πt/2 + b̂) on [0, 1] ('a sum of same-frequency cosines is a cosine')",
-     0.0, _ev_same_frequency, Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT_ORIGIN),
+     0.0, _ev_same_frequency, Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT_ORIGIN), witness=_wit_same_frequency,
      notes="value = max|dH/dt − best â·cos(πt/2 + b̂)| / max|dH/dt| (n=8, l=1, dH/dt by jax.grad). Does not hold: in "
            "eq. (5.16) the coefficients Sm(w)_i − Sm(v(t))_i depend on t, so the sum is not a single cosine; the step "
            "is valid only for constant coefficients (s5_2_4.same_frequency_constant_coefficients)")
@@ -528,6 +550,11 @@ for _id, _kind, _printed, _intended in (
      "D_KL(Softmax(w)‖Softmax(SLERP(v, w, t))) = a·cos(π/2·x + b) + c for 0 ≤ t ≤ 1. […] So the corollary is proven.", ""),
     ("s5_2_4.eq5_5_printed", "typo/notation",
      "dH(Sm(w)|Sm(v(t)))/dt = Σ_{i=1}^n (Sm(w)_i − Sm(v)_i)·dv_i(t)/dt (5.5)", "s5_2_4.eq5_5_corrected"),
+    ("s5_2_4.eq5_17_same_frequency", "proof gap",
+     "Combining all individual cosine terms in the summation formula, we obtain: dH(Sm(w)|Sm(v(t)))/dt = Σ_{i=1}^n "
+     "(Sm(w)_i − Sm(v)_i)·(π/2)·√(w_i² + v_i²)·cos(t·π/2 + arctan(−v_i/w_i)) (5.16). The sum of cosine functions is again "
+     "a cosine function with the same frequency if all cosine terms have the same frequency, which is the case with "
+     "θ = π/2: ∃â, b̂ ∈ R  dH(Sm(w)|Sm(SLERP(v, w, t)))/dt = â·cos(π/2·x + b̂), 0 ≤ t ≤ 1 (5.17)", ""),
     ("s5_3_2.taylor_shift_printed", "typo/notation",
      "exp(z) = exp(Σ_i λ_i·v_i) ≈ 1 + Σ_i(λ_i·v_i) + ½Σ_i(λ_i²·v_i²) + Σ_{i<j}(λ_i·λ_j·v_i·v_j) ≈ (n − 1) + Σ_i exp(λ_iv_i) + "
      "Σ_{i<j}(λ_i·λ_j·v_i·v_j). We can see that the linear combinations get shifted by n − 1",

@@ -1,0 +1,177 @@
+"""Where claims are registered: :func:`register` (called by a source's module on import), discovery of the
+source modules, and selection by id, prefix or glob."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import inspect
+import pkgutil
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from geomjax.claims.claim import Claim
+from geomjax.errors import GeomjaxError
+
+_REGISTRY: dict[str, tuple[Claim, str]] = {}
+#: The registry's own modules (everything else in geomjax/claims/ not starting with "_" is a source's module).
+_NOT_SOURCE_MODULES = {"registry", "rules", "claim", "registration", "sampling", "sequential", "judge", "runner",
+                       "records", "erratum", "catalogue", "limits"}
+
+
+def register(claim: Claim) -> Claim:
+    """Add ``claim`` to the registry (returns it, so it can be used as an expression).
+
+    Re-registering an id from the same module (e.g. after a reload) replaces it; the same id from
+    another module raises ValueError.
+    """
+    return _add(claim, _caller_module())
+
+
+def register_table(columns: Sequence[str], rows: Sequence[Sequence[Any]], **common) -> list[Claim]:
+    """Register a table of claims that share fields (a check, a rule and its margin, a prediction): one
+    :class:`Claim` per row, ``Claim(**common, **dict(zip(columns, row)))`` — ``columns`` name the
+    :class:`Claim` fields that differ from row to row (at least ``id``), ``common`` gives the rest. The
+    claims' module is the caller's, as with :func:`register`.
+
+    Returns:
+      The registered claims, in row order.
+
+    Raises:
+      ValueError: a row whose length differs from the number of columns, or a column also in ``common``.
+    """
+    origin = _caller_module()
+    if set(columns) & set(common):
+        raise ValueError(f"register_table: {sorted(set(columns) & set(common))} given as a column and in common")
+    for row in rows:
+        if len(row) != len(columns):
+            raise ValueError(f"register_table: row {row[:1]} has {len(row)} fields for {len(columns)} columns")
+    return [_add(Claim(**common, **dict(zip(columns, row))), origin) for row in rows]
+
+
+def annotate(claim_id: str, **fields) -> Claim:
+    """Set a registered claim's reading fields (``reading``, ``scope``, ``error_kind``, ``printed``, ``intended_by``,
+    ``corrected_by``) after it was registered (e.g. by :func:`register_table`), from the module that registered it
+    (or another module of the same source package, e.g. ``geomjax.claims.wertich``).
+
+    Raises:
+      KeyError: no claim ``claim_id``.  ValueError: another field, or a claim of another module.
+    """
+    allowed = {"reading", "scope", "error_kind", "printed", "intended_by", "corrected_by"}
+    if set(fields) - allowed:
+        raise ValueError(f"annotate: only {sorted(allowed)} can be set, got {sorted(set(fields) - allowed)}")
+    claim, origin = _REGISTRY[claim_id]
+    if _source_package(origin) != _source_package(_caller_module()):
+        raise ValueError(f"annotate: {claim_id} is registered by {origin}; annotate it from its source's modules")
+    return _add(replace(claim, **fields), origin)
+
+
+def _source_package(module: str) -> str:
+    """"geomjax.claims.wertich" for "geomjax.claims.wertich.ch6" (a source split into modules), else the module."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if parts[:2] == ["geomjax", "claims"] else module
+
+
+def _add(claim: Claim, origin: str) -> Claim:
+    """Add ``claim`` registered by the module ``origin`` (see :func:`register`)."""
+    if not isinstance(claim, Claim):
+        raise TypeError(f"register: expected a Claim, got {type(claim).__name__}")
+    if claim.id in _REGISTRY and _REGISTRY[claim.id][1] != origin:
+        raise ValueError(
+            f"register: claim id {claim.id!r} is already registered by {_REGISTRY[claim.id][1]}"
+        )
+    _REGISTRY[claim.id] = (claim, origin)
+    return claim
+
+
+def unregister(claim_id: str) -> None:
+    """Remove a claim (tests use this to clean up claims they registered)."""
+    _REGISTRY.pop(claim_id, None)
+
+
+def _caller_module() -> str:
+    frame = inspect.currentframe()
+    try:
+        f = frame.f_back.f_back if frame and frame.f_back else None
+        return f.f_globals.get("__name__", "?") if f else "?"
+    finally:
+        del frame
+
+
+def _source_modules() -> list[str]:
+    pkg = sys.modules[__package__]  # geomjax.claims, imported before this module (its package)
+    return sorted(
+        name
+        for _, name, ispkg in pkgutil.iter_modules(pkg.__path__)
+        if not name.startswith("_") and name not in _NOT_SOURCE_MODULES
+    )
+
+
+def _discover(only: set[str] | None = None) -> None:
+    """Import geomjax.claims.<source> modules (those present).
+
+    Raises:
+      ImportError: a claims module fails to import — its claims would otherwise silently vanish
+        from ``verify``; the message names the module.
+    """
+    for name in _source_modules():
+        if only is not None and name not in only:
+            continue
+        try:
+            importlib.import_module(f"geomjax.claims.{name}")
+        except Exception as exc:
+            raise ImportError(
+                f"geomjax.claims: could not import the claims module geomjax.claims.{name} ({exc!r}); "
+                "its claims cannot be checked — fix the module (or remove it from geomjax/claims/)"
+            ) from exc
+
+
+def all_claims() -> list[Claim]:
+    """Every registered claim (after importing every geomjax.claims.<source> module), sorted by id."""
+    _discover()
+    return [c for _, (c, _) in sorted(_REGISTRY.items())]
+
+
+def _matches(claim: Claim, pattern: str) -> bool:
+    """An exact id, an id prefix ("wertich.s6_2_2.eq6_12" matches "wertich.s6_2_2.eq6_12_printed";
+    "bao" matches every Bao claim) or an id glob ("song_zhong.theorem1.*")."""
+    p = pattern.strip()
+    if not p:
+        return False
+    return claim.id.startswith(p) or fnmatch.fnmatchcase(claim.id, p)
+
+
+def select_claims(select: str | Sequence[str] | None = None) -> list[Claim]:
+    """Claims matching ``select``.
+
+    Args:
+      select: None (all), or one pattern or a list of patterns. A pattern matches a claim when it
+        is the claim's id, a prefix of it (the source module "bao", "song_zhong.theorem1") or an id
+        glob ("song_zhong.*.printed"). Statement and source text are not searched.
+
+    Returns:
+      Matching claims sorted by id (possibly empty).
+    """
+    claims = all_claims()
+    if select is None:
+        return claims
+    patterns = [select] if isinstance(select, str) else list(select)
+    return [c for c in claims if any(_matches(c, p) for p in patterns)]
+
+
+def _select_strict(select, who: str) -> list[Claim]:
+    """:func:`select_claims`, raising GeomjaxError for a pattern that matches no claim."""
+    selected = select_claims(select)
+    if select is not None:
+        patterns = [select] if isinstance(select, str) else list(select)
+        registered = all_claims()
+        unmatched = [p for p in patterns if not any(_matches(c, p) for c in registered)]
+        if unmatched:
+            groups = sorted({c.group for c in registered})
+            raise GeomjaxError(
+                f"{who}: select pattern(s) {unmatched} match no claim; use an exact id, an id prefix "
+                f"(a source module {groups}, e.g. 'bao.lemma1') or an id glob"
+            )
+    return selected
