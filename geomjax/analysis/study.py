@@ -310,14 +310,24 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> Theor
       their maxima and argmax (k, m), ``n_certified_violations_*`` (lower bound > RHS), ``lhs`` (K,),
       ``lhs_over_opnorm`` (K,) = LHS / (‖G‖op / T), ``delta_max`` (M,), ks, ms.
     """
+    G = _pos_gram(pos)
+    with jax.enable_x64(True):
+        tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
+    return _theorem1_result(G, tab)
+
+
+def _pos_gram(pos) -> np.ndarray:
+    """G = P Pᵀ (T, T) of pos re-centred over t in float64, scaled to trace T and symmetrised."""
     P = np.asarray(pos, np.float64)
     P = P - P.mean(0, keepdims=True)
     G = P @ P.T
+    G = G * (G.shape[0] / np.trace(G))
+    return 0.5 * (G + G.T)
+
+
+def _theorem1_result(G: np.ndarray, tab) -> Theorem1OnPos:
+    """:class:`Theorem1OnPos` of one layer from its Gram and its ``smoothness.Theorem1Table``."""
     T = G.shape[0]
-    G = G * (T / np.trace(G))
-    G = 0.5 * (G + G.T)
-    with jax.enable_x64(True):
-        tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
     lhs = tab.lhs_printed[:, None]
     out = {"ks": np.asarray(tab.ks), "ms": np.asarray(tab.ms), "lhs": np.asarray(tab.lhs_printed),
            "lhs_lower": np.asarray(tab.lhs_printed_lower),
@@ -906,7 +916,11 @@ def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     """Theorem 1, eq. (6), on every layer's pos Gram, k = 1..min(20, T − 1)."""
     T = stats[0].n_positions
     ks = tuple(range(1, min(20, T - 1) + 1))
-    return [theorem1_on_pos(st.pos, ks=ks) for st in _bar(stats, "Theorem 1, eq. (6)", progress)]
+    status_line(f"Theorem 1, eq. (6): {len(stats)} layers as one program", progress)
+    Gs = np.stack([_pos_gram(st.pos) for st in stats])
+    with jax.enable_x64(True):
+        tabs = smoothness.theorem1_tables(jnp.asarray(Gs), ks=ks)
+    return [_theorem1_result(G, tab) for G, tab in zip(Gs, tabs)]
 
 
 APPC_STATE_BYTES = 16 * 2 ** 30
