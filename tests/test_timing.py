@@ -88,3 +88,33 @@ def test_geometry_run_json_and_report_carry_the_stage_table(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Where the time went" in md and "| forward + sums |" in md
     assert np.isfinite(t["cpu_s"])
+
+
+def test_theorem1_of_every_layer_compiles_once_per_shape():
+    """smoothness.theorem1_tables: the layers' eq. (6) tables are one program; a second stack of the same
+    shapes (a second run) builds none, and each layer equals theorem1_table of that layer alone."""
+    from geomjax.theory import smoothness
+
+    rng = np.random.default_rng(1)
+
+    def grams(seed_shift):
+        out = []
+        for i in range(3):
+            P = np.cumsum(rng.standard_normal((12, 7 + i + seed_shift)), 0)
+            P -= P.mean(0)
+            out.append(P @ P.T)
+        return np.stack(out)
+
+    with jax.enable_x64(True):
+        g1, g2 = grams(0), grams(1)
+        with timing.record():
+            with timing.stage("first") as first:
+                tabs = smoothness.theorem1_tables(g1, ks=range(1, 6), ms=(1, 2))
+            with timing.stage("second") as second:
+                smoothness.theorem1_tables(g2, ks=range(1, 6), ms=(1, 2))
+        assert first.programs >= 1 and second.programs == 0
+        for G, tab in zip(g1, tabs):
+            one = smoothness.theorem1_table(G, ks=range(1, 6), ms=(1, 2))
+            for f in ("lhs_printed", "lhs_printed_lower", "lhs_dct", "lhs_dct_lower", "rhs_printed", "delta_max",
+                      "delta_rounding"):
+                np.testing.assert_allclose(getattr(tab, f), getattr(one, f), rtol=1e-12, atol=0, err_msg=f)
