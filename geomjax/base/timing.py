@@ -43,8 +43,9 @@ class StageTime:
       wall_s: wall-clock seconds from entering to leaving the stage.
       cpu_s: CPU seconds of the whole process (every thread) over the same span; with stages running
         in parallel threads this counts their overlap in each.
-      compile_s: seconds of tracing, lowering and compiling (or reading from the persistent cache)
-        emitted inside the stage (its thread), part of ``wall_s``.
+      compile_s: the durations of JAX's tracing, lowering and compiling (or persistent-cache reading)
+        events emitted inside the stage (its thread). A trace nested in another's (an inner jit traced
+        while the outer one is) is counted in both, so this can exceed ``wall_s`` slightly.
       programs: XLA programs built in the stage (compiled, or read from the persistent cache).
       cache_hits: of those, read from the persistent compilation cache.
       parallel: True for a stage that ran in a worker thread beside others (its wall time overlaps).
