@@ -240,7 +240,7 @@ def _run(args) -> int:
             jax.config.update("jax_num_cpu_devices", int(args.devices))
         except RuntimeError:  # a backend is up already: the mesh check says what is visible
             pass
-    from geomjax.base import parallel
+    from geomjax.base import parallel, timing
     from geomjax.analysis import report
 
     parallel.enable_compilation_cache()
@@ -294,8 +294,9 @@ def _run(args) -> int:
     run = report.RunDir(args.out, command=args.command, options=options, overwrite=args.overwrite,
                         in_place=args.command == "train", argv=list(sys.argv[1:]))
     try:
-        summary = _execute(args, run, progress)
-        final = run.finish()
+        with timing.record() as rec:
+            summary = _execute(args, run, progress)
+        final = run.finish(timing=rec.to_json())
     except BaseException:
         run.abandon()
         raise
@@ -308,6 +309,8 @@ def _run(args) -> int:
 
 def _execute(args, run, progress: bool) -> str | None:
     """Write the run's files into ``run``; returns the claims summary line, if any."""
+    from geomjax.base import timing
+    from geomjax.analysis import report
     from geomjax.drivers import pipeline
 
     if args.command in ("demo", "geometry"):
@@ -323,8 +326,9 @@ def _execute(args, run, progress: bool) -> str | None:
 
         def claims_check():  # the demo's claims run while the study's figures are drawn
             pipeline.status_line("checking Song & Zhong's claims", progress)
-            s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,
-                                                     seed=cfg.seed, progress=progress)
+            with timing.stage("claims"):
+                s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,
+                                                         seed=cfg.seed, progress=progress)
             return s_claims, {"claims": m_claims}
 
         sections, metrics = pipeline.run_geometry(cfg, run, progress=progress,
@@ -334,11 +338,13 @@ def _execute(args, run, progress: bool) -> str | None:
             m_claims = metrics["claims"]
             summary = (f"claims: {len(m_claims['results'])} checked: "
                        f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
-        run.write_config(dataclasses.asdict(cfg) | {"command": args.command,
-                                                     "model_conventions": metrics["model_conventions"]})
-        run.write_json("metrics.json", metrics)
-        run.write_report(f"geomjax {args.command}: {cfg.model} on {cfg.corpus}", sections,
-                         meta=pipeline.meta_line(cfg, metrics.get("n_positions")))
+        with timing.stage("report"):
+            run.write_config(dataclasses.asdict(cfg) | {"command": args.command,
+                                                         "model_conventions": metrics["model_conventions"]})
+            run.write_json("metrics.json", metrics)
+            run.write_report(f"geomjax {args.command}: {cfg.model} on {cfg.corpus}",
+                             sections + [report.timing_section(timing.current())],
+                             meta=pipeline.meta_line(cfg, metrics.get("n_positions")))
         return summary
     if args.command == "train":
         sections, metrics, cfg = pipeline.run_training(

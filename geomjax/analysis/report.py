@@ -241,10 +241,13 @@ class RunDir:
         if self._marker is not None:
             self.write_json(RUN_MARKER, self._marker)
 
-    def finish(self) -> Path:
-        """Mark the run complete (``run.json``) and, unless in place, move it to its final path."""
+    def finish(self, timing: dict | None = None) -> Path:
+        """Mark the run complete (``run.json``, with the run's stage ``timing`` when given:
+        ``geomjax.base.timing.Recording.to_json``) and, unless in place, move it to its final path."""
         if self._marker is not None:
             self._marker.update(status="complete", finished=_utc_now())
+            if timing is not None:
+                self._marker["timing"] = timing
             self.write_json(RUN_MARKER, self._marker)
         if not self.in_place:
             trash = None
@@ -319,6 +322,24 @@ def schedule_section(schedules: Mapping[str, dict]) -> Section:
                      r["lr_warmup_end"], r["lr_last_step"], r["lr_end"], r["end_lr"]])
     return s.table(["model", "schedule", "warm-up W", "horizon", "steps T", "lr at step 0", "lr at step W",
                     "lr at step T-1", "lr at step T", "configured final lr"], rows)
+
+
+TIMING_HEADING = "Where the time went"
+
+
+def timing_section(rec) -> Section:
+    """The stage table of a run (a ``geomjax.base.timing.Recording`` so far): wall, CPU and compile seconds
+    and the XLA programs built (compiled or read from the persistent cache) per stage, with the machine's
+    load. The same numbers, with the report's own writing and the totals, are run.json's ``timing``."""
+    s = Section(TIMING_HEADING, [
+        "Wall seconds of every stage of this run, the CPU seconds of the whole process over the same span, the "
+        "seconds JAX spent tracing, lowering and compiling (or reading compiled programs from the persistent "
+        "cache) inside the stage, and the XLA programs it built (of which read from the cache). A stage marked "
+        "'in parallel' ran in a worker thread beside the following stages, so its wall time overlaps theirs. "
+        f"Measured under {machine_load()}. run.json's 'timing' adds the writing of this report and the totals."])
+    rows = [[st.name + (" (in parallel)" if st.parallel else ""), round(st.wall_s, 2), round(st.cpu_s, 2),
+             round(st.compile_s, 2), f"{st.programs} ({st.cache_hits} cached)"] for st in rec.stages]
+    return s.table(["stage", "wall s", "CPU s", "compile s", "XLA programs"], rows)
 
 
 def machine_load() -> str:

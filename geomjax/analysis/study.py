@@ -39,6 +39,7 @@ from geomjax.theory import spectral
 from geomjax.convert import load_config, load_pretrained, minilm_path
 from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
 from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
+from geomjax.base import timing
 from geomjax.base._checks import x64_context
 from geomjax.theory.decomposition import DecompositionStats, class_scatter_init, class_scatter_update
 from geomjax.theory.geometry import compactness_from_scatter, pca_from_scatter
@@ -309,14 +310,24 @@ def theorem1_on_pos(pos, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> Theor
       their maxima and argmax (k, m), ``n_certified_violations_*`` (lower bound > RHS), ``lhs`` (K,),
       ``lhs_over_opnorm`` (K,) = LHS / (‖G‖op / T), ``delta_max`` (M,), ks, ms.
     """
+    G = _pos_gram(pos)
+    with jax.enable_x64(True):
+        tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
+    return _theorem1_result(G, tab)
+
+
+def _pos_gram(pos) -> np.ndarray:
+    """G = P Pᵀ (T, T) of pos re-centred over t in float64, scaled to trace T and symmetrised."""
     P = np.asarray(pos, np.float64)
     P = P - P.mean(0, keepdims=True)
     G = P @ P.T
+    G = G * (G.shape[0] / np.trace(G))
+    return 0.5 * (G + G.T)
+
+
+def _theorem1_result(G: np.ndarray, tab) -> Theorem1OnPos:
+    """:class:`Theorem1OnPos` of one layer from its Gram and its ``smoothness.Theorem1Table``."""
     T = G.shape[0]
-    G = G * (T / np.trace(G))
-    G = 0.5 * (G + G.T)
-    with jax.enable_x64(True):
-        tab = smoothness.theorem1_table(jnp.asarray(G), ks=ks, ms=ms)
     lhs = tab.lhs_printed[:, None]
     out = {"ks": np.asarray(tab.ks), "ms": np.asarray(tab.ms), "lhs": np.asarray(tab.lhs_printed),
            "lhs_lower": np.asarray(tab.lhs_printed_lower),
@@ -905,7 +916,11 @@ def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     """Theorem 1, eq. (6), on every layer's pos Gram, k = 1..min(20, T − 1)."""
     T = stats[0].n_positions
     ks = tuple(range(1, min(20, T - 1) + 1))
-    return [theorem1_on_pos(st.pos, ks=ks) for st in _bar(stats, "Theorem 1, eq. (6)", progress)]
+    status_line(f"Theorem 1, eq. (6): {len(stats)} layers as one program", progress)
+    Gs = np.stack([_pos_gram(st.pos) for st in stats])
+    with jax.enable_x64(True):
+        tabs = smoothness.theorem1_tables(jnp.asarray(Gs), ks=ks)
+    return [_theorem1_result(G, tab) for G, tab in zip(Gs, tabs)]
 
 
 APPC_STATE_BYTES = 16 * 2 ** 30
@@ -1169,37 +1184,48 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     """
     t0 = time.perf_counter()
     validate_geometry(cfg)
-    m = _load(cfg, progress)  # checks that need only the model's config come before the corpus sampling
+    with timing.stage("load: config and tokenizer"):
+        m = _load(cfg, progress)  # checks that need only the model's config come before the corpus sampling
     vocab = getattr(getattr(m.model, "tokenizer", None), "chars", None)  # a ToyRun's characters
-    inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)  # capacity: before the weights
-    _load_weights(cfg, m, progress)
+    with timing.stage("tokenize"):
+        inputs = prepare_inputs(cfg, m.tokenizer, vocab=vocab, progress=progress)  # capacity: before the weights
+    with timing.stage("load: weights"):
+        _load_weights(cfg, m, progress)
     w = inputs.windows
     t1 = time.perf_counter()
-    stats = _stream(cfg, m, w.ids, "forward + decomposition", progress)
-    jax.block_until_ready(stats[-1].ctx)
+    with timing.stage("forward + sums"):
+        stats = _stream(cfg, m, w.ids, "forward + decomposition", progress)
+        jax.block_until_ready(stats[-1].ctx)
     t_extract = time.perf_counter() - t1
     n_layers = len(stats)
     names = ["emb"] + [f"L{i}" for i in range(1, n_layers)]
     fwd = jax.jit(m.forward)  # one jitted forward for the cvec draw and the token clusters
-    states = fwd(m.params, jnp.asarray(inputs.cvec_ids))
-    cvec = _cvec_draw(cfg, stats, states)
+    with timing.stage("cvec draw (forward)"):
+        states = fwd(m.params, jnp.asarray(inputs.cvec_ids))
+        cvec = _cvec_draw(cfg, stats, states)
     options = StudyOptions(screenot_k=cfg.screenot_k, centered_relative_norm=cfg.centered_relative_norm)
     labels = np.asarray(w.doc_labels)
     multi_doc = np.unique(labels).size >= 2
-    rows = _layer_rows(cfg, stats, states, labels, options, progress)
-    thm1 = _theorem1(stats, progress) if cfg.theorem1 else []
-    clusters = (_token_clusters(cfg, fwd, m.params, w.ids, labels, stats, progress)
-                if cfg.n_cluster_windows and multi_doc else [])
-    ood = _ood(cfg, m, inputs.ood_ids, options, progress) if inputs.ood_ids is not None else None
+    with timing.stage("metrics (Tables 1, 3-5)"):
+        rows = _layer_rows(cfg, stats, states, labels, options, progress)
+    with timing.stage("Theorem 1"):
+        thm1 = _theorem1(stats, progress) if cfg.theorem1 else []
+    with timing.stage("token clusters (App. C)"):
+        clusters = (_token_clusters(cfg, fwd, m.params, w.ids, labels, stats, progress)
+                    if cfg.n_cluster_windows and multi_doc else [])
+    with timing.stage("OOD (Table 2)"):
+        ood = _ood(cfg, m, inputs.ood_ids, options, progress) if inputs.ood_ids is not None else None
     t_total = time.perf_counter() - t0
 
     status_line("figures", progress)
     mid = n_layers // 2
     T, d = stats[0].n_positions, int(stats[0].pos.shape[-1])
     X = np.concatenate([np.asarray(stats[mid].pos), np.asarray(stats[mid].ctx)])
+    with timing.stage("projections (Figs. 1-3, App. C)"):
+        layers = _layer_results(stats, names, rows, cvec, thm1, clusters, ood)
     return StudyResult(
         config=cfg, options=options, model_desc=_model_desc(cfg, m, n_layers, X.shape[1]), arch=_arch_of(m.model),
-        conventions=m.conventions, layers=_layer_results(stats, names, rows, cvec, thm1, clusters, ood),
+        conventions=m.conventions, layers=layers,
         n_contexts=cfg.n_contexts, n_positions=T, d_model=d, labels=labels,
         doc_names=tuple(inputs.doc_names), n_tokens_corpus=inputs.n_tokens_corpus,
         singular_values_mid=top_singular_values(stats[mid], options.n_singular),

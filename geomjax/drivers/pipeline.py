@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import dataclasses
 import importlib
 import shutil
@@ -20,7 +21,7 @@ import numpy as np
 
 from geomjax._version import __version__
 from geomjax import claims, data, train
-from geomjax.base import parallel
+from geomjax.base import parallel, timing
 from geomjax.analysis import plots
 from geomjax.analysis import report
 from geomjax.analysis import study
@@ -75,16 +76,17 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True,
     result = study.run(cfg, progress=progress)
 
     def draw():
-        paths = {}
-        for name, fig in plots.study_figures(result).items():
-            paths[name] = plots.save_to_run(fig, run, f"{name}.png")
-        return report.sections(result, paths)
+        with timing.stage("figures", parallel=alongside is not None):
+            paths = {}
+            for name, fig in plots.study_figures(result).items():
+                paths[name] = plots.save_to_run(fig, run, f"{name}.png")
+            return report.sections(result, paths)
 
     metrics = result.to_json()
     if alongside is None:
         return draw(), metrics
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="geomjax-figures") as pool:
-        drawn = pool.submit(draw)
+        drawn = pool.submit(contextvars.copy_context().run, draw)  # the figures' stage in this run's recording
         try:
             more, extra = alongside()
         finally:  # never leave the thread drawing into a run directory that is about to be abandoned

@@ -54,7 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax.base._checks import as_real_array, check_finite, check_int, check_square, float64_aware, is_concrete
+from geomjax.base._checks import (as_real_array, check_finite, check_int, check_square, eigvalsh, float64_aware,
+                                  is_concrete)
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, Complex, DType, Float, Int
 
@@ -71,6 +72,7 @@ __all__ = [
     "corrected_constant",
     "theorem1_rhs",
     "theorem1_bound",
+    "theorem1_tables",
     "Theorem1Table",
     "theorem1_table",
 ]
@@ -299,7 +301,7 @@ def _op_sym(A):
     jaxlib's ``ParallelBatchMap``; see ``_table_core``).
     """
     sym = 0.5 * (A + jnp.swapaxes(A, -1, -2))
-    return jnp.max(jnp.abs(jnp.linalg.eigvalsh(sym)), axis=-1)
+    return jnp.max(jnp.abs(eigvalsh(sym)), axis=-1)  # values only (_checks.eigvalsh: LAPACK 'N' on CPU)
 
 
 @jax.tree_util.register_dataclass
@@ -560,9 +562,13 @@ def theorem1_bound(
     return lhs, theorem1_rhs(G, k, m, constant=constant)
 
 
-@partial(jax.jit, static_argnames=("kmax", "mmax"))
-def _table_core(G, kmax: int, mmax: int):
-    """All k = 1..kmax and m = 1..mmax in one compiled call (nested spans, masked columns)."""
+def _table_core_one(G, kmax: int, mmax: int):
+    """All k = 1..kmax and m = 1..mmax of one G (nested spans, masked columns); vmappable.
+
+    The fits are formed from rank-k factors (G − Q M Qᵀ and G − Q(GQ)ᵀ − (GQ)Qᵀ + Q M Qᵀ, M = QᵀGQ,
+    instead of T×T projectors: T²k instead of T³ per k), and the DFT low-pass keeps only the 2·kmax − 1
+    frequencies |f| < kmax that any k selects (instead of all N = 2T); float64 rounding of either form
+    is ~1e-15 relative, far below the 1e-6 the study's numbers are compared at."""
     T = G.shape[0]
     N = 2 * T
     Gt = _reflect(G)
@@ -572,34 +578,47 @@ def _table_core(G, kmax: int, mmax: int):
         dmax.append(jnp.max(jnp.abs(A)))
     Qp, _ = jnp.linalg.qr(low_frequency_basis(T, kmax, convention="printed", dtype=G.dtype))
     Qd, _ = jnp.linalg.qr(low_frequency_basis(T, kmax, convention="dct", dtype=G.dtype))
-    F = _dft_matrix(N, G.dtype)
-    A_hat = F @ Gt.astype(F.dtype) @ F.T
-    freq = jnp.arange(N)
-    signed = jnp.where(freq <= N // 2, freq, freq - N)
-    eye = jnp.eye(T, dtype=G.dtype)
+    freq = np.arange(N)
+    signed = np.where(freq <= N // 2, freq, freq - N)
+    sel = np.flatnonzero(np.abs(signed) <= kmax - 1)  # the frequencies any k <= kmax keeps
+    F = _dft_matrix(N, G.dtype)[sel]  # (S, N) rows of the DFT at those frequencies
+    A_low = F @ Gt.astype(F.dtype) @ F.T  # (S, S): the corner of F G̃ Fᵀ the low-pass reads
+    Fs_all = jnp.conj(F[:, :T]).T  # (T, S)
+    sig = jnp.asarray(np.abs(signed[sel]))
 
     def per_k(k):
         keep = (jnp.arange(kmax) < k).astype(G.dtype)[None, :]
 
         def residuals(Q):
             Qk = Q * keep
-            P = Qk @ Qk.T
-            fit = P @ G @ P
-            R = (eye - P) @ G @ (eye - P)
+            GQ = G @ Qk
+            M = Qk.T @ GQ
+            fit = Qk @ M @ Qk.T
+            R = G - Qk @ GQ.T - GQ @ Qk.T + fit
             return G - fit, R
 
         res_p, low_p = residuals(Qp)
         _, low_d = residuals(Qd)
-        mask = jnp.abs(signed) <= k - 1
-        Fs = jnp.conj(F[:T]) * mask[None, :]
-        back = ((Fs @ A_hat @ Fs.T) / (N * N)).real
+        Fs = Fs_all * (sig <= k - 1)[None, :]
+        back = ((Fs @ A_low @ Fs.T) / (N * N)).real
         return jnp.stack([res_p, low_p, G - back.astype(G.dtype), low_d])  # (4, T, T)
 
     mats = jax.vmap(per_k)(jnp.arange(1, kmax + 1))  # (kmax, 4, T, T)
-    # ONE batched eigh for all 4·kmax matrices: several concurrent batched eigh kernels can
-    # deadlock XLA:CPU's thread pool (see _op_sym).
+    # ONE batched eigh for all 4·kmax matrices (of every layer, under the layers' vmap): several
+    # concurrent batched eigh kernels can deadlock XLA:CPU's thread pool (see _op_sym).
     norms = _op_sym(mats.reshape(4 * kmax, T, T)).reshape(kmax, 4)
     return jnp.stack(dmax), norms[:, 0], norms[:, 1], norms[:, 2], norms[:, 3]
+
+
+_table_core = partial(jax.jit, static_argnames=("kmax", "mmax"))(_table_core_one)
+"""One G: one compiled program per (T, kmax, mmax)."""
+
+
+@partial(jax.jit, static_argnames=("kmax", "mmax"))
+def _table_core_stack(Gs, kmax: int, mmax: int):
+    """A stack (L, T, T) of Gs as ONE program (one batched eigh for all L·4·kmax matrices): every layer of
+    a study at once, compiled once per (L, T, kmax, mmax)."""
+    return jax.vmap(_table_core_one, in_axes=(0, None, None))(Gs, kmax, mmax)
 
 
 @dataclass(frozen=True)
@@ -679,16 +698,27 @@ def theorem1_table(
     T = G.shape[0]
     _check_centred(G, "theorem1_table")
     _check_psd(G, "theorem1_table")
+    ks, ms = _check_ks_ms(T, ks, ms, "theorem1_table")
+    core = (np.asarray(a) for a in _table_core(G, int(ks.max()), int(ms.max())))
+    return _assemble_table(T, ks, ms, *core, max_abs_reflected=float(jnp.max(jnp.abs(G))),
+                           eps=float(jnp.finfo(G.dtype).eps))
+
+
+def _check_ks_ms(T: int, ks, ms, where: str):
     ks = np.asarray(list(ks), dtype=int)
     ms = np.asarray(list(ms), dtype=int)
     for k in ks:
-        _check_km(T, k=int(k), where="theorem1_table")
+        _check_km(T, k=int(k), where=where)
     for m in ms:
-        _check_km(T, m=int(m), where="theorem1_table")
-    dmax_all, lp, lpl, ld, ldl = (np.asarray(a) for a in _table_core(G, int(ks.max()), int(ms.max())))
+        _check_km(T, m=int(m), where=where)
+    return ks, ms
+
+
+def _assemble_table(T, ks, ms, dmax_all, lp, lpl, ld, ldl, *, max_abs_reflected: float, eps: float):
+    """A :class:`Theorem1Table` from the core's arrays over k = 1..kmax, m = 1..mmax (host side).
+    ``max_abs_reflected``: max |G̃| (= max |G|: G̃ repeats G's entries), for the rounding scale of Δ."""
     dmax = dmax_all[ms - 1]
-    Gt = _reflect(G)
-    dround = np.array([finite_difference_rounding(Gt, int(m)) for m in ms])
+    dround = np.array([eps * (4.0 * T * T) ** int(m) * max_abs_reflected for m in ms])
     lp, lpl, ld, ldl = (a[ks - 1] / T for a in (lp, lpl, ld, ldl))
     cp = np.array([[6.0 / (8.0 * k) ** m for m in ms] for k in ks])
     cc = np.array([[corrected_constant(T, int(k), int(m)) for m in ms] for k in ks])
@@ -707,3 +737,46 @@ def theorem1_table(
         coef_printed=cp,
         coef_corrected=cc,
     )
+
+
+@float64_aware(arrays=('Gs',))
+def theorem1_tables(
+    Gs: Float[Array, "L T T"],
+    ks: Sequence[int] | Int[Array, " K"] = tuple(range(1, 21)),
+    ms: Sequence[int] | Int[Array, " M"] = tuple(range(1, 5)),
+) -> list[Theorem1Table]:
+    """:func:`theorem1_table` (both sides of Song & Zhong eq. (6)) of L matrices at once: one compiled
+    program over the stack (compiled once per (L, T, kmax, mmax), one batched eigh for all of them), the
+    same numbers as L calls of :func:`theorem1_table`.
+
+    Use float64 (``with jax.enable_x64(True):``), as for :func:`theorem1_table`.
+
+    Args:
+      Gs: (L, T, T) symmetric PSD matrices with G 1 = 0 (e.g. the positional Gram of every layer).
+      ks: values 1 <= k <= T.  ms: values m >= 1.
+
+    Returns:
+      L :class:`Theorem1Table`, in the order of ``Gs``.
+
+    Raises:
+      ValueError: as :func:`theorem1_bound`, naming the first bad matrix's index.
+    """
+    Gs = as_real_array(Gs, "theorem1_tables")
+    if Gs.ndim != 3:
+        raise GeomjaxError(f"theorem1_tables: Gs must have shape (L, T, T), got {tuple(Gs.shape)}")
+    T = Gs.shape[-1]
+    for i in range(Gs.shape[0]):
+        G = _check_square(Gs[i], f"theorem1_tables[{i}]")
+        _check_centred(G, f"theorem1_tables[{i}]")
+    ev = np.linalg.eigvalsh(np.asarray(Gs))  # the PSD check of every G in one host call
+    for i, e in enumerate(ev):
+        tol = 1e3 * float(np.finfo(np.asarray(Gs).dtype).eps) * T * (float(np.max(np.abs(e))) or 1.0)
+        if float(e[0]) < -tol:
+            raise GeomjaxError(f"theorem1_tables[{i}]: G is not positive semi-definite (smallest eigenvalue "
+                               f"{float(e[0]):.3g}); a Gram matrix PᵀP is PSD")
+    ks, ms = _check_ks_ms(T, ks, ms, "theorem1_tables")
+    core = [np.asarray(a) for a in _table_core_stack(Gs, int(ks.max()), int(ms.max()))]
+    big = np.max(np.abs(np.asarray(Gs)), axis=(1, 2))
+    eps = float(np.finfo(np.asarray(Gs).dtype).eps)
+    return [_assemble_table(T, ks, ms, *(a[i] for a in core), max_abs_reflected=float(big[i]), eps=eps)
+            for i in range(Gs.shape[0])]
