@@ -25,12 +25,10 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import jax  # noqa: E402
 
 from experiments.grokking.config import GROK_PRESETS, get_config
 from experiments.grokking.relu_free import committed_splits
@@ -40,7 +38,8 @@ from geomjax.claim_reports.clock import analysis_sections
 from geomjax.tools.clock_probe import analyze
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError
-from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section, to_jsonable
+from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section, timing_section, to_jsonable
+from geomjax.base import timing
 from geomjax.base.parallel import enable_compilation_cache
 from geomjax.train.anomalies import detect_anomalies, last_stable_epoch
 from geomjax.train.cost import toy_training_cost
@@ -158,56 +157,21 @@ def anomaly_section(anomalies, checkpoint: int, why: str, final: int) -> Section
     return s
 
 
-class Stages:
-    """Wall seconds, XLA compile seconds and compilations of each stage of this invocation (JAX's monitoring
-    events: one backend compile per program not found in the persistent compilation cache)."""
-
-    _COMPILE = "/jax/core/compile/backend_compile_duration"
-    _HIT = "/jax/compilation_cache/cache_hits"
-
-    def __init__(self):
-        self.rows: list[dict] = []
-        self._compile = [0.0, 0, 0]  # seconds, programs, of which read from the persistent cache
-        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
-        jax.monitoring.register_event_listener(self._on_event)
-
-    def close(self) -> None:
-        """Stop listening (the listeners are process-wide)."""
-        jax.monitoring.unregister_event_duration_listener(self._on_duration)
-        jax.monitoring.unregister_event_listener(self._on_event)
-
-    def _on_duration(self, event: str, duration: float, **_kw) -> None:
-        if event == self._COMPILE:
-            self._compile[0] += duration
-            self._compile[1] += 1
-
-    def _on_event(self, event: str, **_kw) -> None:
-        if event == self._HIT:
-            self._compile[2] += 1
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        (c0, n0, h0), t0 = self._compile, time.perf_counter()
-        yield
-        self.rows.append({"stage": name, "wall_s": time.perf_counter() - t0, "compile_s": self._compile[0] - c0,
-                          "programs": self._compile[1] - n0, "from_cache": self._compile[2] - h0})
-
-    def section(self, cache_dir: str | None, load_start: str) -> Section:
-        s = Section("Timing")
-        total = sum(r["wall_s"] for r in self.rows)
-        an = sum(r["wall_s"] for r in self.rows if r["stage"].startswith("analyses"))
-        s.paragraphs.append(
-            f"Stages of this invocation (training reads 0 s where the trained runs were loaded from their run "
-            f"folders). Analyses (both runs, every number of the report, figures excluded): {an:.1f} s; total "
-            f"{total:.1f} s. Persistent compilation cache: "
-            + ("on (a program compiled by an earlier run is read back instead of compiled)"
-               if cache_dir else "off (GEOMJAX_NO_COMPILE_CACHE)")
-            + f"; BLAS threads: OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}. At the start, "
-            f"{load_start}; at the end, {machine_load()}.")
-        s.table(["stage", "wall s", "XLA compile s", "XLA programs (read from the cache)"],
-                [[r["stage"], f"{r['wall_s']:.1f}", f"{r['compile_s']:.1f}", f"{r['programs']} ({r['from_cache']})"]
-                 for r in self.rows])
-        return s
+def timing_paragraphs(rec, cache_dir: str | None, load_start: str) -> Section:
+    """The report's stage table (:func:`geomjax.analysis.report.timing_section` of the run's
+    :mod:`geomjax.base.timing` recording) with this experiment's totals: the analyses' wall seconds (the
+    issue-36 figure: both runs, every number of the report, figures excluded), the persistent compilation
+    cache and the BLAS threads."""
+    s = timing_section(rec)
+    an = sum(st.wall_s for st in rec.stages if st.name.startswith("analyses"))
+    s.paragraphs.append(
+        f"Training reads 0 s where the trained runs were loaded from their run folders. Analyses (both runs, "
+        f"every number of the report, figures excluded): {an:.1f} s. Persistent compilation cache: "
+        + ("on (a program compiled by an earlier run is read back instead of compiled)"
+           if cache_dir else "off (GEOMJAX_NO_COMPILE_CACHE)")
+        + f"; BLAS threads: OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}. At the start, "
+        f"{load_start}; at the end, {machine_load()}.")
+    return s
 
 
 def main(argv=None) -> int:
@@ -222,19 +186,25 @@ def main(argv=None) -> int:
     if args.checkpoint not in ("last-stable", "final") and not args.checkpoint.isdigit():
         raise GeomjaxError(f"--checkpoint must be 'last-stable', 'final' or an epoch, got {args.checkpoint!r}")
     out = Path(args.out or f"runs/grokking-{args.preset}")
-    cache_dir, load_start, stage = enable_compilation_cache(), machine_load(), Stages()
+    cache_dir, load_start = enable_compilation_cache(), machine_load()
+    with timing.record() as rec:
+        return _run(args, out, cache_dir, load_start, rec)
+
+
+def _run(args, out: Path, cache_dir: str | None, load_start: str, rec) -> int:
+    """Train (or load) both runs, analyse and write the report (``main``'s body, inside its timing record)."""
     run = RunDir(out, command="grokking")
     cfg = get_config(args.preset, seed=args.seed)
     n_runs = 1 if args.no_relu_free else 2
     print(f"{n_runs} run(s) of {cfg.epochs} epochs, one after another: "
           + toy_training_cost(cfg.train.replace(total_steps=cfg.epochs * n_runs)).describe())  # before training
     t0 = time.perf_counter()
-    with stage("training (ReLU)"):
+    with timing.stage("training (ReLU)"):
         res = train_grokking(cfg, out / "train", progress=not args.no_progress, log_file=out / "train.log")
     free = None
     if not args.no_relu_free:
         cfg_free = get_config(args.preset, relu=False, seed=args.seed)
-        with stage("training (ReLU-free)"):
+        with timing.stage("training (ReLU-free)"):
             free = train_grokking(cfg_free, out / "train-norelu", progress=not args.no_progress,
                                   log_file=out / "train-norelu.log")
     schedules = {"ReLU": res.config.effective_schedule()} | ({"ReLU-free": free.config.effective_schedule()} if free else {})
@@ -245,15 +215,15 @@ def main(argv=None) -> int:
     anomalies_free = detect_anomalies(free.history, prefix="ReLU-free ", factor=SPIKE_FACTOR) if free else []
     final = int(res.history["epoch"][-1])
     ck, res_an, why = choose_checkpoint(res, anomalies, args.checkpoint)
-    with stage("analyses (ReLU, with the snapshots' progress measures)"):
+    with timing.stage("analyses (ReLU, with the snapshots' progress measures)"):
         an = analyze(res_an, seed=args.seed)
     an.update(anomalies=anomalies, checkpoint=ck)
     an_free = None
     if free:
         ck_free, free_an, _ = choose_checkpoint(free, anomalies_free, args.checkpoint)
-        with stage("analyses (ReLU-free)"):
+        with timing.stage("analyses (ReLU-free)"):
             an_free = analyze(free_an, seed=args.seed, with_snapshots=False)
-    with stage("figures and report sections"):
+    with timing.stage("figures and report sections"):
         sections, metrics = analysis_sections(run, an, an_free, title=args.preset)
     plumbing = args.preset == "smoke"
     opt = cfg.train.options
@@ -262,16 +232,14 @@ def main(argv=None) -> int:
                          f"{'too' if free else 'skipped'}; analysed checkpoint epoch {ck}.",
                          _departures(cfg), comparison_rows(an, an_free))
     anom = anomaly_section(anomalies + anomalies_free, ck, why, final)
-    timing = stage.section(cache_dir, load_start)
-    stage.close()
-    sections = [cmp, schedule_section(schedules), anom, timing] + sections
+    sections = [cmp, schedule_section(schedules), anom, timing_paragraphs(rec, cache_dir, load_start)] + sections
     ms = grokking_milestones(res.history)
     metrics.update(preset=args.preset, milestones=ms, plateau_epochs=_plateau(ms)[0],
                    milestones_relu_free=grokking_milestones(free.history) if free else None,
                    final=dict(train_acc=res.history["train_acc"][-1], test_acc=res.history["test_acc"][-1]),
                    checkpoint=ck, anomalies=[a.to_json() for a in anomalies + anomalies_free],
                    plumbing_only=plumbing, train_seconds=res.seconds, compile_seconds=res.compile_seconds,
-                   stages=stage.rows, invocation_seconds=time.perf_counter() - t0)
+                   stages=[st.to_json() for st in rec.stages], invocation_seconds=time.perf_counter() - t0)
     run.write_json("metrics.json", metrics)
     run.write_report(f"Grokking and the clock algorithm ({args.preset})", sections)
     print(f"report: {out / 'report.md'}")
