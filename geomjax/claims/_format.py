@@ -32,7 +32,7 @@ def _md_escape(s: str) -> str:
 
 
 def _summary(x):
-    """A float if size 1, else a float64 array (:meth:`ClaimResult.to_dict` makes lists of it)."""
+    """A float if size 1, else a float64 array (:meth:`~geomjax.claims.claim.ClaimResult.to_dict` makes lists of it)."""
     a = np.array(x, dtype=float)
     return float(a.reshape(())) if a.size == 1 else a
 

@@ -71,7 +71,7 @@ def record_quick_seconds(results: Sequence[ClaimResult], path: str | Path = QUIC
 
 
 def table(select: str | Sequence[str] | None = None) -> list[ClaimInfo]:
-    """Every registered claim (or those matching ``select``, see :func:`select_claims`) with its source,
+    """Every registered claim (or those matching ``select``, see :func:`~geomjax.claims.registration.select_claims`) with its source,
     kind, rule and recorded cost — read from the registry and the recorded timings, without checking
     (or compiling) anything. A pattern that matches no claim raises :class:`GeomjaxError`.
 

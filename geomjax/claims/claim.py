@@ -45,7 +45,7 @@ class Claim:
       reading: how the claim reads its source, a key of :data:`READINGS` ("literal" by default: the
         statement as printed).
       scope: what the statement quantifies over, a key of :data:`SCOPES` ("universal" by default). A claim
-        of scope "random" is refuted only over at least :data:`MIN_DRAWS` independent draws.
+        of scope "random" is refuted only over at least :data:`~geomjax.claims.rules.MIN_DRAWS` independent draws.
       error_kind: the kind of error a refutation of this claim is, a key of :data:`ERRATUM_KINDS` ("" for a claim
         that is not expected to fail; the erratum requires one for every refuted literal or intended reading).
       printed: the printed statement, quoted from the source (symbols transcribed), with the place in
@@ -171,7 +171,7 @@ class ClaimResult:
     @property
     def kind(self) -> str:
         """How the claim was checked: "monte_carlo" (the mean of a sampler, estimated by
-        :func:`geomjax.theory.montecarlo.estimate`) or "deterministic" (an evaluator's :class:`Evaluation`, judged
+        :func:`geomjax.theory.montecarlo.estimate`) or "deterministic" (an evaluator's :class:`~geomjax.claims.rules.Evaluation`, judged
         by a :class:`Tolerance` or :class:`Inequality`); "" when the check raised before either ran."""
         return str(self.details.get("kind", ""))
 

@@ -133,8 +133,8 @@ def _erratum_entry(cid: str, r: Mapping, c: "Claim | None", records, by_id, budg
 
 
 def to_erratum(records: Mapping[str, Mapping], *, budget: str = "full") -> str:
-    """The erratum (Markdown) from recorded results ({id: record}, as :func:`load_full_verdicts` returns or
-    :func:`results_as_records` builds), grouped by kind (:func:`erratum_groups`): the statements that do not hold
+    """The erratum (Markdown) from recorded results ({id: record}, as :func:`~geomjax.claims.records.load_full_verdicts` returns or
+    :func:`~geomjax.claims.records.results_as_records` builds), grouped by kind (:func:`erratum_groups`): the statements that do not hold
     (wrong statements, wrong constants, over-general statements), typos with the intended statement's verdict,
     proof gaps, and geomjax's own readings that do not hold; each entry one paragraph (:func:`_erratum_entry`);
     then the summary block (:func:`erratum_summary`)."""

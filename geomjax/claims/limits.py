@@ -72,7 +72,7 @@ def limit_evaluation(sizes, values, sems=None, *, label: str = "v", method: str 
     """An :class:`Evaluation` of an n → ∞ statement from a sequence of sizes (:func:`fit_limit`).
 
     ``value`` is the extrapolated limit L and ``sem`` its standard error, to be judged (rule
-    :class:`Tolerance`) against the printed limit; the finite-n values are an observation ("finite-n
+    :class:`~geomjax.claims.rules.Tolerance`) against the printed limit; the finite-n values are an observation ("finite-n
     deviation"), never the verdict. The fitted rate must be positive for the sequence to approach
     anything: a rate at the grid's lower end (no decay resolved) makes the evaluation "inconclusive"
     (precondition "the sequence approaches a limit at a resolved rate").

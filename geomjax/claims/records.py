@@ -67,7 +67,7 @@ def contradicts(verdict: str, recorded: str) -> bool:
 
 
 def results_as_records(results: Sequence[ClaimResult]) -> dict:
-    """{id: record} of results, the form :func:`to_erratum` reads (date/commit left empty)."""
+    """{id: record} of results, the form :func:`~geomjax.claims.erratum.to_erratum` reads (date/commit left empty)."""
     return {r.id: _jsonable({"verdict": r.verdict, "reason": r.reason, "source": r.source, "statement": r.statement,
                              "margin": r.margin, "margin_origin": r.margin_origin, "witnesses": list(r.witnesses),
                              **_draws_record(r)})
@@ -86,7 +86,7 @@ def _sequential_record(r: ClaimResult) -> dict:
 
 
 def _draws_record(r: ClaimResult) -> dict:
-    """{"draws": {...}} for a result decided over random draws (:func:`over_draws`), else {}."""
+    """{"draws": {...}} for a result decided over random draws (:func:`~geomjax.claims.rules.over_draws`), else {}."""
     if "interval" not in r.details or "draws" not in r.details:
         return {}
     return {"draws": {k: r.details[k] for k in _DRAWS_KEYS if k in r.details}}

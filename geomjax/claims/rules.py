@@ -1,6 +1,6 @@
-"""The verdict rules of the claims registry: margins, :func:`decide`, the rules and what an evaluation returns.
+"""The verdict rules of the claims registry: margins, :func:`~geomjax.claims.rules.decide`, the rules and what an evaluation returns.
 
-The three verdicts, for an equality, are decided by :func:`decide` (the one place the rule lives): with
+The three verdicts, for an equality, are decided by :func:`~geomjax.claims.rules.decide` (the one place the rule lives): with
 e = estimate − predicted, s its standard error and δ the claim's margin, "holds" iff |e| + k·s ≤ δ for
 every element, "does not hold" iff |e| − k·s > δ for some element, "inconclusive" otherwise (k = 5).
 :class:`Tolerance` and :class:`Inequality` judge deterministic evaluations (:class:`Evaluation`);
@@ -118,7 +118,7 @@ def look_sigma(n_sigma: float = N_SIGMA, looks: int = LOOKS) -> float:
 
 @dataclass(frozen=True)
 class MonteCarloRule:
-    """Judged by :func:`decide`: holds iff |estimate − predicted| + n_sigma·sem ≤ δ everywhere."""
+    """Judged by :func:`~geomjax.claims.rules.decide`: holds iff |estimate − predicted| + n_sigma·sem ≤ δ everywhere."""
 
     n_sigma: float = N_SIGMA
     margin: Margin = EXACT_IDENTITY
@@ -134,7 +134,7 @@ class MonteCarloRule:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Margin δ = atol + rtol·|predicted| (elementwise), judged by :func:`decide`.
+    """Margin δ = atol + rtol·|predicted| (elementwise), judged by :func:`~geomjax.claims.rules.decide`.
 
     ``origin`` says where atol/rtol come from (float64 rounding, the statement's printed digits, a
     physical scale); required unless the tolerance is float64 rounding (rtol ≤ 1e-8, atol ≤ 1e-8).
@@ -201,7 +201,7 @@ class Inequality:
 
 @dataclass(frozen=True)
 class Decision:
-    """What :func:`decide` returns: verdict, reason (for inconclusive), detectable error, worst element."""
+    """What :func:`~geomjax.claims.rules.decide` returns: verdict, reason (for inconclusive), detectable error, worst element."""
 
     verdict: str
     reason: str
@@ -265,7 +265,7 @@ class Evaluation:
       lhs_lower: optional certified lower bound of lhs (Inequality rule); defaults to lhs.
       slack: optional non-negative array/float, an error bar on rhs − lhs (e.g. rounding).
       sem: standard error of ``value`` (or of lhs) when a Monte Carlo number is inside; 0 for an
-        exact evaluation. It enters the verdict (:func:`decide`).
+        exact evaluation. It enters the verdict (:func:`~geomjax.claims.rules.decide`).
       n: the sample count behind ``sem`` (None: the number of compared elements/instances).
       draws: for a claim of scope "random": the number of independent random instances behind the verdict
         (:func:`over_draws` sets it); a refutation with fewer than :data:`MIN_DRAWS` is inconclusive.

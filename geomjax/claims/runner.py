@@ -129,7 +129,7 @@ def run(
     """Check every selected claim and optionally write ``claims.json`` and ``claims.md``.
 
     Args:
-      select: see :func:`select_claims` (None = every claim).
+      select: see :func:`~geomjax.claims.registration.select_claims` (None = every claim).
       budget: "quick" (seconds, for tests and CI) or "full" (more samples / larger instances).
       seed: base seed; claim ``id`` uses ``fold_in(key(seed), crc32(id))``, so a claim's result
         does not depend on which other claims are selected.

@@ -18,7 +18,6 @@ instead (the dtype rule, ``geomjax.base._checks.float64_aware``).
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, NamedTuple
 
@@ -26,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax.base._checks import as_float32_or_64, float64_aware, x64_context
+from geomjax.base._checks import as_float32_or_64, compiled_cache, float64_aware, x64_context
 from geomjax.errors import GeomjaxError
 from geomjax.typing import Array, DType, Float, Int, IntSeq, Real
 
@@ -101,7 +100,7 @@ def fourier_basis(p: int, dtype: DType = jnp.float32) -> Float[Array, "P P"]:
         return jnp.asarray(_basis_rows(p), dtype)
 
 
-@functools.lru_cache(maxsize=16)
+@compiled_cache(maxsize=16)  # registered, so clear_compiled_caches reaches it
 def _basis_rows(p: int) -> np.ndarray:
     """The float64 rows of :func:`fourier_basis` (computed once per p; read-only)."""
     x = np.arange(p)
