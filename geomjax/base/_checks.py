@@ -54,36 +54,6 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # ----------------------------------------------------------------------------------------------
 
 
-def eigvalsh(a: jax.Array) -> jax.Array:
-    """Eigenvalues (ascending) of symmetric matrices ``a`` (..., n, n) -> (..., n), values only; jittable
-    and vmappable. The lower triangle is read (symmetrise first where it matters).
-
-    On the CPU backend ``jnp.linalg.eigvalsh`` calls LAPACK's syevd with eigenvectors (mode 'V') and
-    discards them; here LAPACK's values-only syevd runs instead (NumPy's ``eigvalsh`` through
-    ``jax.pure_callback``): measured 13x less CPU for 560 matrices of 127 x 127 in float64 (issue 36).
-    The eigenvalues agree to rounding (~1e-15 relative to the largest in float64). Other backends keep
-    ``jnp.linalg.eigvalsh`` (cuSOLVER / TPU), so nothing leaves an accelerator.
-    """
-    if jax.default_backend() != "cpu":
-        return jnp.linalg.eigvalsh(a)
-
-    if a.dtype != jnp.float64:
-        def host(x):
-            return np.linalg.eigvalsh(np.asarray(x)).astype(np.float32)
-
-        return jax.pure_callback(host, jax.ShapeDtypeStruct(a.shape[:-1], a.dtype), a, vmap_method="broadcast_all")
-
-    # float64: the callback's thread may run with x64 off, where JAX would cast a float64 result to float32;
-    # its bits travel as uint32 pairs instead (exact) and are reassembled here.
-    def host64(x):
-        w = np.ascontiguousarray(np.linalg.eigvalsh(np.asarray(x, np.float64)), np.float64)
-        return w.view(np.uint32).reshape(w.shape + (2,))
-
-    bits = jax.pure_callback(host64, jax.ShapeDtypeStruct(a.shape[:-1] + (2,), jnp.uint32), a,
-                             vmap_method="broadcast_all")
-    return jax.lax.bitcast_convert_type(bits, jnp.float64)
-
-
 def is_concrete(x) -> bool:
     """True unless ``x`` is a tracer (inside jit/vmap, where values cannot be inspected)."""
     return not isinstance(x, jax.core.Tracer)

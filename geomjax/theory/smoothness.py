@@ -301,7 +301,7 @@ def _op_sym(A):
     jaxlib's ``ParallelBatchMap``; see ``_table_core``).
     """
     sym = 0.5 * (A + jnp.swapaxes(A, -1, -2))
-    # jnp.linalg.eigvalsh, not _checks.eigvalsh (the values-only LAPACK callback): on the CPU the callback
+    # jnp.linalg.eigvalsh, not a values-only LAPACK callback (tried, removed): on the CPU the callback
     # gave the Theorem 1 counterexample's lower bound 2.4e-8 off NumPy's (tests/test_claims.py), not rounding
     return jnp.max(jnp.abs(jnp.linalg.eigvalsh(sym)), axis=-1)
 
