@@ -231,6 +231,28 @@ def test_a_statement_about_random_instances_is_never_refuted_by_few_draws():
     assert rec["draws"]["draws"] == 40 and rec["draws"]["failing"] == 40
 
 
+def test_draws_needed_is_where_the_clopper_pearson_interval_clears_the_allowed_fraction():
+    """draws_needed against SciPy's exact binomial interval (scipy.stats.binomtest): at the planned draws the 5σ
+    interval of the point estimate excludes f₀, at 0.8 of them it does not; an undecided over_draws says so."""
+    import scipy.stats
+
+    level = 1 - 2 * scipy.stats.norm.sf(5.0)
+    for f_hat, f0 in ((0.14, 0.1), (0.02, 0.1), (0.3, 0.1), (0.5, 0.25)):
+        need = R.draws_needed(f_hat, f0)
+        for n, clears in ((int(need), True), (int(0.8 * need), False)):
+            ci = scipy.stats.binomtest(round(f_hat * n), n).proportion_ci(confidence_level=level, method="exact")
+            assert (ci.high <= f0 or ci.low > f0) == clears, (f_hat, f0, need, n, ci)
+    assert R.draws_needed(0.1, 0.1) == float("inf") and R.draws_needed(0.9, 0.1) == R.MIN_DRAWS
+    # 9 of 64 draws undecided around the tolerance: the reason names the draws and CPU time deciding would take
+    fails, holds = np.zeros(64, bool), np.arange(64) >= 9
+    ev = R.over_draws(fails, holds, allowed_fraction=0.1, method="test", point_fails=np.arange(64) < 9, seconds=6.4)
+    assert ev.details["draws_needed"] == R.draws_needed(9 / 64, 0.1) and "independent draws (≈" in ev.needs
+    claim = Claim(id="testapi.random.needs", source="Test doc §5", statement="a random instance satisfies it",
+                  predicted="≤ 0.1", evaluate=lambda budget, key: ev, rule=Inequality(rtol=0.0), scope="random")
+    res = R.run_claim(claim)
+    assert res.verdict == "inconclusive" and "deciding needs about" in res.reason and "this run drew 64" in res.reason
+
+
 def test_claim_fields_are_checked_and_annotate_stays_in_its_source():
     with pytest.raises(ValueError, match="reading must be one of"):
         dataclasses.replace(_vector_claim(0.0), reading="as I like it")

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 import zlib
 
 import jax
@@ -384,7 +385,7 @@ def _aniso_draws(budget: str):
     the empirical ρ_i over walks and the Gaussian approximation with exact moments. The walks run whitened
     (x = F z, so ω = Zᵀ(FᵀW_QK F)z_T/λ): one compiled call per chunk of draws."""
     n_draws, n_seq, lam = _ANISO_DRAWS[budget], _ANISO_WALKS[budget], math.sqrt(_RHO_D)
-    rows = []
+    rows, t0 = [], time.process_time()
     with jax.enable_x64(True):
         k0 = _fixed_key("bao.rho.aniso.draws")
         for c, (cov, m, s, mult) in enumerate(x for x in _RHO_CASES if x[0] == "aniso"):
@@ -405,7 +406,7 @@ def _aniso_draws(budget: str):
                     rows.append({"case": f"aniso mean={m} scale={s} ×{mult}", "draw": j, "W": Ws[j], "F": Fs[j],
                                  "emp": np.asarray(emp["rho"][i], float), "sem": np.asarray(emp["sem"][i], float),
                                  "gauss": np.asarray(loc.gaussian_rho(mu, v), float)})
-    return rows, n_seq
+    return rows, n_seq, time.process_time() - t0
 
 
 def _draw_decisions(errs_and_sems):
@@ -424,9 +425,10 @@ def _aniso_summary(worst, fails, holds):
 
 
 def _aniso_eval(budget, key):
-    rows, n_seq = _aniso_draws(budget)
+    rows, n_seq, seconds = _aniso_draws(budget)
     fails, holds, worst = _draw_decisions((np.abs(r["emp"] - r["gauss"]), r["sem"]) for r in rows)
-    return over_draws(fails, holds, allowed_fraction=_ANISO_ALLOWED, details={
+    return over_draws(fails, holds, allowed_fraction=_ANISO_ALLOWED, point_fails=worst > _RHO_TOL, seconds=seconds,
+                      details={
         "per_draw_worst_error": worst.tolist(), **_aniso_summary(worst, fails, holds), "walks_per_draw": n_seq,
         "T": _RHO_T, "d": _RHO_D, "tolerance": _RHO_TOL},
         method=f"empirical frequency over {n_seq} random walks per draw (JAX, whitened) against the Gaussian approximation")
@@ -435,7 +437,7 @@ def _aniso_eval(budget, key):
 def _aniso_witness(budget, key):
     """Second witness over the same draws: :func:`numpy_rho_walks` (NumPy, own RNG, token space) against
     :func:`kron_gaussian_rho` (moments derived afresh)."""
-    rows, n_seq = _aniso_draws(budget)
+    rows, n_seq, _ = _aniso_draws(budget)
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
     pairs = []
     for r in rows:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -37,7 +38,7 @@ from geomjax.base.io import cache_root
 from geomjax.train.grokking import GrokkingConfig, config_hash, grokking_config, load_grokking_run, train_grokking
 from geomjax.train.loop import StopRule
 from geomjax.train.tasks import ModularOptions
-from geomjax.claims.registry import Claim, Evaluation, Inequality, per_run, register
+from geomjax.claims.registry import MIN_DRAWS, Claim, Evaluation, Inequality, per_run, register
 
 __all__ = ["GROK_STOP", "QUICK_CAP", "claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
            "numpy_key_frequencies", "numpy_summed_petal_fraction", "trained_analyses", "trained_description", "trained_run"]
@@ -96,7 +97,8 @@ def trained_analyses(budget: str, seed: int = 0) -> tuple[dict, dict]:
     where and why a run with a stop rule ended (:attr:`geomjax.train.grokking.GrokkingResult.stopped`), else None."""
     r = trained_run(claim_config(budget, True, seed))
     n = trained_run(claim_config(budget, False, seed))
-    return analyze(r, seed=seed) | {"stopped": r.stopped}, analyze(n, seed=seed, with_snapshots=False) | {"stopped": n.stopped}
+    return (analyze(r, seed=seed) | {"stopped": r.stopped, "train_seconds": r.seconds},
+            analyze(n, seed=seed, with_snapshots=False) | {"stopped": n.stopped, "train_seconds": n.seconds})
 
 
 def trained_description(budget: str) -> str:
@@ -472,9 +474,14 @@ _threshold_claim(
 
 
 def _ev_affine(an, budget):
-    return _at_least(budget, 0.99, [an["acc_relu_removed"]],
-                     accuracy_with_relu=an["final_acc_all"], accuracy_relu_removed=an["acc_relu_removed"],
-                     fraction_pre_activations_negative=an["frac_pre_negative"])
+    ev = _at_least(budget, 0.99, [an["acc_relu_removed"]],
+                   accuracy_with_relu=an["final_acc_all"], accuracy_relu_removed=an["acc_relu_removed"],
+                   fraction_pre_activations_negative=an["frac_pre_negative"])
+    s = float(an.get("train_seconds") or 0.0)
+    cost = f", about {MIN_DRAWS * s / 60:.3g} min of training at this model's {s:.0f} s" if s > 0 else ""
+    # one trained model is one draw of the recipe (scope "random"): a refutation needs MIN_DRAWS of them
+    return replace(ev, draws=1, needs=f"at least {MIN_DRAWS} independently trained models (seeds) of this recipe{cost}; "
+                                      "this check trained 1")
 
 
 _threshold_claim(

@@ -100,6 +100,10 @@ def _judge_evaluation(claim: Claim, ev: Evaluation, budget: str, mc_margin=None)
     if ev.precondition:
         dec = Decision("inconclusive", f"precondition not met: {ev.precondition}", dec.detectable_error,
                        dec.margin, dec.worst)
+    if ev.needs:
+        details["needs"] = ev.needs
+        if dec.verdict == "inconclusive":
+            dec = replace(dec, reason=f"{dec.reason}; deciding needs {ev.needs}")
     if ev.draws is not None:
         details["draws"] = int(ev.draws)
     details.update(_jsonable(ev.details))
@@ -134,7 +138,8 @@ def _too_few_draws(claim: Claim, res: ClaimResult) -> ClaimResult | None:
         return None
     return replace(res, verdict="inconclusive",
                    reason=(f"a statement about random instances is refuted only over ≥ {MIN_DRAWS} independent draws; "
-                           f"this check drew {draws if draws is not None else 'an unstated number'} ({res.reason})"))
+                           f"this check drew {draws if draws is not None else 'an unstated number'} ({res.reason})"
+                           + (f"; deciding needs {res.details['needs']}" if res.details.get("needs") else "")))
 
 
 def _second_witness(claim: Claim, res: ClaimResult, budget: str, key) -> ClaimResult:

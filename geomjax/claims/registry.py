@@ -85,8 +85,8 @@ from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, regist
                                          unregister)
 from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, READINGS,
                                   REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
-                                  MonteCarloRule, Rule, Tolerance, binomial_interval, decide, look_sigma,
-                                  over_draws)
+                                  MonteCarloRule, Rule, Tolerance, binomial_interval, decide, draws_needed,
+                                  look_sigma, over_draws)
 from geomjax.claims.runner import RunMemo, cost_order, per_run, run, run_claim, run_memo
 from geomjax.errors import GeomjaxError
 from geomjax.claims.sampling import _judge_monte_carlo, claim_seconds
@@ -123,6 +123,7 @@ __all__ = [
     "MIN_DRAWS",
     "binomial_interval",
     "over_draws",
+    "draws_needed",
     "FULL_VERDICTS",
     "record_full_verdicts",
     "load_full_verdicts",

@@ -10,6 +10,7 @@ docstring of :mod:`geomjax.claims.registry` describes the whole rule set.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -271,6 +272,8 @@ class Evaluation:
         (:func:`over_draws` sets it); a refutation with fewer than :data:`MIN_DRAWS` is inconclusive.
       precondition: None when the claim's presupposition is met; otherwise what was not met and the
         budget that suffices (the verdict is then "inconclusive").
+      needs: what deciding would take when this evaluation cannot decide (e.g. the independent draws an
+        :func:`over_draws` fraction needs at its point estimate); appended to an inconclusive verdict's reason.
       method: how the number was computed (shown with the witnesses).
       observations: labelled facts reported with the result that are not the verdict (e.g. the
         finite-n deviation of a limit statement).
@@ -286,6 +289,7 @@ class Evaluation:
     n: int | None = None
     draws: int | None = None
     precondition: str | None = None
+    needs: str | None = None
     method: str = ""
     observations: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
@@ -314,7 +318,7 @@ def binomial_interval(k: int, n: int, n_sigma: float = N_SIGMA) -> tuple[float, 
 
 
 def over_draws(fails, holds, *, allowed_fraction: float, method: str, details: Mapping | None = None,
-               n_sigma: float = N_SIGMA) -> Evaluation:
+               n_sigma: float = N_SIGMA, point_fails=None, seconds: float | None = None) -> Evaluation:
     """A statement about a random instance decided over independent draws (Claim.scope "random"; issue 33 item 2).
 
     Each draw j is certified to violate the statement (``fails[j]``), certified to satisfy it (``holds[j]``) or
@@ -330,6 +334,10 @@ def over_draws(fails, holds, *, allowed_fraction: float, method: str, details: M
       allowed_fraction: f₀ in [0, 1).
       method: how each draw was checked (shown with the witnesses).
       details: extra JSON-able details (per-draw numbers).
+      point_fails: optional (N,) booleans, each draw's point estimate (its Monte Carlo error ignored) on the failing
+        side. When the verdict cannot be decided they give :func:`draws_needed` at the point estimate f̂, stated in
+        ``needs`` (with ``seconds``, the run's cost of the N draws, scaled to that many).
+      seconds: CPU seconds the N draws took (for ``needs``).
 
     Returns:
       :class:`Evaluation` with ``draws`` = N and details ``draws``, ``failing`` (certified), ``undecided``,
@@ -347,7 +355,46 @@ def over_draws(fails, holds, *, allowed_fraction: float, method: str, details: M
     info = {"draws": n, "failing": k_fail, "undecided": int(k_not_hold - k_fail), "fraction_failing": k_fail / n,
             "interval": [lower, upper], "interval_level": f"Clopper–Pearson, ±{n_sigma:g}σ coverage",
             "allowed_fraction": allowed_fraction}
+    needs = None
+    if point_fails is not None and not (upper <= allowed_fraction or lower > allowed_fraction):
+        f_hat = float(np.mean(np.asarray(point_fails, dtype=bool)))
+        need = draws_needed(f_hat, allowed_fraction, n_sigma)
+        info |= {"point_fraction_failing": f_hat, "draws_needed": need}
+        cost = (f" (≈ {need * seconds / n / 60:.3g} CPU min at this run's {seconds / n:.3g} s per draw)"
+                if seconds is not None and math.isfinite(need) else "")
+        needs = (f"about {need:.3g} independent draws{cost}, each resolved at ±{n_sigma:g}σ: the failing fraction's "
+                 f"point estimate {f_hat:.3g} lies {abs(f_hat - allowed_fraction):.2g} from the allowed "
+                 f"{allowed_fraction:g}, the smallest n whose Clopper–Pearson interval at f̂ clears f₀; this run drew {n}"
+                 if math.isfinite(need) else
+                 f"an unbounded number of draws: the failing fraction's point estimate {f_hat:.3g} equals the allowed "
+                 f"{allowed_fraction:g}; this run drew {n}")
     return Evaluation(lhs=np.array([upper]), lhs_lower=np.array([lower]), rhs=np.array([allowed_fraction]),
-                      n=n, draws=n, method=method, details={**info, **dict(details or {})},
+                      n=n, draws=n, method=method, details={**info, **dict(details or {})}, needs=needs,
                       observations={"failing draws": f"{k_fail} of {n} (fraction {k_fail / n:.3g}, interval "
                                                      f"[{lower:.3g}, {upper:.3g}] at ±{n_sigma:g}σ)"})
+
+
+
+def draws_needed(f_hat: float, allowed_fraction: float, n_sigma: float = N_SIGMA) -> float:
+    """Independent draws :func:`over_draws` needs to decide a failing fraction f̂ against f₀ at ±n_sigma: the smallest
+    n (≥ :data:`MIN_DRAWS`; doubling, then bisection) at which the Clopper–Pearson interval of round(f̂·n) of n
+    (:func:`binomial_interval`) lies on one side of f₀; inf when f̂ = f₀ or past 2³⁰ draws. A planning number (f̂
+    is itself an estimate, and each draw must also be resolved), not a guarantee."""
+    f_hat, f0 = float(f_hat), float(allowed_fraction)
+    if f_hat == f0:
+        return math.inf
+
+    def clears(n: int) -> bool:
+        lo, hi = binomial_interval(min(n, max(0, round(f_hat * n))), n, n_sigma)
+        return hi <= f0 if f_hat < f0 else lo > f0
+
+    hi_n = MIN_DRAWS
+    while not clears(hi_n):
+        if hi_n > 2**30:
+            return math.inf
+        hi_n *= 2
+    lo_n = hi_n // 2
+    while hi_n - lo_n > 1 and lo_n >= MIN_DRAWS:
+        mid = (lo_n + hi_n) // 2
+        lo_n, hi_n = (lo_n, mid) if clears(mid) else (mid, hi_n)
+    return float(hi_n)
