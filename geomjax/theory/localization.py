@@ -442,8 +442,9 @@ def fig5_simulation(key: Key, *, n_seq: int = 300, T: int = 40, d: int = 128, n_
     """Bao Fig. 5 simulation: ρ_i over random walks and attention entropy per eigenvalue (mean, scale) pair.
 
     For every (mean, scale), ``n_draws`` W_QK = B diag(w) Bᵀ (w ~ N(mean, scale²), d = 128) and
-    ``n_seq`` random walks of T tokens each (Σ = I or RᵀR/d), λ = √d; all pairs × draws × sequences
-    run in one jitted vmap (:func:`empirical_rho`).
+    ``n_seq`` random walks of T tokens each (Σ = I or RᵀR/d), λ = √d; the draws run in chunks of one jitted
+    vmap each (:func:`empirical_rho`; a chunk holds about 2^24 floats of walks, so memory does not grow with
+    the number of draws).
 
     Returns:
       dict with ``rho`` (P, n_draws, T), ``entropy`` (P, n_draws), ``pairs`` [(mean, scale)], ``xi``, ``eta``
@@ -461,7 +462,12 @@ def fig5_simulation(key: Key, *, n_seq: int = 300, T: int = 40, d: int = 128, n_
         Ws.append(jax.vmap(lambda k: random_wqk(k, d, m, s)[0])(keys[p]))
     W = jnp.stack(Ws).reshape(len(pairs) * n_draws, d, d)
     lam = math.sqrt(d)
-    res = empirical_rho(k_walk, W, F, lam, T=T, n_seq=n_seq, with_entropy=True)
+    # the walks of `chunk` draws at a time (about 2^24 floats: 64 MiB of walks per call; at n_seq = 3000 one
+    # vmap over all 90 draws held 5.5 GB of walks and, with the attention matrices, took 23 GiB)
+    chunk = max(1, min(W.shape[0], 2**24 // (n_seq * T * d)))
+    parts = [empirical_rho(jax.random.fold_in(k_walk, c), W[a:a + chunk], F, lam, T=T, n_seq=n_seq, with_entropy=True)
+             for c, a in enumerate(range(0, W.shape[0], chunk))]
+    res = {k: jnp.concatenate([p[k] for p in parts]) for k in ("rho", "entropy")}
     t = jax.vmap(lambda w: w_traces(w, Sig))(W)
     xi = t["trW"] / jnp.sqrt(t["trW2"])
     eta = jnp.sqrt(t["trW2"]) / lam
