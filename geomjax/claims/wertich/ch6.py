@@ -453,10 +453,14 @@ def _s_orient(sa, sb):
 
 
 _s_orient_nonflat = _s_orient(_ORIENT_SPECTRUM_A, _ORIENT_SPECTRUM_B)
+# ~1.0-1.2e6 draws decide the variances at their margins: ~20-22 CPU s measured on a clean clone (2026-11-26), just
+# past the default 15 s at quick (stopped undecided at 5.2e5 draws)
+_ORIENT_SECONDS = {"quick": 40.0, "full": 180.0}
 mc_claim("s6_2_5.random_orientation_flat", f"{SOURCE} §6.2.5 (eqs. 6.30-6.34)",
     "prescribed spectra, Haar singular vectors: E[Tr(ÂᵀB̂)] = 0, Var = (1/n)Σσ̂_ai²σ̂_bi² — flat spectra",
     lambda: np.array([0.0, float(G.random_orientation_trace_var_printed(jnp.asarray(_ORIENT_FLAT), jnp.asarray(_ORIENT_FLAT)))]),
-    _s_orient(_ORIENT_FLAT, _ORIENT_FLAT), chunk=1024, notes=f"n={_ORIENT_N}, σ̂_a = σ̂_b = 0.9 (flat): printed and corrected forms coincide")
+    _s_orient(_ORIENT_FLAT, _ORIENT_FLAT), chunk=1024, notes=f"n={_ORIENT_N}, σ̂_a = σ̂_b = 0.9 (flat): printed and corrected forms coincide",
+    seconds=_ORIENT_SECONDS)
 mc_claim("s6_2_5.random_orientation_printed", f"{SOURCE} §6.2.5 (eq. 6.34)",
     "prescribed spectra, Haar singular vectors: E[Tr(ÂᵀB̂)] = 0, Var = (1/n)Σσ̂_ai²σ̂_bi² — non-flat spectra",
     lambda: np.array([0.0, float(G.random_orientation_trace_var_printed(jnp.asarray(_ORIENT_SPECTRUM_A), jnp.asarray(_ORIENT_SPECTRUM_B)))]),
@@ -469,7 +473,7 @@ mc_claim("s6_2_5.random_orientation_printed", f"{SOURCE} §6.2.5 (eq. 6.34)",
 mc_claim("s6_2_5.random_orientation_corrected", f"{SOURCE} §6.2.5",
     "corrected: E[Tr(ÂᵀB̂)] = 0, Var = (Σσ̂_ai²)(Σσ̂_bj²)/n² for independent Haar U_A, V_A, U_B, V_B",
     lambda: np.array([0.0, float(G.random_orientation_trace_var(jnp.asarray(_ORIENT_SPECTRUM_A), jnp.asarray(_ORIENT_SPECTRUM_B)))]),
-    _s_orient_nonflat, chunk=1024, notes=f"same non-flat spectra, n={_ORIENT_N}")
+    _s_orient_nonflat, chunk=1024, notes=f"same non-flat spectra, n={_ORIENT_N}", seconds=_ORIENT_SECONDS)
 
 # ==============================================================================================
 # §6.3.1: uniform vectors on spheres (eqs. 6.35-6.38)
