@@ -308,3 +308,20 @@ def test_dissection_absent_head_type_note_gives_the_largest_lift():
     note = _absent_note(m, "copying", 0.15, "MiniLM")
     assert note == "largest copying lift of any head 0.050 (a type needs >= 0.15)"
     assert _absent_note(m, "copying", 0.15, "Toy GPT").startswith(note)
+
+
+def test_dissection_contrary_mechanism_note_cites_the_second_setting():
+    """A toy head type whose dominant part contradicts the paper cites the committed 3,000-step toy's heads of that
+    type (a second setting), read from its metrics.json; that run itself cites nothing (no self-reference)."""
+    import json
+    from pathlib import Path
+
+    from experiments.attention_dissection import run as dissect
+
+    long = json.loads((Path(dissect.__file__).parent / "results" / "cpu-toy-long" / "metrics.json").read_text())["toy"]
+    x = {m["type"]: m for m in long["mechanism"]}["neighbours"]
+    note = dissect._contrary_note({"step": 1000}, "neighbours", "Toy GPT")
+    assert note.startswith("contradicts the paper's mechanism; toy trained 3000 steps")
+    assert f"{x['heads of this type here']} heads ({x['dominant parts here']})" in note
+    assert dissect._contrary_note(long, "neighbours", "Toy GPT") == "contradicts the paper's mechanism"
+    assert dissect._contrary_note({"step": 1000}, "neighbours", "MiniLM") == "contradicts the paper's mechanism"
