@@ -28,7 +28,7 @@ from geomjax.theory import attention as A
 from geomjax.tools import attention_probe as AP
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.data import sample_windows
-from geomjax.analysis.report import RunDir, Section, schedule_section
+from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section
 from geomjax.train import get_config as get_train_config
 from geomjax.train.cost import toy_training_cost
 
@@ -216,12 +216,13 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
     metrics["toy"] = m
     metrics["toy_seconds"] = time.perf_counter() - t1
     metrics["seconds"] = time.perf_counter() - t0
+    metrics["load"] = machine_load()
     intro = Section("Setup", [
         "Song & Zhong §4 dissection. The source dissected GPT-2 (weights not available offline); here "
         + ("the real pretrained MiniLM (BERT architecture, run causally as the source ran BERT) and " if cfg.use_minilm
            else "") + "a GPT-style toy trained "
         f"by geomjax on tiny Shakespeare (run {toy_run}, step {run_.step}). Preset {cfg.preset!r}; "
-        f"wall time {metrics['seconds']:.0f} s."])
+        f"wall time {metrics['seconds']:.0f} s; at the end, {metrics['load']}."])
     models = [("MiniLM", metrics["minilm"])] if "minilm" in metrics else []
     models.append(("Toy GPT", metrics["toy"]))
     cmp = source_section(SOURCE, cfg.preset, ("MiniLM (causal) and " if cfg.use_minilm else "") + "a GPT-style toy on "
