@@ -36,15 +36,16 @@ def w_l_same(key_W_E, key_W_L) -> bool:
 
 def second_setting(which: str, seed: int, choose, progress: bool = False) -> dict | None:
     """The clock claims' ReLU model of budget ``which`` ("quick" / "full"; None for "none"), trained or loaded from
-    the geomjax cache: ``{"name", "train_frac", "epochs", "checkpoint", "an", "series"}`` with ``an`` its
+    the geomjax cache: ``{"name", "budget", "seed", "train_frac", "epochs", "checkpoint", "why", "an", "series"}`` with ``an`` its
     :func:`analyze` at the checkpoint ``choose(res)`` returns ((epoch, result at that epoch, reason), as the
     report's own :func:`experiments.grokking.run.choose_checkpoint`) and ``series`` its :func:`key_series`."""
     if which == "none":
         return None
     res = trained_run(claim_config(which, True, seed), progress=progress)
-    ck, res_an, _ = choose(res)
-    return {"name": f"the claims' {which} ReLU model", "train_frac": res.config.train.options.train_frac,
-            "epochs": int(res.history["epoch"][-1]), "checkpoint": ck,
+    ck, res_an, why = choose(res)
+    return {"name": f"the claims' {which} ReLU model", "budget": which, "seed": seed,
+            "train_frac": res.config.train.options.train_frac, "epochs": int(res.history["epoch"][-1]), "checkpoint": ck,
+            "why": why,
             "an": analyze(res_an, seed=seed, with_snapshots=False), "series": key_series(res)}
 
 
@@ -53,20 +54,28 @@ def _label(name: str, frac: float) -> str:
 
 
 def _holds_at(series: list[dict], test) -> str:
-    """'k of n snapshots (epochs …)' at which ``test(snapshot)`` holds."""
-    ok = [q["epoch"] for q in series if test(q)]
-    if len(ok) > 3:
-        where = f" (first at epoch {ok[0]}, last at {ok[-1]})"
-    else:
-        where = f" (epoch{'s' * (len(ok) > 1)} {', '.join(map(str, ok))})" if ok else ""
-    return f"{len(ok)} of {len(series)} snapshots{where}"
+    """'k of n snapshots (epochs a–b, c)' at which ``test(snapshot)`` holds: runs of consecutive snapshots as spans."""
+    flags = [bool(test(q)) for q in series]
+    spans, i = [], 0
+    while i < len(series):
+        if not flags[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(series) and flags[j + 1]:
+            j += 1
+        spans.append(str(series[i]["epoch"]) if i == j else f"{series[i]['epoch']}–{series[j]['epoch']}")
+        i = j + 1
+    where = f" (epoch{'s' * (sum(flags) > 1)} {', '.join(spans)})" if spans else ""
+    return f"{sum(flags)} of {len(series)} snapshots{where}"
 
 
 def _second_w_l(sec: dict) -> str:
     an = sec["an"]
     ok = w_l_same(an["key_W_E"], an["key_W_L"])
+    only_E = f", W_E-only {an['key_W_E_only']}" if an["key_W_E_only"] else ""
     return (f"at the {sec['train_frac']:.0%} split ({sec['name']}, epoch {sec['checkpoint']}): W_E {an['key_W_E']}, W_L "
-            f"{an['key_W_L']} — {'holds' if ok else 'does not hold'}; over its training the test holds at "
+            f"{an['key_W_L']} — W_L ⊆ W_E {'holds' if ok else 'does not hold'}{only_E}; over its training the test holds at "
             + _holds_at(sec["series"], lambda q: w_l_same(q["key_W_E"], q["key_W_L"])))
 
 
@@ -85,12 +94,24 @@ def w_l_why(an: dict, series: list[dict], sec: dict | None, fig: str) -> str:
 
 
 def _best_over(series: list[dict]) -> str:
+    """The best coprime pair over a run's snapshots: where it reaches :data:`SUFFICIENT` (else its maximum), its value
+    at the last snapshot, and how many snapshots have no key frequency or no coprime pair of them."""
     qs = [q for q in series if q["best_pair_acc"] is not None]
     if not qs:
         return "no snapshot has two coprime key frequencies"
-    b = max(qs, key=lambda q: q["best_pair_acc"])
-    return (f"best coprime pair at most {b['best_pair_acc']:.2f} ({{{b['best_pair']}}} at epoch {b['epoch']}); "
-            f"{len(series) - len(qs)} of {len(series)} snapshots have no coprime pair of key frequencies")
+    good = lambda q: q["best_pair_acc"] is not None and q["best_pair_acc"] >= SUFFICIENT  # noqa: E731
+    if any(good(q) for q in qs):
+        head = f"best coprime pair ≥ {SUFFICIENT:g} at " + _holds_at(series, good)
+    else:
+        b = max(qs, key=lambda q: q["best_pair_acc"])
+        head = (f"best coprime pair below {SUFFICIENT:g} at every snapshot (at most {b['best_pair_acc']:.2f}, "
+                f"{{{b['best_pair']}}} at epoch {b['epoch']})")
+    last = series[-1]
+    tail = "" if last["best_pair_acc"] is None else f", {last['best_pair_acc']:.2f} at the last (epoch {last['epoch']})"
+    no_key = sum(not q["key"] for q in series)
+    no_pair = len(series) - len(qs) - no_key
+    return (head + tail + f"; {no_key} of {len(series)} snapshots have no key frequency yet"
+            + (f", {no_pair} no coprime pair of them" if no_pair else ""))
 
 
 def two_coprime_why(an: dict, series: list[dict], sec: dict | None, fig: str) -> str:
@@ -98,8 +119,8 @@ def two_coprime_why(an: dict, series: list[dict], sec: dict | None, fig: str) ->
     over this run's snapshots (the curve ``fig``), the second setting's best pair, and what the blog's statement is
     (an in-principle condition)."""
     key, n = an["key"], len(an["key"])
-    parts = [f"{len(an['sufficiency']['pairs'])} of the {n * (n - 1) // 2} pairs of key {key} are coprime; the logits "
-             f"restricted to all of them: {an['sufficiency']['all']:.2f}"]
+    parts = [f"coprime pairs among key {key}: {len(an['sufficiency']['pairs'])} of {n * (n - 1) // 2}; the logits "
+             f"restricted to all key frequencies: {an['sufficiency']['all']:.2f}"]
     if series:
         parts.append("over training: " + _best_over(series) + f" (figure {fig})")
     if sec is not None:
@@ -128,8 +149,11 @@ def evidence_section(run, tag: str, an: dict, series: list[dict], sec: dict | No
         "Blog §5.2 says W_L has the same key frequencies as W_E; §11.2 that two circles of coprime frequencies "
         "suffice. Both are read at every parameter snapshot (geomjax.tools.clock_probe.key_series: each snapshot's "
         f"own key frequencies by the §5 rule on W_E and W_L; its logits restricted to its best coprime pair, Nanda et "
-        f"al. §5.1) and at a second setting ({sec['name'] + ', analysed at epoch ' + str(sec['checkpoint']) if sec else 'none'}"
-        "; the same model and recipe, the claims' split, seed 0: geomjax.claims.clock.claim_config)."])
+        "al. §5.1) and at a second setting: " + (
+            f"{sec['name']} (--second-setting {sec['budget']}; the same model and recipe at the claims' "
+            f"{sec['train_frac']:.0%} split, {sec['epochs']} epochs, seed {sec['seed']}: geomjax.claims.clock.claim_config), analysed "
+            f"at epoch {sec['checkpoint']}: {sec['why']}." if sec else
+            "none (--second-setting none).")])
     rows = []
     for name, a, _ in runs:
         only_L = [k for k in a["key_W_L"] if k not in a["key_W_E"]]

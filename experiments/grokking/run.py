@@ -171,7 +171,8 @@ def timing_paragraphs(rec, cache_dir: str | None, load_start: str) -> Section:
     an = sum(st.wall_s for st in rec.stages if st.name.startswith("analyses"))
     s.paragraphs.append(
         f"Training reads 0 s where the trained runs were loaded from their run folders. Analyses (both runs, "
-        f"every number of the report, figures excluded): {an:.1f} s. Persistent compilation cache: "
+        f"the key frequencies at every snapshot and the second setting, whose training this counts too where it was "
+        f"not cached; every number of the report, figures excluded): {an:.1f} s. Persistent compilation cache: "
         + ("on (a program compiled by an earlier run is read back instead of compiled)"
            if cache_dir else "off (GEOMJAX_NO_COMPILE_CACHE)")
         + f"; BLAS threads: OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}. At the start, "
@@ -260,7 +261,7 @@ def _run(args, out: Path, cache_dir: str | None, load_start: str, rec) -> int:
                    plumbing_only=plumbing, train_seconds=res.seconds, compile_seconds=res.compile_seconds,
                    stages=[st.to_json() for st in rec.stages], invocation_seconds=time.perf_counter() - t0,
                    key_series=series, second_setting=None if second is None else
-                   {k: second[k] for k in ("name", "train_frac", "epochs", "checkpoint", "series")}
+                   {k: second[k] for k in ("name", "budget", "seed", "train_frac", "epochs", "checkpoint", "why", "series")}
                    | {k: second["an"][k] for k in ("key", "key_W_E", "key_W_L", "sufficiency", "sufficiency_embed")})
     run.write_json("metrics.json", metrics)
     run.write_report(f"Grokking and the clock algorithm ({args.preset})", sections)
