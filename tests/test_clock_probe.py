@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from geomjax.theory import fourier as fx
-from geomjax.tools.clock_probe import analyze
+from geomjax.tools.clock_probe import analyze, key_series
 from geomjax.train import grokking as gk
 
 _COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -59,3 +59,32 @@ def test_second_analysis_compiles_nothing_and_repeats_its_numbers(tmp_path):
     last, final = first["progress"][-1], first["restricted_final"]
     for k in ("restricted", "excluded", "train", "test"):
         assert abs(last[k] - final[k]) <= 1e-5 * max(1.0, abs(final[k]))
+
+
+def _np_strong(W: np.ndarray, p: int) -> list[int]:
+    """The blog §5 rule by np.fft: frequencies 1..(p−1)/2 whose energy |DFT_k|² (summed over columns) of W[:p]
+    exceeds 10× the median."""
+    e = np.sum(np.abs(np.fft.rfft(np.asarray(W, np.float64)[:p], axis=0)) ** 2, axis=1)[1: (p - 1) // 2 + 1]
+    return [int(k) + 1 for k in np.flatnonzero(e > 10 * np.median(e))]
+
+
+def test_key_series_reads_every_snapshot_as_numpy_does(tmp_path):
+    """key_series at each snapshot of the planted run: W_E's and W_L's key frequencies as np.fft gives them, and
+    the best coprime pair's restricted accuracy as a 2-D DFT of the float64 NumPy forward gives it (the clock
+    claims' independent witnesses)."""
+    from geomjax.claims.clock import dft_restricted_accuracy, numpy_clock_forward
+
+    res = _planted_run(tmp_path)
+    p = res.config.train.options.p
+    series = key_series(res)
+    assert [q["epoch"] for q in series] == [0, 100]
+    for q, scale in zip(series, (0.5, 1.0)):  # the fixture's snapshots: the parameters × scale
+        P = jax.tree_util.tree_map(lambda v: np.asarray(np.asarray(v) * np.float32(scale), np.float64),
+                                   jax.device_get(res.state.params))
+        W_L = (P["block_0"]["mlp"]["proj"]["kernel"] @ P["unembed"]["kernel"]).T
+        assert q["key_W_E"] == _np_strong(P["embed"]["embedding"], p) == [3, 5]
+        assert q["key_W_L"] == _np_strong(W_L, p) and q["key"] == [3, 5] and q["key_W_E_only"] == []
+        want = dft_restricted_accuracy(numpy_clock_forward(P, p)["logits"], p, [3, 5])
+        assert q["best_pair"] == "3,5" and abs(q["best_pair_acc"] - want) <= 2 / p**2
+        assert q["all_acc"] == q["best_pair_acc"]  # the key is that one pair
+    assert series[1]["test_acc"] == 0.5 and series[0]["test_acc"] == 0.0  # the history's logged test accuracy

@@ -325,3 +325,42 @@ def test_dissection_contrary_mechanism_note_cites_the_second_setting():
     assert f"{x['heads of this type here']} heads ({x['dominant parts here']})" in note
     assert dissect._contrary_note(long, "neighbours", "Toy GPT") == "contradicts the paper's mechanism"
     assert dissect._contrary_note({"step": 1000}, "neighbours", "MiniLM") == "contradicts the paper's mechanism"
+
+
+def test_grokking_w_l_and_two_coprime_notes_read_the_curve_and_the_second_setting(tmp_path):
+    """The grokking report's W_L and two-coprime rows: their last column names the frequencies that break the test,
+    counts the snapshots at which it holds, gives the best coprime pair over training and the second setting's
+    numbers (with its own verdict); the evidence section tabulates both runs and draws the curve."""
+    from experiments.grokking.evidence import evidence_section, two_coprime_why, w_l_same, w_l_why
+    from geomjax.analysis.report import RunDir
+
+    an = {"key_W_E": [1, 7, 30, 35, 43, 53, 56], "key_W_L": [7, 23, 30, 35, 56], "key": [7, 30, 35, 56],
+          "key_W_E_only": [1, 43, 53], "sufficiency": {"pairs": {"7,30": 0.283}, "all": 1.0},
+          "sufficiency_embed": {"7,30": 0.183}}
+    snap = lambda ep, E, L, pair, acc: {"epoch": ep, "key_W_E": E, "key_W_L": L, "key": [k for k in E if k in L],  # noqa: E731
+                                        "key_W_E_only": [k for k in E if k not in L], "best_pair": pair,
+                                        "best_pair_acc": acc, "all_acc": None if acc is None else 0.9}
+    series = [snap(0, [], [], None, None), snap(100, [7, 14], [7, 14], None, None),
+              snap(200, [7, 30], [7, 23, 30], "7,30", 0.4), snap(300, [7, 30], [7, 30], "7,30", 0.5),
+              snap(400, [7, 30], [7], "7,30", 0.45)]
+    other = dict(an, key_W_E=[4, 9], key_W_L=[4, 9], key=[4, 9], key_W_E_only=[],
+                 sufficiency={"pairs": {"4,9": 0.995}, "all": 1.0}, sufficiency_embed={"4,9": 0.97})
+    sec = {"name": "the claims' quick ReLU model", "budget": "quick", "seed": 0, "train_frac": 0.5, "epochs": 375,
+           "checkpoint": 375, "why": "the final epoch", "an": other,
+           "series": [snap(375, [4, 9], [4, 9], "4,9", 0.995)]}
+    assert not w_l_same(an["key_W_E"], an["key_W_L"]) and w_l_same([4, 9], [9]) and not w_l_same([4], [])
+    note = w_l_why(an, series, sec, "f.png")
+    assert note.startswith("W_L-only [23]; W_E-only [1, 43, 53]: no W_L circle")
+    assert "holds at 3 of 5 snapshots (epochs 100, 300–400) (figure f.png)" in note
+    assert "at the 50% split (the claims' quick ReLU model, epoch 375): W_E [4, 9], W_L [4, 9] — W_L ⊆ W_E holds" in note
+    note = two_coprime_why(an, series, sec, "f.png")
+    assert note.startswith("coprime pairs among key [7, 30, 35, 56]: 1 of 6; the logits restricted to all key frequencies: 1.00")
+    assert ("over training: best coprime pair below 0.99 at every snapshot (at most 0.50, {7,30} at epoch 300), 0.45 at "
+            "the last (epoch 400); 1 of 5 snapshots have no key frequency yet, 1 no coprime pair of them") in note
+    assert "over its training: best coprime pair ≥ 0.99 at 1 of 1 snapshots (epoch 375)" in note
+    assert "best pair {4,9}: 0.99 (logit-restricted), 0.97 (embedding-restricted) — reproduced" in note
+    s = evidence_section(RunDir(tmp_path, command="test"), "t", an, series, sec, 0.3)
+    assert "(--second-setting quick; the same model and recipe at the claims' 50% split, 375 epochs" in s.paragraphs[0]
+    assert [r[0] for r in s.tables[0]["rows"]] == ["this run (30% split)", "the claims' quick ReLU model (50% split)"]
+    assert s.tables[0]["rows"][0][4:8] == [[23], "no", "{7,30}", "0.283"]
+    assert (tmp_path / s.figures[0]["path"]).stat().st_size > 10_000

@@ -46,6 +46,7 @@ CHECKED_MODULES = ("geomjax.data.sampling", "geomjax.analysis.lens")
 
 NO_ARRAYS = {
     "geomjax.tools.clock_probe.analyze": "GrokkingResult -> dict of arrays and numbers",
+    "geomjax.tools.clock_probe.key_series": "GrokkingResult -> per-snapshot dicts of frequency lists and numbers",
     "geomjax.theory.decomposition.stream_merge": "StreamState -> StreamState (annotated dataclasses)",
     "geomjax.theory.geometry.mean_abs_cos_isotropic": "d -> float",
     "geomjax.theory.smoothness.corrected_constant": "(T, k, m) -> float",

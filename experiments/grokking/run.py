@@ -31,11 +31,13 @@ from pathlib import Path  # noqa: E402
 
 
 from experiments.grokking.config import GROK_PRESETS, get_config
+from experiments.grokking.evidence import (SECOND_SETTINGS, evidence_section, figure_name, second_setting,
+                                           two_coprime_why, w_l_same, w_l_why)
 from experiments.grokking.relu_free import committed_splits
 from experiments.grokking.source import SOURCE
 
 from geomjax.claim_reports.clock import analysis_sections
-from geomjax.tools.clock_probe import analyze
+from geomjax.tools.clock_probe import analyze, key_series
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError
 from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section, timing_section, to_jsonable
@@ -90,8 +92,11 @@ def _at(epoch: int | None) -> str:
     return "never" if epoch is None else f"at epoch {epoch}"
 
 
-def comparison_rows(an, an_free) -> list[Row]:
-    """This run's number and verdict for each of the sources' numbers (:data:`source.SOURCE`)."""
+def comparison_rows(an, an_free, series: list[dict] | None = None, second: dict | None = None,
+                    fig: str = "") -> list[Row]:
+    """This run's number and verdict for each of the sources' numbers (:data:`source.SOURCE`); ``series`` (this run's
+    :func:`geomjax.tools.clock_probe.key_series`), ``second`` (:func:`experiments.grokking.evidence.second_setting`)
+    and ``fig`` (their figure) go into the last column of the W_L and two-coprime rows."""
     ms = an["milestones"]
     length, ratio = _plateau(ms)
     rows = [Row("grok_epoch", f"train 100% {_at(ms['train_100'])}, test ≥ 99% {_at(ms['test_99'])}"
@@ -104,8 +109,7 @@ def comparison_rows(an, an_free) -> list[Row]:
                     f"{an['random_W_E_fraction']:.2f})", verdict(0 < len(key) <= 8 and an["key_fraction_W_E"] > 0.5),
                     "reproduced = 1–8 key frequencies holding > 50%"))
     rows.append(Row("W_L_same", f"W_E: {an['key_W_E']}, W_L: {an['key_W_L']}",
-                    verdict(bool(an["key_W_L"]) and set(an["key_W_L"]) <= set(an["key_W_E"])),
-                    f"W_E-only {an['key_W_E_only']}: no W_L circle" if an["key_W_E_only"] else ""))
+                    verdict(w_l_same(an["key_W_E"], an["key_W_L"])), w_l_why(an, series or [], second, fig)))
     r2 = [an["circles"][("W_E", k)]["r2"] for k in key]
     r2r = [an["circles"][("W_E", k)]["r2"] for k in an["random_freqs"]]
     rows.append(Row("circles", f"R² {min(r2):.2f}–{max(r2):.2f} on key, {max(r2r):.2f} at most on random" if r2 else "—",
@@ -136,7 +140,8 @@ def comparison_rows(an, an_free) -> list[Row]:
     if pairs:
         best = max(pairs, key=pairs.get)
         rows.append(Row("two_coprime", f"best pair {{{best}}}: {pairs[best]:.2f} (logit-restricted), "
-                        f"{emb.get(best, float('nan')):.2f} (embedding-restricted)", verdict(pairs[best] >= 0.99)))
+                        f"{emb.get(best, float('nan')):.2f} (embedding-restricted)", verdict(pairs[best] >= 0.99),
+                        two_coprime_why(an, series or [], second, fig)))
     else:
         rows.append(Row("two_coprime", "fewer than two key frequencies", verdict(None)))
     return rows
@@ -166,7 +171,8 @@ def timing_paragraphs(rec, cache_dir: str | None, load_start: str) -> Section:
     an = sum(st.wall_s for st in rec.stages if st.name.startswith("analyses"))
     s.paragraphs.append(
         f"Training reads 0 s where the trained runs were loaded from their run folders. Analyses (both runs, "
-        f"every number of the report, figures excluded): {an:.1f} s. Persistent compilation cache: "
+        f"the key frequencies at every snapshot and the second setting, whose training this counts too where it was "
+        f"not cached; every number of the report, figures excluded): {an:.1f} s. Persistent compilation cache: "
         + ("on (a program compiled by an earlier run is read back instead of compiled)"
            if cache_dir else "off (GEOMJAX_NO_COMPILE_CACHE)")
         + f"; BLAS threads: OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}. At the start, "
@@ -181,8 +187,14 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-relu-free", action="store_true", help="skip the ReLU-free variant")
     ap.add_argument("--checkpoint", default="last-stable", help="'last-stable' (default), 'final' or a snapshot epoch")
+    ap.add_argument("--second-setting", default=None, choices=SECOND_SETTINGS,
+                    help="the second setting of the W_L and two-coprime rows: the clock claims' ReLU model of that budget "
+                         "(50%% split; trained once, ~3 min (quick) / ~35 min (full) on 2 cores, then read from the "
+                         "geomjax cache); default quick, none for the smoke preset")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
+    if args.second_setting is None:
+        args.second_setting = "none" if args.preset == "smoke" else "quick"
     if args.checkpoint not in ("last-stable", "final") and not args.checkpoint.isdigit():
         raise GeomjaxError(f"--checkpoint must be 'last-stable', 'final' or an epoch, got {args.checkpoint!r}")
     out = Path(args.out or f"runs/grokking-{args.preset}")
@@ -223,14 +235,22 @@ def _run(args, out: Path, cache_dir: str | None, load_start: str, rec) -> int:
         ck_free, free_an, _ = choose_checkpoint(free, anomalies_free, args.checkpoint)
         with timing.stage("analyses (ReLU-free)"):
             an_free = analyze(free_an, seed=args.seed, with_snapshots=False)
+    with timing.stage("analyses (key frequencies and coprime pairs at every ReLU snapshot)"):
+        series = key_series(res)
+    second = None
+    if args.second_setting != "none":
+        with timing.stage(f"analyses (second setting: the claims' {args.second_setting} ReLU model, trained if not cached)"):
+            second = second_setting(args.second_setting, args.seed, lambda r: choose_checkpoint(
+                r, detect_anomalies(r.history, factor=SPIKE_FACTOR), "last-stable"), progress=not args.no_progress)
     with timing.stage("figures and report sections"):
         sections, metrics = analysis_sections(run, an, an_free, title=args.preset)
+        sections.append(evidence_section(run, args.preset, an, series, second, cfg.train.options.train_frac))
     plumbing = args.preset == "smoke"
     opt = cfg.train.options
     cmp = source_section(SOURCE, args.preset, f"{cfg.epochs} epochs, {opt.train_frac:.0%} of the p² pairs (p = "
                          f"{opt.p}) for training, lr {cfg.train.optim.lr:g}; ReLU-free variant "
                          f"{'too' if free else 'skipped'}; analysed checkpoint epoch {ck}.",
-                         _departures(cfg), comparison_rows(an, an_free))
+                         _departures(cfg), comparison_rows(an, an_free, series, second, figure_name(args.preset)))
     anom = anomaly_section(anomalies + anomalies_free, ck, why, final)
     sections = [cmp, schedule_section(schedules), anom, timing_paragraphs(rec, cache_dir, load_start)] + sections
     ms = grokking_milestones(res.history)
@@ -239,7 +259,10 @@ def _run(args, out: Path, cache_dir: str | None, load_start: str, rec) -> int:
                    final=dict(train_acc=res.history["train_acc"][-1], test_acc=res.history["test_acc"][-1]),
                    checkpoint=ck, anomalies=[a.to_json() for a in anomalies + anomalies_free],
                    plumbing_only=plumbing, train_seconds=res.seconds, compile_seconds=res.compile_seconds,
-                   stages=[st.to_json() for st in rec.stages], invocation_seconds=time.perf_counter() - t0)
+                   stages=[st.to_json() for st in rec.stages], invocation_seconds=time.perf_counter() - t0,
+                   key_series=series, second_setting=None if second is None else
+                   {k: second[k] for k in ("name", "budget", "seed", "train_frac", "epochs", "checkpoint", "why", "series")}
+                   | {k: second["an"][k] for k in ("key", "key_W_E", "key_W_L", "sufficiency", "sufficiency_embed")})
     run.write_json("metrics.json", metrics)
     run.write_report(f"Grokking and the clock algorithm ({args.preset})", sections)
     print(f"report: {out / 'report.md'}")

@@ -33,7 +33,7 @@ from geomjax.theory import fourier as fx
 from geomjax.models.toy import clock_activations, head_weights
 from geomjax.train.grokking import GrokkingResult, grokking_data, grokking_milestones, param_snapshots
 
-__all__ = ["analyze"]
+__all__ = ["analyze", "key_series"]
 
 
 def _train_idx(cfg) -> np.ndarray:
@@ -122,14 +122,19 @@ def _key_program(params: dict, A, cE, ks, a0, logits, waves, y, train_idx, test_
             "peak_heads": fx.complex_peak_stats(heads), "o_planes": o_planes, "comps": comps, "svals": svals}
 
 
+def _key_sets(eE: np.ndarray, eL: np.ndarray) -> tuple[list[int], list[int], list[int]]:
+    """(key, W_E's, W_L's) frequencies from the energies per frequency of W_E and W_L: the blog §5 rule (> 10× the
+    median) on each; key = strong in W_E AND in the read-out W_L, so that a key frequency is one the model uses
+    (W_E-only ones are reported separately: they have no W_L circle), else W_E's."""
+    key_E, key_L = fx.key_frequencies_from_energy(eE), fx.key_frequencies_from_energy(eL)
+    return [k for k in key_E if k in key_L] or key_E, key_E, key_L
+
+
 def _analyze_spectra(out: dict, base: dict, p: int) -> None:
     """Fourier spectra of W_E and W_L, key frequencies (blog §5), Nanda's neuron frequencies."""
     cE, cL = np.asarray(base["cE"]), np.asarray(base["cL"])
     eE, eL, eR = (np.asarray(base[k]) for k in ("eE", "eL", "eR"))
-    # key frequencies: strong in W_E AND in the read-out W_L (blog §5's 10x-median rule on both), so that
-    # a "key" frequency is one the model uses; W_E-only ones are reported separately (they have no W_L circle)
-    key_E, key_L = fx.key_frequencies_from_energy(eE), fx.key_frequencies_from_energy(eL)
-    key = [k for k in key_E if k in key_L] or key_E
+    key, key_E, key_L = _key_sets(eE, eL)
     out.update(W_E_coeffs=cE, W_L_coeffs=cL, key=key, W_E_energy=eE, W_L_energy=eL,
                key_W_L=key_L, key_W_E=key_E, key_W_E_only=[k for k in key_E if k not in key])
     frac = lambda e: float(np.sum(e[key]) / np.sum(e[1:])) if key else 0.0  # noqa: E731
@@ -310,3 +315,42 @@ def _analyze_readout(out: dict, res, params, base: dict, kp: dict | None, y: np.
                 sets[f"{k1},{k2}"] = [k1, k2]
     sets["all"] = key
     out["sufficiency_embed"] = _restricted_model_accuracies(params, mcfg, p, y, sets)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _snapshot_program(params: dict, mcfg, p: int) -> tuple:
+    """(energy per frequency of W_E, of W_L, the logits (p², p) on all p² inputs) of one parameter snapshot."""
+    W_E, W_L = params["embed"]["embedding"], fx.unembed_matrix(params)
+    logits = clock_activations(params, mcfg, p).logits.reshape(p * p, -1)[:, :p]
+    return fx.frequency_energy(fx.fourier_coefficients(W_E, p), p), fx.frequency_energy(fx.fourier_coefficients(W_L, p), p), logits
+
+
+def key_series(res: GrokkingResult) -> list[dict]:
+    """The blog's §5.2 and §11.2 readings at every parameter snapshot of a run (the epochs of
+    :func:`geomjax.train.grokking.param_snapshots`; empty without a run folder): that snapshot's key frequencies
+    (:func:`analyze`'s rule, on its own W_E and W_L) and the accuracy over all p² pairs of its logits restricted
+    (Nanda et al. §5.1; :func:`geomjax.theory.fourier.sufficiency`) to its best coprime pair of key frequencies
+    and to all of them.
+
+    Returns:
+      one dict a snapshot, by epoch: ``epoch``, ``key``, ``key_W_E``, ``key_W_L``, ``key_W_E_only`` (strong in W_E,
+      not in W_L), ``best_pair`` ("k1,k2" or None when no two key frequencies are coprime), ``best_pair_acc``
+      (None likewise), ``all_acc`` (None when there is no key frequency) and ``test_acc`` (the run's logged test
+      accuracy at that epoch, None when it was not logged).
+    """
+    if res.run_dir is None:
+        return []
+    cfg = res.config
+    p, mcfg = cfg.train.options.p, cfg.train.model
+    logged = dict(zip((int(e) for e in res.history["epoch"]), (float(a) for a in res.history["test_acc"])))
+    out = []
+    for ep, prm in param_snapshots(res.run_dir, res.state.params):
+        eE, eL, logits = jax.device_get(_snapshot_program(jax.device_get(prm), mcfg, p))
+        key, key_E, key_L = _key_sets(np.asarray(eE), np.asarray(eL))
+        s = fx.sufficiency(logits, p, key) if key else {"pairs": {}, "all": None}
+        best = max(s["pairs"], key=s["pairs"].get) if s["pairs"] else None
+        out.append({"epoch": ep, "key": key, "key_W_E": key_E, "key_W_L": key_L,
+                    "key_W_E_only": [k for k in key_E if k not in key_L], "best_pair": best,
+                    "best_pair_acc": None if best is None else s["pairs"][best], "all_acc": s["all"],
+                    "test_acc": logged.get(ep)})
+    return out
