@@ -115,14 +115,15 @@ def _leaves(stats: dict, setting: kf.Theorem2Setting, d) -> dict:
     corrected count) at this instance's incoh, and indicator − bound for each event (its sem is the
     error bar of "P(event) ≤ E bound").
     """
-    f = {k: stats[k].astype(jnp.float64) for k in ("incoh", "x", "proof_event_all", "proof_event_printed", "n_exceed_all")}
+    real = jnp.result_type(float)  # float64 in the Monte Carlo's float64 context, float32 in a float32 one
+    f = {k: stats[k].astype(real) for k in ("incoh", "x", "proof_event_all", "proof_event_printed", "n_exceed_all")}
     inc = stats["incoh"]
     events = {"all": "proof_event_all", "printed": "proof_event_printed"}
     if "sup_log_error" in stats:
-        f.update({k: stats[k].astype(jnp.float64) for k in _FULL})
+        f.update({k: stats[k].astype(real) for k in _FULL})
         f["bound_ratio"] = stats["sup_log_error_det"] / stats["deterministic_bound"]
         f["error_over_incoh"] = stats["sup_log_error_det"] / inc
-        f["det_violation"] = (stats["sup_log_error_det"] > stats["deterministic_bound"] * (1 + 1e-12)).astype(jnp.float64)
+        f["det_violation"] = (stats["sup_log_error_det"] > stats["deterministic_bound"] * (1 + 1e-12)).astype(real)
         events["theorem"] = "theorem_event"
     for count in ("printed", "corrected"):
         b = kf.union_bound(inc, d, setting.n1, setting.n2, count=count)
@@ -169,7 +170,7 @@ def _sampler(group: _Group):
 
         def sample(key):
             base = kf._sample(key, d0, 0.0, True, st)
-            rho = jnp.asarray([r for _, r in group.planted], jnp.float64)
+            rho = jnp.asarray([r for _, r in group.planted], jnp.result_type(float))
 
             def at(r):
                 f = _leaves(stats_fn(kf._replant(base, r)), st, d0)
@@ -192,6 +193,13 @@ def _sampler(group: _Group):
     return sample
 
 
+def _dtype(budget: str, g: _Group) -> str:
+    """float32 for the noise-only group at quick, float64 otherwise. Its statistics are event indicators compared
+    with a threshold: computed in float32 from the same float64 draws, none of 98,304 indicators (2^14 draws × 6
+    points, both events) flipped (2026-11-26), while float32 halves the CPU time (7.1 → 3.5 s per 2^14 draws)."""
+    return "float32" if budget == "quick" and not g.full else "float64"
+
+
 @per_run
 def _group_estimate(budget: str, which: str):
     """(group, mean dict, sem dict, n) of the group's shared Monte Carlo sample (once per claims run: ``per_run``).
@@ -200,7 +208,7 @@ def _group_estimate(budget: str, which: str):
     """
     g = _groups(budget)[which]
     key = jax.random.key(zlib.crc32(g.name.encode()) & 0x7FFFFFFF)
-    est = montecarlo.estimate(_sampler(g), key, g.n_samples, chunk=min(g.chunk, g.n_samples), dtype="float64")
+    est = montecarlo.estimate(_sampler(g), key, g.n_samples, chunk=min(g.chunk, g.n_samples), dtype=_dtype(budget, g))
     out = est.as_numpy()
     names = _leaf_names(g.setting, g.full)
     m, s = np.asarray(out["mean"], float), np.asarray(out["sem"], float)
