@@ -255,61 +255,6 @@ def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():
     assert {r.verdict for r in comparison_rows(summary, comparable=False)} == {"not testable at this preset"}
 
 
-def test_localization_penalty_minimum_and_identity_share():
-    """LocATER's penalty alone (Bao §6) is minimised by c·I with tr* = κ2·d/(κ1 + κ2·d): checked against SciPy's
-    minimiser of κ1·tr(WᵀW) + κ2·(tr W − 1)² over a 3×3 W; the identity share tr(W)²/(d·tr(WᵀW)) is 1 at c·I and
-    below 1 otherwise; the settings table lists every setting and κ2."""
-    from scipy.optimize import minimize
-
-    from experiments.localization.run import identity_share, penalty_minimum, settings_section
-
-    d, k1, k2 = 3, 2.0, 5.0
-    f = lambda w: k1 * np.sum(w**2) + k2 * (np.trace(w.reshape(d, d)) - 1.0) ** 2  # noqa: E731
-    w = minimize(f, np.random.default_rng(0).normal(size=d * d), tol=1e-12).x.reshape(d, d)
-    t, sc = penalty_minimum(k1, k2, d)
-    assert abs(np.trace(w) - t) < 1e-5 and abs(np.sum(w**2) - sc) < 1e-5
-    assert penalty_minimum(k1, 0.0, d) == (0.0, 0.0)
-    share = identity_share([np.sum(w**2), 2.0], [np.trace(w), 0.5], d)
-    assert abs(share[0] - 1.0) < 1e-4 and abs(share[1] - 0.25 / 6.0) < 1e-12
-    m = {"kappa2": [0.0, 1.0], "final_scale": [1e-6, 2e-3], "final_trace": [0.0, 0.5], "final_val_entropy": [2.0, 2.1],
-         "final_val_ppl": [20.0, 19.0], "rho_stripes_sd": [0.1, 0.1], "d_model": 128, "kappa1": 100.0, "steps": 10, "seconds": 1.0,
-         "reproduced": {"(B) stronger κ2 shrinks the eigenspectrum scale": "no",
-                        "(C) stronger κ2 keeps the attention entropy higher": "yes"}}
-    s = settings_section({"a": m, "b": m | {"d_model": 32}})
-    assert len(s.tables[0]["rows"]) == 4 and "(B) no, (C) yes" in s.paragraphs[-1]
-
-
-def test_token_randomization_early_positions_inflate_the_rms():
-    """A smooth positional curve with a few large early offsets: the early positions hold most of the energy, the
-    rms-normalised roughness of the whole curve is small, and leaving them out gives the rest's own roughness
-    (computed here with NumPy on the truncated curve)."""
-    from experiments.token_randomization.run import early_share, half_metrics, positional_profile, roughness_after
-
-    T, d = 40, 16
-    rng = np.random.default_rng(1)
-    pos = rng.normal(size=(T, d)) * 0.1  # independent positions: rough
-    pos[:4] += 10.0 * rng.normal(size=(4, d))  # four outlying early positions
-    h = pos[None] + 0.01 * rng.normal(size=(64, T, d))
-    prof = positional_profile(h)
-    sq = (prof["pos"] ** 2).sum(-1)
-    assert abs(early_share(prof) - sq[:4].sum() / sq.sum()) < 1e-12 and early_share(prof) > 0.9
-    q = prof["pos"][4:] - prof["pos"][4:].mean(0)
-    ref = np.linalg.norm(np.diff(q, axis=0), axis=-1).mean() / np.sqrt((q**2).sum(-1).mean())
-    assert abs(roughness_after(prof) - ref) < 1e-12 and ref > 1.0  # the rest is rough (independent: ≈ √2)
-    assert half_metrics(prof)["roughness_second"] < 0.5  # but the whole curve's rule reads it as smooth
-
-
-def test_dissection_absent_head_type_note_gives_the_largest_lift():
-    """A head type no head reaches is 'not testable'; its note gives the largest lift of that type among the heads
-    against the threshold (and, for the toy, the committed 3,000-step setting's count)."""
-    from experiments.attention_dissection.run import _absent_note
-
-    m = {"heads": [{"copying_lift": -0.2}, {"copying_lift": 0.05}, {"copying_lift": 0.01}]}
-    note = _absent_note(m, "copying", 0.15, "MiniLM")
-    assert note == "largest copying lift of any head 0.050 (a type needs >= 0.15)"
-    assert _absent_note(m, "copying", 0.15, "Toy GPT").startswith(note)
-
-
 def test_wertich_trace_z_is_standard_normal_for_independent_matrices():
     """The control behind the Tr(W_qᵀW_k) row: for independent zero-mean W_q, W_k (any entry variances) the
     per-head z of trace_qk is N(0, 1) (eq. 6.17), so about 99.7% of heads have |z| < 3; W_k = W_q + small noise
@@ -396,3 +341,59 @@ def test_corpora_sweep_settings_resume_and_report(tmp_path):
     row = next(r for r in parse_source_table(md) if r["quantity"].startswith("relative norm"))
     assert f"{label} 0.20" in row["note"]
     assert json.loads((tmp_path / "metrics.json").read_text())["relative_norm_settings"][0]["mean"] == 0.2
+
+
+def test_localization_penalty_minimum_and_identity_share():
+    """LocATER's penalty alone (Bao §6) is minimised by c·I with tr* = κ2·d/(κ1 + κ2·d): checked against SciPy's
+    minimiser of κ1·tr(WᵀW) + κ2·(tr W − 1)² over a 3×3 W; the identity share tr(W)²/(d·tr(WᵀW)) is 1 at c·I and
+    below 1 otherwise; the settings table lists every setting and κ2."""
+    from scipy.optimize import minimize
+
+    from experiments.localization.run import identity_share, penalty_minimum, settings_section
+
+    d, k1, k2 = 3, 2.0, 5.0
+    f = lambda w: k1 * np.sum(w**2) + k2 * (np.trace(w.reshape(d, d)) - 1.0) ** 2  # noqa: E731
+    w = minimize(f, np.random.default_rng(0).normal(size=d * d), tol=1e-12).x.reshape(d, d)
+    t, sc = penalty_minimum(k1, k2, d)
+    assert abs(np.trace(w) - t) < 1e-5 and abs(np.sum(w**2) - sc) < 1e-5
+    assert penalty_minimum(k1, 0.0, d) == (0.0, 0.0)
+    share = identity_share([np.sum(w**2), 2.0], [np.trace(w), 0.5], d)
+    assert abs(share[0] - 1.0) < 1e-4 and abs(share[1] - 0.25 / 6.0) < 1e-12
+    m = {"kappa2": [0.0, 1.0], "final_scale": [1e-6, 2e-3], "final_trace": [0.0, 0.5], "final_val_entropy": [2.0, 2.1],
+         "final_val_ppl": [20.0, 19.0], "rho_stripes_sd": [0.1, 0.1], "d_model": 128, "kappa1": 100.0, "steps": 10, "seconds": 1.0,
+         "reproduced": {"(B) stronger κ2 shrinks the eigenspectrum scale": "no",
+                        "(C) stronger κ2 keeps the attention entropy higher": "yes"}}
+    s = settings_section({"a": m, "b": m | {"d_model": 32}})
+    assert len(s.tables[0]["rows"]) == 4 and "(B) no, (C) yes" in s.paragraphs[-1]
+
+
+def test_token_randomization_early_positions_inflate_the_rms():
+    """A smooth positional curve with a few large early offsets: the early positions hold most of the energy, the
+    rms-normalised roughness of the whole curve is small, and leaving them out gives the rest's own roughness
+    (computed here with NumPy on the truncated curve)."""
+    from experiments.token_randomization.run import early_share, half_metrics, positional_profile, roughness_after
+
+    T, d = 40, 16
+    rng = np.random.default_rng(1)
+    pos = rng.normal(size=(T, d)) * 0.1  # independent positions: rough
+    pos[:4] += 10.0 * rng.normal(size=(4, d))  # four outlying early positions
+    h = pos[None] + 0.01 * rng.normal(size=(64, T, d))
+    prof = positional_profile(h)
+    sq = (prof["pos"] ** 2).sum(-1)
+    assert abs(early_share(prof) - sq[:4].sum() / sq.sum()) < 1e-12 and early_share(prof) > 0.9
+    q = prof["pos"][4:] - prof["pos"][4:].mean(0)
+    ref = np.linalg.norm(np.diff(q, axis=0), axis=-1).mean() / np.sqrt((q**2).sum(-1).mean())
+    assert abs(roughness_after(prof) - ref) < 1e-12 and ref > 1.0  # the rest is rough (independent: ≈ √2)
+    assert half_metrics(prof)["roughness_second"] < 0.5  # but the whole curve's rule reads it as smooth
+
+
+def test_dissection_absent_head_type_note_gives_the_largest_lift():
+    """A head type no head reaches is 'not testable'; its note gives the largest lift of that type among the heads
+    against the threshold (and, for the toy, the committed 3,000-step setting's count)."""
+    from experiments.attention_dissection.run import _absent_note
+
+    m = {"heads": [{"copying_lift": -0.2}, {"copying_lift": 0.05}, {"copying_lift": 0.01}]}
+    note = _absent_note(m, "copying", 0.15, "MiniLM")
+    assert note == "largest copying lift of any head 0.050 (a type needs >= 0.15)"
+    assert _absent_note(m, "copying", 0.15, "Toy GPT").startswith(note)
+
