@@ -396,4 +396,3 @@ def test_dissection_absent_head_type_note_gives_the_largest_lift():
     note = _absent_note(m, "copying", 0.15, "MiniLM")
     assert note == "largest copying lift of any head 0.050 (a type needs >= 0.15)"
     assert _absent_note(m, "copying", 0.15, "Toy GPT").startswith(note)
-
