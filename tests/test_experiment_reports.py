@@ -255,6 +255,94 @@ def test_corpora_sweep_source_rows_come_from_table1_and_use_a_two_sd_rule():
     assert {r.verdict for r in comparison_rows(summary, comparable=False)} == {"not testable at this preset"}
 
 
+def test_wertich_trace_z_is_standard_normal_for_independent_matrices():
+    """The control behind the Tr(W_qᵀW_k) row: for independent zero-mean W_q, W_k (any entry variances) the
+    per-head z of trace_qk is N(0, 1) (eq. 6.17), so about 99.7% of heads have |z| < 3; W_k = W_q + small noise
+    (aligned bases) gives |z| ≫ 3. Expected values from the normal law (SciPy), not from the code under test."""
+    from types import SimpleNamespace
+
+    from scipy import stats
+
+    from experiments.wertich_models.run import trace_qk
+
+    rng = np.random.default_rng(0)
+    d, H, K, L = 32, 8, 8, 200
+    qs = [rng.normal(0, 0.02, (d, H, K)) for _ in range(L)]
+    ks = [rng.normal(0, 0.3, (d, H, K)) for _ in range(L)]
+    _, z, rows = trace_qk(SimpleNamespace(n_layers=L, qk_kernels=lambda l: (qs[l], ks[l])))
+    z = z.ravel()  # 1,600 heads
+    assert len(rows) == L and abs(z.mean()) < 4 / np.sqrt(z.size) and abs(z.var() - 1) < 0.15
+    assert stats.kstest(z, "norm").pvalue > 1e-3
+    assert np.mean(np.abs(z) < 3) > 0.99
+    aligned = [q + rng.normal(0, 0.01, q.shape) for q in qs[:4]]
+    _, za, _ = trace_qk(SimpleNamespace(n_layers=4, qk_kernels=lambda l: (qs[l], aligned[l])))
+    assert np.abs(za).min() > 10
+
+
+def test_wertich_rows_carry_the_random_init_control_and_the_training_curve(tmp_path):
+    """The Tr(W_qᵀW_k) and cos–attention rows' notes name the random-init control and the training curve
+    when the run measured them (and only then); the curve section draws its figure."""
+    from experiments.wertich_models.run import _curve_section, comparison_rows
+    from geomjax.analysis.report import RunDir
+
+    ctl = [{"share": 1.0, "corr": [0.01, -0.02]}, {"share": 0.875, "corr": [0.05, 0.0]}]
+    curve = [{"step": 0, "share": 1.0, "mean_abs_z": 0.8, "max_abs_z": 2.5, "corr": [0.02, 0.04], "lm_loss": 4.2},
+             {"step": 500, "share": 0.5, "mean_abs_z": 5.0, "max_abs_z": 9.0, "corr": [0.2, 0.35], "lm_loss": 2.0}]
+    m = {"spectra": [[0, "q", "", "", "", "", "", "", "", "2.0", "0.05"]],
+         "trace_qk": {"z": [[0.5, 8.0], [12.0, 20.0]]}, "cos_attention_corr": [0.2, 0.35],
+         "random": [[0, 1.0, 1.0, "1e-3"], ["trained", 1.0, 1.0, "1.0"]],
+         "alpha": {"max_entropy": 3.0, "entropy": [[2.0, 2.0], [1.0, 1.0]], "alphas": [1, 2]}}
+    plain = {r.key: r for r in comparison_rows([("Toy", m)])}
+    assert plain["trace"].note == "reproduced = most heads abs(z) < 3" and plain["trace"].verdict == "not reproduced"
+    rows = {r.key: r for r in comparison_rows([("Toy", m | {"random_control": ctl, "curve": curve})])}
+    assert "random-init control: 88% of heads (2 seeds)" in rows["trace"].note
+    assert "over training 100% → 50% (steps 0, 500)" in rows["trace"].note
+    assert "random-init control: max abs(corr) 0.05" in rows["cos_attention"].note
+    assert "max abs(corr) over training 0.04 → 0.35" in rows["cos_attention"].note
+    s = _curve_section(type("Ad", (), {"name": "toy"})(), RunDir(tmp_path / "r", command="test"), "toy", curve)
+    assert (tmp_path / "r" / s.figures[0]["path"]).is_file() and len(s.tables[0]["rows"]) == 2
+
+
+def test_corpora_sweep_table5_row_is_table1s_relative_norm():
+    """Table 5's BERT/WikiText relative norms (13 hidden states) average to Table 1's 0.24 (0.06)."""
+    from experiments.corpora_sweep.source import SOURCE, TABLE5_BERT_WIKITEXT
+
+    v = np.asarray(TABLE5_BERT_WIKITEXT)
+    assert v.size == 13 and SOURCE.number("relative_norm").value == "0.24 (0.06)"
+    assert round(v.mean(), 2) == 0.24 and round(v.std(), 2) in (0.06, 0.07)
+
+
+def test_corpora_sweep_settings_resume_and_report(tmp_path):
+    """--settings-only refuses an --out without an earlier run's summaries; a setting whose GeometryConfig
+    already has a result in relative_norm_settings.json is reused, not re-run; the report carries the
+    "Why the relative norm differs" section (table, figure) and the relative norm row's note names the
+    settings."""
+    import dataclasses
+
+    from experiments.corpora_sweep.config import get_config
+    from experiments.corpora_sweep.run import relative_norm_settings, run, write_sweep_report
+    from geomjax.analysis.report import to_jsonable
+
+    cfg = get_config("smoke")
+    with pytest.raises(GeomjaxError, match="--settings-only needs"):
+        run(cfg, tmp_path, reuse_corpora=True, progress=False)
+    (label, overrides), = cfg.relative_norm_settings
+    g = to_jsonable(dataclasses.asdict(cfg.setting(overrides)))
+    stored = {"geometry": g, "C": 8, "T": 31, "per_layer": [0.3, 0.2, 0.1], "mean": 0.2, "std": 0.08, "seconds": 1.0}
+    (tmp_path / "relative_norm_settings.json").write_text(json.dumps([stored]))
+    settings = relative_norm_settings(cfg, tmp_path, progress=False)  # no study runs: the result is reused
+    assert settings == [stored | {"setting": label}]
+    summary = {"n_contexts": {"mean": 8.0, "std": 0.0}, "relative_norm": {"mean": 0.4, "std": 0.1}}
+    write_sweep_report(cfg, tmp_path, {"wikitext2": (8, summary), "shakespeare": (8, summary)}, settings,
+                       {"corpora_seconds": None, "settings_seconds": 2.0, "load": "load average 1"})
+    md = (tmp_path / "report.md").read_text()
+    assert "## Why the relative norm differs" in md and "reused from an earlier run" in md
+    assert (tmp_path / "figures" / "relative_norm_settings.png").is_file()
+    row = next(r for r in parse_source_table(md) if r["quantity"].startswith("relative norm"))
+    assert f"{label} 0.20" in row["note"]
+    assert json.loads((tmp_path / "metrics.json").read_text())["relative_norm_settings"][0]["mean"] == 0.2
+
+
 def test_localization_penalty_minimum_and_identity_share():
     """LocATER's penalty alone (Bao §6) is minimised by c·I with tr* = κ2·d/(κ1 + κ2·d): checked against SciPy's
     minimiser of κ1·tr(WᵀW) + κ2·(tr W − 1)² over a 3×3 W; the identity share tr(W)²/(d·tr(WᵀW)) is 1 at c·I and

@@ -28,3 +28,7 @@ SOURCE = Source(
     numbers=tuple(SourceNumber(key, quantity, "§2, Table 1 (BERT, WikiText)", ROW[col])
                   for key, col, quantity in COLUMNS),
 )
+
+# Table 5 (App. B.2), BERT on WikiText: the relative norm at each of the 13 hidden states (embedding output,
+# layers 1-12); their mean and std across layers are Table 1's 0.24 (0.06)
+TABLE5_BERT_WIKITEXT = (0.356, 0.293, 0.267, 0.265, 0.263, 0.250, 0.246, 0.269, 0.278, 0.217, 0.172, 0.118, 0.122)

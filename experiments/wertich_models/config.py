@@ -15,6 +15,8 @@ class WertichModelsConfig:
       preset: "smoke" (seconds; trains the toy smoke preset) or "cpu" (minutes; toy cpu preset).
       toy_preset: shakespeare training preset for the GPT-style toy model ("smoke" / "cpu").
       toy_run: an existing toy run directory to use instead of training (None: train into OUT/toy).
+      toy_ckpt_every: checkpoint cadence of the toy GPT this run trains (None: its preset's); every checkpoint
+        is a point of the report's training curve of Tr(W_qᵀW_k) and corr(cos, attention).
       minilm: analyse the bundled all-MiniLM-L6-v2.
       alphas: factors applied to the singular values of W_q and W_k (kernel and bias) of every layer.
       n_texts: WikiText-2 windows (MiniLM) / held-out Shakespeare windows (toy) per measurement.
@@ -26,6 +28,7 @@ class WertichModelsConfig:
     preset: str = "cpu"
     toy_preset: str = "cpu"
     toy_run: str | None = None
+    toy_ckpt_every: int | None = 250
     minilm: bool = True
     alphas: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0)
     n_texts: int = 16
@@ -40,7 +43,7 @@ def get_config(preset: str = "cpu", **overrides) -> WertichModelsConfig:
         cfg = WertichModelsConfig()
     elif preset == "smoke":
         cfg = WertichModelsConfig(preset="smoke", toy_preset="smoke", n_texts=2, seq_len=32, random_seeds=1,
-                                  alphas=(0.5, 1.0, 2.0))
+                                  alphas=(0.5, 1.0, 2.0), toy_ckpt_every=None)
     else:
         raise ValueError(f"get_config: preset must be 'smoke' or 'cpu', got {preset!r}")
     return dataclasses.replace(cfg, **overrides)

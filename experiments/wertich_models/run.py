@@ -5,7 +5,10 @@ random matrix with the model's initializer and the Marchenko–Pastur edge; Tr(W
 head against the N(0, dK·σ_q²σ_k²) law of independent matrices; head-averaged attention maps on a
 few-shot-style prompt; attention entropy and model quality when the singular values of W_q and W_k
 are scaled by α; the same architecture with random weights (entropy vs log n); and the correlation
-between the cosine similarity of a layer's input states and its attention weights.
+between the cosine similarity of a layer's input states and its attention weights. The Tr(W_qᵀW_k) and
+cosine–attention statistics are also measured on the random weights (a control where the thesis'
+premise, independent W_q and W_k, holds by construction) and, for the toy GPT, at its initial weights and
+every checkpoint of its training (a curve over steps), so the report shows what makes them differ.
 
     .venv/bin/python -m experiments.wertich_models.run --preset smoke --out runs/wertich-models-smoke
     .venv/bin/python -m experiments.wertich_models.run --preset cpu --out runs/wertich-models-cpu \
@@ -35,14 +38,17 @@ from experiments.wertich_models.source import SOURCE
 from geomjax.theory import gaussian as G
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.models import kv_expanded, model_interface
-from geomjax.train import fit, get_config as get_train_config
+from geomjax.train import fit, get_config as get_train_config, init_state, list_checkpoints, load_toy_run
 from geomjax.train.cost import toy_training_cost
-from geomjax.analysis.report import RunDir, Section, schedule_section
+from geomjax.analysis.report import RunDir, Section, machine_load, schedule_section
 
 FEW_SHOT_MINILM = ("You are a crossword clue generator. Word: parrot. Clue: mimics you, but doesn't understand. "
                    "Word: butterfly. Clue: flutters by, colorfully. Word: salmon. Clue: jumps upstream, but never "
                    "down. Word: ant. Clue:")
 FEW_SHOT_TOY = "ROMEO:\nI love thee.\n\nJULIET:\nI love thee.\n\nROMEO:\nI hate thee.\n\nJULIET:\nI "
+Z_RANDOM = 3.0  # |z| of Tr(W_qᵀW_k) below this: consistent with independent random matrices
+CORR_MINIMAL = 0.3  # |corr(cos, attention)| below this: "minimal relationship"
+UNIFORM_GAP = 0.05  # random-weight entropy within this fraction of the maximum: "near-uniform"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -118,8 +124,6 @@ def hf_adapter(name: str):
 
 
 def toy_adapter(run_dir):
-    from geomjax.train import load_toy_run
-
     run = load_toy_run(run_dir)
     c = run.config.model
     s, s_res = 0.02, 0.02 / math.sqrt(2 * c.n_layers)
@@ -276,15 +280,8 @@ def _plots():
     return plt, plots
 
 
-def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch: np.ndarray, prompt_ids: np.ndarray,
-            quality, progress: bool) -> tuple[list[Section], dict]:
+def _spectra_section(ad: Adapter, run: RunDir, tag: str, key) -> tuple[Section, list]:
     plt, plots = _plots()
-    key = jax.random.key(cfg.seed)
-    secs, met = [], {}
-    T = batch.shape[1] - (1 if quality == "lm" else 0)
-    log = (lambda *a: print(f"[{tag}]", *a, flush=True)) if progress else (lambda *a: None)
-
-    log("spectra")
     rows, curves = spectra(ad, key)
     kinds = sorted({k for _, k in curves}, key=["q", "k", "v", "fc", "proj"].index)
     fig, axes = plt.subplots(1, len(kinds), figsize=(3.2 * len(kinds), 3.2), squeeze=False)
@@ -308,10 +305,11 @@ def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch:
     s.figure(rel, "Learned spectra (coloured by layer), Frobenius-matched random spectrum (dashed), matched MP edge (dotted; layer 0)")
     s.table(["layer", "W", "shape", "mean σ² learned", "mean σ² init", "σ1² learned", "σ1² init", "MP edge init",
              "MP edge Xavier", "σ1²/edge (matched)", "frac>edge"], rows)
-    secs.append(s)
-    met["spectra"] = rows
+    return s, rows
 
-    log("Tr(W_q^T W_k)")
+
+def _trace_section(ad: Adapter, run: RunDir, tag: str) -> tuple[Section, dict]:
+    plt, plots = _plots()
     t, z, trows = trace_qk(ad)
     fig, ax = plt.subplots(figsize=(5, 3))
     im = ax.imshow(z, cmap="coolwarm", vmin=-max(3, np.abs(z).max()), vmax=max(3, np.abs(z).max()), aspect="auto")
@@ -325,10 +323,11 @@ def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch:
         f"{np.mean(np.abs(z)):.3g}; max |z|: {np.max(np.abs(z)):.3g}. The thesis reports Tr ≈ N(0, 1) 'for most layers'.")
     s.figure(rel, "z-score of Tr(W_q[h]ᵀW_k[h]) per layer (rows) and head (columns)")
     s.table(["layer", "Tr(W_qᵀW_k) (all heads)", "z (layer)", "mean |z| heads", "max |z| heads"], trows)
-    secs.append(s)
-    met["trace_qk"] = {"trace": t.tolist(), "z": z.tolist()}
+    return s, {"trace": t.tolist(), "z": z.tolist()}
 
-    log("attention maps")
+
+def _maps_section(ad: Adapter, run: RunDir, tag: str, prompt_ids: np.ndarray) -> Section:
+    plt, plots = _plots()
     st = attention_stats(ad, ad.params, prompt_ids[None])
     L = ad.n_layers
     show = sorted({0, L // 2, L - 1})
@@ -346,11 +345,15 @@ def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch:
     s.paragraphs.append(f"Head-averaged attention (rows attend to columns) on a {len(lab)}-token few-shot prompt "
                         "(thesis §8.2 averages the heads of Mistral-7B the same way).")
     s.figure(rel, "Head-averaged attention maps")
-    secs.append(s)
+    return s
 
-    log("alpha scaling")
-    base = attention_stats(ad, ad.params, batch[:, :T])
+
+def _alpha_section(ad: Adapter, run: RunDir, tag: str, cfg: WertichModelsConfig, batch: np.ndarray, quality,
+                   base: dict) -> tuple[Section, dict]:
+    plt, plots = _plots()
+    T = base["hidden"][0].shape[1]
     hmax = max_entropy(T, ad.causal)
+    L = ad.n_layers
     arows, ents, quals = [], [], []
     for a in cfg.alphas:
         ps = scaled_params(ad, a)
@@ -380,15 +383,44 @@ def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch:
         f"= {hmax:.3f}. Quality: {qname}.")
     s.figure(rel, "Attention entropy per layer (left) and quality (right) versus α")
     s.table(["α", qname] + [f"H layer {l}" for l in range(L)], arows)
-    secs.append(s)
-    met["alpha"] = {"alphas": list(cfg.alphas), "entropy": ents.tolist(), "quality": quals, "quality_name": qname,
-                    "max_entropy": hmax}
+    return s, {"alphas": list(cfg.alphas), "entropy": ents.tolist(), "quality": quals, "quality_name": qname,
+               "max_entropy": hmax}
 
-    log("random weights")
-    rrows = []
+
+def weight_stats(ad: Adapter, params, batch: np.ndarray, st: dict | None = None) -> dict:
+    """The two statistics of the Tr(W_qᵀW_k) and cos–attention rows for one set of weights of ``ad``'s
+    architecture: the share of heads with |z| < :data:`Z_RANDOM`, mean and max |z| (:func:`trace_qk`), the
+    per-layer corr(cos, attention) on ``batch`` (B, T) (:func:`cos_attention_corr`) and the attention entropy
+    per layer. ``st``: :func:`attention_stats` of ``params`` on ``batch`` if already computed."""
+    st = attention_stats(ad, params, batch) if st is None else st
+    _, z, _ = trace_qk(dataclasses.replace(ad, params=params))
+    z = np.abs(z)
+    return {"share": float(np.mean(z < Z_RANDOM)), "mean_abs_z": float(z.mean()), "max_abs_z": float(z.max()),
+            "corr": cos_attention_corr(st["hidden"], st["att"], ad.causal).tolist(), "entropy": st["entropy"].tolist()}
+
+
+def _control_row(label, w: dict) -> list:
+    c = np.asarray(w["corr"])
+    return [label, f"{w['share']:.0%}", f"{w['mean_abs_z']:.3g}", f"{w['max_abs_z']:.3g}", f"{c.min():.3f}–{c.max():.3f}",
+            f"{np.abs(c).max():.3f}"]
+
+
+CONTROL_HEADER = ["weights", f"heads abs(z) < {Z_RANDOM:g}", "mean abs(z)", "max abs(z)", "corr(cos, attention) per layer",
+                  "max abs(corr)"]
+
+
+def _random_sections(ad: Adapter, cfg: WertichModelsConfig, batch: np.ndarray, base: dict) -> tuple[list, list, list]:
+    """The random-weights sections: attention entropy vs log n (thesis §8.4), and the control of the
+    Tr(W_qᵀW_k) and cos–attention rows: the same statistics on the same random weights, whose Tr(W_qᵀW_k)
+    follows the independent-matrix law by construction."""
+    T = base["hidden"][0].shape[1]
+    hmax = max_entropy(T, ad.causal)
+    L = ad.n_layers
+    rrows, controls = [], []
     for sd in range(cfg.random_seeds):
         pr = random_params(ad, cfg.seed + 1000 + sd, T)
         sr = attention_stats(ad, pr, batch[:, :T])
+        controls.append(weight_stats(ad, pr, batch[:, :T], sr))
         rrows.append([sd] + [f"{e:.4f}" for e in sr["entropy"]] + [f"{hmax - sr['entropy'].mean():.2e}"])
     rrows.append(["trained"] + [f"{e:.4f}" for e in base["entropy"]] + [f"{hmax - base['entropy'].mean():.2e}"])
     s = Section(f"{ad.name}: random weights — attention entropy vs log n")
@@ -397,10 +429,21 @@ def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch:
         f"Maximal entropy {'mean_i log(i+1)' if ad.causal else 'log T'} = {hmax:.4f}. Random models attend almost "
         "uniformly (thesis §8.4 and the uniform-mixture hypothesis); trained ones do not.")
     s.table(["seed"] + [f"H layer {l}" for l in range(L)] + ["max − mean H"], rrows)
-    secs.append(s)
-    met["random"] = rrows
+    trained = weight_stats(ad, ad.params, batch[:, :T], base)
+    c = Section(f"{ad.name}: the random-initialisation control of Tr(W_qᵀW_k) and cos–attention")
+    c.paragraphs.append(
+        "The thesis' statements that Tr(W_qᵀW_k) behaves like that of independent random matrices (§6.2.3) and that "
+        "the embeddings' cosine similarity and the attention are barely related (§8.3) hold by construction for "
+        "weights drawn independently: the same random weights as above (the model's own initializer), measured as "
+        "the trained ones. At random initialisation z ~ N(0, 1), so about 99.7% of the heads have abs(z) < 3; if "
+        "the control passes and the trained weights do not, training is what aligns W_q with W_k (the statement "
+        "fails for trained weights, not the test).")
+    c.table(CONTROL_HEADER, [_control_row(f"random init, seed {i}", w) for i, w in enumerate(controls)]
+            + [_control_row("trained", trained)])
+    return [s, c], rrows, controls
 
-    log("cosine vs attention")
+
+def _cos_section(ad: Adapter, base: dict) -> tuple[Section, np.ndarray]:
     corr = cos_attention_corr(base["hidden"], base["att"], ad.causal)
     s = Section(f"{ad.name}: embedding cosine similarity vs attention")
     s.paragraphs.append(
@@ -408,14 +451,84 @@ def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch:
         f"attention A_ij over {'earlier' if ad.causal else 'off-diagonal'} pairs, averaged over the windows "
         "(the thesis §8.3 links attention to the embeddings' angular information).")
     s.table(["layer", "corr(cos, attention)"], [[l, f"{c:.3f}"] for l, c in enumerate(corr)])
+    return s, corr
+
+
+def training_curve(ad: Adapter, toy_dir, batch: np.ndarray) -> list[dict]:
+    """:func:`weight_stats` and the held-out LM loss of the toy GPT at step 0 (its exact initial weights,
+    ``init_state`` of the run's config) and at every checkpoint the run saved; ``batch`` (B, T + 1)."""
+    cfg = load_toy_run(toy_dir).config
+    points = [(0, init_state(cfg).params)]
+    points += [(s, load_toy_run(toy_dir, s).params) for s, _ in list_checkpoints(Path(toy_dir) / "checkpoints") if s > 0]
+    return [{"step": s} | weight_stats(ad, p, batch[:, :-1]) | {"lm_loss": lm_loss(ad, p, batch)} for s, p in points]
+
+
+def _curve_section(ad: Adapter, run: RunDir, tag: str, curve: list[dict]) -> Section:
+    plt, plots = _plots()
+    steps = [c["step"] for c in curve]
+    corr = np.array([c["corr"] for c in curve])
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax[0].plot(steps, [c["share"] for c in curve], "o-", label=f"share of heads with abs(z) < {Z_RANDOM:g}")
+    ax[0].axhline(0.5, color="k", ls=":", lw=1, label="'most heads' (the row's rule)")
+    ax[0].set_ylim(0, 1.02); ax[0].set_xlabel("training step"); ax[0].set_ylabel("share of heads"); ax[0].legend(fontsize=6)
+    for l in range(corr.shape[1]):
+        ax[1].plot(steps, corr[:, l], "o-", ms=3, color=plt.cm.viridis(l / max(1, corr.shape[1] - 1)), label=f"layer {l}")
+    ax[1].axhline(CORR_MINIMAL, color="k", ls=":", lw=1, label=f"abs(corr) = {CORR_MINIMAL:g} (the row's rule)")
+    ax[1].set_xlabel("training step"); ax[1].set_ylabel("corr(cos, attention)"); ax[1].legend(fontsize=6)
+    rel = plots.save_to_run(fig, run, f"{tag}_training_curve.png")
+    s = Section(f"{ad.name}: Tr(W_qᵀW_k) and cos–attention over training")
+    s.paragraphs.append(
+        "The two statistics of the rows above at the toy's exact initial weights (step 0: its config's init_state) and "
+        "at every checkpoint of its training run, on the same held-out windows; LM loss in nats/char. Where the "
+        "step-0 values pass the rule and the trained ones do not, training is what moves the statistic.")
+    s.figure(rel, f"Share of heads with abs(z) < {Z_RANDOM:g} (left) and corr(cos, attention) per layer (right) "
+                  "over training")
+    s.table(["step", "LM loss"] + CONTROL_HEADER[1:],
+            [[c["step"], f"{c['lm_loss']:.4f}"] + _control_row("", c)[1:] for c in curve])
+    return s
+
+
+def analyse(ad: Adapter, run: RunDir, cfg: WertichModelsConfig, tag: str, batch: np.ndarray, prompt_ids: np.ndarray,
+            quality, progress: bool) -> tuple[list[Section], dict]:
+    """Every measurement of one model as report sections and metrics (the module docstring's list)."""
+    T = batch.shape[1] - (1 if quality == "lm" else 0)
+    log = (lambda *a: print(f"[{tag}]", *a, flush=True)) if progress else (lambda *a: None)
+    secs, met = [], {}
+    log("spectra")
+    s, met["spectra"] = _spectra_section(ad, run, tag, jax.random.key(cfg.seed))
     secs.append(s)
+    log("Tr(W_q^T W_k)")
+    s, met["trace_qk"] = _trace_section(ad, run, tag)
+    secs.append(s)
+    log("attention maps")
+    secs.append(_maps_section(ad, run, tag, prompt_ids))
+    log("alpha scaling")
+    base = attention_stats(ad, ad.params, batch[:, :T])
+    s, met["alpha"] = _alpha_section(ad, run, tag, cfg, batch, quality, base)
+    secs.append(s)
+    log("random weights")
+    ss, met["random"], met["random_control"] = _random_sections(ad, cfg, batch, base)
+    log("cosine vs attention")
+    s, corr = _cos_section(ad, base)
+    secs += [ss[0], s, ss[1]]
     met["cos_attention_corr"] = corr.tolist()
     return secs, met
 
 
-Z_RANDOM = 3.0  # |z| of Tr(W_qᵀW_k) below this: consistent with independent random matrices
-CORR_MINIMAL = 0.3  # |corr(cos, attention)| below this: "minimal relationship"
-UNIFORM_GAP = 0.05  # random-weight entropy within this fraction of the maximum: "near-uniform"
+def _evidence(m: dict) -> tuple[str, str]:
+    """The why of the Tr(W_qᵀW_k) and cos–attention rows, as short phrases for their notes: the random-init
+    control (``m["random_control"]``) and the training curve (``m["curve"]``), where the run measured them."""
+    ctl, curve = m.get("random_control") or [], m.get("curve") or []
+    tr, co = [], []
+    if ctl:
+        tr.append(f"random-init control: {min(c['share'] for c in ctl):.0%} of heads ({len(ctl)} seed{'s' * (len(ctl) > 1)})")
+        co.append(f"random-init control: max abs(corr) {max(np.abs(c['corr']).max() for c in ctl):.2f}")
+    if len(curve) > 1:
+        steps = ", ".join(str(c["step"]) for c in curve)
+        tr.append("over training " + " → ".join(f"{c['share']:.0%}" for c in curve) + f" (steps {steps})")
+        co.append("max abs(corr) over training " + " → ".join(f"{np.abs(c['corr']).max():.2f}" for c in curve)
+                  + f" (steps {steps})")
+    return "".join("; " + t for t in tr), "".join("; " + t for t in co)
 
 
 def comparison_rows(models: list[tuple[str, dict]]) -> list[Row]:
@@ -429,11 +542,13 @@ def comparison_rows(models: list[tuple[str, dict]]) -> list[Row]:
                         "reproduced = σ1² above the matched edge with most σ² below it"))
         z = np.abs(np.asarray(m["trace_qk"]["z"]))
         share = float(np.mean(z < Z_RANDOM))
+        why_trace, why_cos = _evidence(m)
         rows.append(Row("trace", f"{name}: {share:.0%} of heads with abs(z) < {Z_RANDOM:g} (mean abs(z) {z.mean():.3g})",
-                        verdict(share > 0.5), f"reproduced = most heads abs(z) < {Z_RANDOM:g}"))
+                        verdict(share > 0.5), f"reproduced = most heads abs(z) < {Z_RANDOM:g}" + why_trace))
         c = np.asarray(m["cos_attention_corr"], np.float64)
         rows.append(Row("cos_attention", f"{name}: corr(cos, attention) per layer {c.min():.2f}–{c.max():.2f}",
-                        verdict(bool(np.all(np.abs(c) < CORR_MINIMAL))), f"reproduced = abs(corr) < {CORR_MINIMAL:g}"))
+                        verdict(bool(np.all(np.abs(c) < CORR_MINIMAL))), f"reproduced = abs(corr) < {CORR_MINIMAL:g}"
+                        + why_cos))
         hmax = m["alpha"]["max_entropy"]
         gaps = [float(r[-1]) for r in m["random"][:-1]]
         rows.append(Row("random_uniform", f"{name}: entropy {max(gaps):.2g} below the maximum {hmax:.3f} at most",
@@ -454,8 +569,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     cfg = get_config(args.preset, toy_run=args.toy_run, minilm=not args.no_minilm, seed=args.seed)
+    tcfg = get_train_config("shakespeare", cfg.toy_preset)
+    if cfg.toy_ckpt_every is not None:  # every checkpoint is a point of the training curve
+        tcfg = tcfg.replace(ckpt_every=cfg.toy_ckpt_every)
     if cfg.toy_run is None:  # before any work: the toy GPT this run trains (checkpointed in <out>/toy, resumed)
-        print("toy GPT: " + toy_training_cost(get_train_config("shakespeare", cfg.toy_preset)).describe())
+        print("toy GPT: " + toy_training_cost(tcfg).describe())
     out = Path(args.out or f"runs/wertich-models-{cfg.preset}")
     run = RunDir(out, command="wertich_models")
     progress = not args.no_progress
@@ -474,7 +592,6 @@ def main(argv=None) -> int:
     toy_dir = cfg.toy_run
     if toy_dir is None:
         toy_dir = str(out / "toy")
-        tcfg = get_train_config("shakespeare", cfg.toy_preset)
         if progress:
             print(f"[toy] training shakespeare/{cfg.toy_preset} into {toy_dir}", flush=True)
         fit(tcfg, run_dir=toy_dir, progress=progress)
@@ -485,11 +602,16 @@ def main(argv=None) -> int:
     batch = shakespeare_batch(trun, cfg.n_texts, Tm, cfg.seed)
     prompt = ad.encode(FEW_SHOT_TOY, Tm)
     s, m = analyse(ad, run, cfg, "toy", batch, prompt, "lm", progress)
+    if progress:
+        print("[toy] training curve", flush=True)
+    m["curve"] = training_curve(ad, toy_dir, batch)
+    s.append(_curve_section(ad, run, "toy", m["curve"]))
     # the run's own toy is recorded relative to its output folder (a committed report names no machine path)
     toy_rec = "toy" if cfg.toy_run is None else toy_dir
     sections += s; metrics["toy"] = m | {"run_dir": toy_rec}
 
     metrics["seconds"] = time.time() - t0
+    metrics["load"] = machine_load()
     models = [(n, metrics[k]) for n, k in (("MiniLM", "minilm"), ("Toy GPT", "toy")) if k in metrics]
     cmp = source_section(SOURCE, cfg.preset, ("MiniLM and " if cfg.minilm else "") + f"a GPT-style toy (shakespeare "
                          f"{cfg.toy_preset} preset); {cfg.n_texts} windows per measurement, α ∈ {list(cfg.alphas)}.",
@@ -500,7 +622,7 @@ def main(argv=None) -> int:
     metrics["plumbing_only"] = cfg.preset == "smoke"
     run.write_json("metrics.json", metrics)
     run.write_report("Wertich (2024) ch. 8 on MiniLM and a toy GPT", sections,
-                     {"preset": cfg.preset, "seconds": round(metrics["seconds"], 1)})
+                     {"preset": cfg.preset, "seconds": round(metrics["seconds"], 1), "load (at the end)": metrics["load"]})
     print(f"report: {run.path / 'report.md'}")
     return 0
 
