@@ -14,7 +14,7 @@ carry (uniform random integers) and no-carry (digit pairs summing to <= 9) setti
   distribution (99.80% on the validation set at step 12,000; 27.7% at the 3,000-step budget), carry 0.00%
   (validation loss 1.65 at 3,000 steps, 1.32 at 12,000: still falling); the 12,000-step runs trained 2,811 s
   (carry) and 1,108 s (no-carry) under that load.
-* ``paper``: :func:`geomjax.train.addition_config` ``paper`` (REFERENCE.md: 8 layers, 8 heads, d 512,
+* ``paper``: :func:`geomjax.train.addition_config` ``paper`` (the authors' released code: 8 layers, 8 heads, d 512,
   fp32, 1M training problems as in the source code — the paper's App. E text says 100K — 10K
   validation, 1K short problems).
 """

@@ -7,7 +7,7 @@
 * ``cpu-toy-long``: the toy alone (no MiniLM), trained 3,000 steps instead of the ``cpu`` preset's 1,000 (its
   checkpoints every 500 steps kept, so a re-run resumes): a second setting for the toy's head types that the
   ``cpu`` run does not find (self-token, copying).
-* ``paper``: the source's sizes (REFERENCE.md): μ/pos from 6400 windows of 512 tokens, one probe of
+* ``paper``: the source's sizes (the authors' released code): μ/pos from 6400 windows of 512 tokens, one probe of
   8 ids in [1000, 10000) × 3, W structure with K up to 60; the toy is the NanoGPT ``paper`` preset.
   (The source dissected GPT-2, whose weights are not available offline; MiniLM stands in.)
 """

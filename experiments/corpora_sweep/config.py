@@ -28,7 +28,7 @@ ALL_CORPORA = ("wikitext2", "shakespeare", "stdlib", "pydoc")
 
 # the cpu preset's second settings of the relative norm (WikiText-2; label, GeometryConfig fields that differ):
 # the number of windows C (P is a mean over C windows: its noise adds to ‖P‖), the source's window length T = 512,
-# and the source code's conventions (REFERENCE.md: M the raw states with μ included; BERT run with is_decoder=True)
+# and the authors' released code's conventions (M the raw states with μ included; BERT run with is_decoder=True)
 CPU_SETTINGS = (
     ("cpu preset (C 128, T 128)", ()),
     ("C 32", (("windows_per_doc", 8),)),

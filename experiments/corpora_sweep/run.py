@@ -202,8 +202,8 @@ def relative_norm_section(rd: report.RunDir, settings: list[dict]) -> Section:
     ax.legend(fontsize=6, ncol=2)
     rel = plots.save_to_run(fig, rd, "relative_norm_settings.png")
     s = Section("Why the relative norm differs", [
-        "Table 1's relative norm is ‖P_tiled‖op / ‖M‖op with M the centred states h − μ (§2 text); the source code "
-        "(REFERENCE.md) divides by the raw states with μ included, over its 32 held-out sequences, and ran BERT with a "
+        "Table 1's relative norm is ‖P_tiled‖op / ‖M‖op with M the centred states h − μ (§2 text); the authors' "
+        "released code divides by the raw states with μ included, over its 32 held-out sequences, and ran BERT with a "
         "causal mask (is_decoder=True) on windows of T = 512 (511 positions) from 6.4K windows. This run: MiniLM "
         "(6 layers, d 384; the source: BERT-base, 12 layers, d 768), bidirectional, centred states, C = 128 windows "
         "of T = 128. Below, WikiText-2 at settings that change one of these at a time (the same model and seed; "

@@ -15,7 +15,7 @@ characters.
   of it was noise and Figs. 6a and 6c were "not testable". Over 1,024 windows the floor is 2/C = 0.002 and
   both rows are tested at both budgets (the report's "other training budgets" table). The model was 4
   layers, d 128, batch 32 before (1.8 s a step on the shared machine, ~2 h for the three models).
-* ``paper``: REFERENCE.md's randomization model — 8 layers, 8 heads, d 512, T 512 — with the NanoGPT
+* ``paper``: the authors' randomization model — 8 layers, 8 heads, d 512, T 512 — with the NanoGPT
   optimizer of the ``shakespeare`` ``paper`` preset (the source does not state its optimizer).
 """
 

@@ -1,6 +1,6 @@
 """Synthetic data for the training experiments: addition, random tokens, modular addition.
 
-* Addition (Song & Zhong §5, REFERENCE.md): strings ``"a+b=c\\n"`` over the vocabulary
+* Addition (Song & Zhong §5, the authors' released code): strings ``"a+b=c\\n"`` over the vocabulary
   ``"0123456789+=\\n"`` with the answer ``c`` written reversed (least significant digit first);
   operand lengths uniform in {⌊L/2⌋, …, L}; "carry" problems are uniform random integers of those
   lengths, "no-carry" problems are built digit column by digit column so that no column sums
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 ADDITION_VOCAB = "0123456789+=\n"
-"""Addition vocabulary (REFERENCE.md: "0-9+=\\n"); ids 0-9 are the digits, 10 '+', 11 '=', 12 newline."""
+"""Addition vocabulary (the authors' released code: "0-9+=\\n"); ids 0-9 are the digits, 10 '+', 11 '=', 12 newline."""
 
 
 def addition_tokenizer() -> CharTokenizer:

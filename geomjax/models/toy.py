@@ -1,6 +1,6 @@
 """A configurable toy transformer (Flax linen) for the training experiments.
 
-Covers the small models of the sources (REFERENCE.md):
+Covers the small models of the sources (the authors' released code):
 
 * NanoGPT on Shakespeare characters (Song & Zhong §5): pre-LN, GELU, tied unembedding, no biases,
   GPT-2 init (N(0, 0.02), residual projections N(0, 0.02/√(2L))) — :func:`nanogpt_config`;
@@ -155,7 +155,7 @@ class ToyConfig:
 
 
 def nanogpt_config(vocab_size: int = 65, **overrides) -> ToyConfig:
-    """NanoGPT ``shakespeare_char`` (Song & Zhong §5, REFERENCE.md): 6 layers, 6 heads, d 384, block 256,
+    """NanoGPT ``shakespeare_char`` (Song & Zhong §5, the authors' released code): 6 layers, 6 heads, d 384, block 256,
     dropout 0.1, no biases (LayerNorm included), tied unembedding, GELU, GPT-2 init."""
     cfg = dict(vocab_size=vocab_size, n_layers=6, n_heads=6, d_model=384, d_mlp=4 * 384, max_len=256,
                pos_embedding="learned", layer_norm="pre", ln_bias=False, activation="gelu", dropout=0.1,
@@ -164,7 +164,7 @@ def nanogpt_config(vocab_size: int = 65, **overrides) -> ToyConfig:
 
 
 def nanda_config(p: int = 113, **overrides) -> ToyConfig:
-    """Nanda et al.'s modular-addition transformer (REFERENCE.md): vocab p+1 in and out, d 128, 4 heads of
+    """Nanda et al.'s modular-addition transformer (the authors' released code): vocab p+1 in and out, d 128, 4 heads of
     32, d_mlp 512, 1 layer, ReLU, learned positions, no LayerNorm, untied, no attention biases, MLP
     biases, init randn/√d_model (W_U randn/√d_vocab). ``activation="none"`` gives the ReLU-free variant."""
     cfg = dict(vocab_size=p + 1, n_layers=1, n_heads=4, d_model=128, d_mlp=512, max_len=3,

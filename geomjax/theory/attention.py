@@ -485,7 +485,7 @@ def rotate_offdiagonal(W: Float[Array, "d d"], V: Float[Array, "d d"]) -> Float[
 
 @float64_aware(arrays=('R',))
 def universal_threshold(R: Float[Array, "d d"], n: int | None = None) -> Array:
-    """√(2 log n²) · std(R), the threshold of Song & Zhong Fig. 5 (REFERENCE.md: √(2 log C²)·std).
+    """√(2 log n²) · std(R), the threshold of Song & Zhong Fig. 5 (the authors' released code: √(2 log C²)·std).
 
     n defaults to the side of R, so n² is the number of entries (Donoho–Johnstone's universal
     threshold √(2 log N) σ for N entries); std is the population standard deviation of all entries.

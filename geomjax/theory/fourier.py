@@ -216,13 +216,13 @@ class NeuronFrequencies(NamedTuple):
 
 @float64_aware(arrays=("post",))
 def key_frequencies_neurons(post: Float[Array, "P P F"], p: int, *, min_fraction: float = 0.0) -> NeuronFrequencies:
-    """Key frequencies from MLP neurons (Nanda et al. §4.1, REFERENCE.md).
+    """Key frequencies from MLP neurons (Nanda et al. §4.1, the authors' released code).
 
     For each neuron, the post-activation at "=" over all (a, b) is centred, 2D-Fourier transformed
     (``B A Bᵀ``) and, for each frequency w in 1..P//2, the fraction of its variance in the 3×3 block of
     rows/columns {const, cos w, sin w} is computed; the neuron's frequency is the argmax. The key
-    frequencies are the distinct winners (REFERENCE.md) among live neurons whose fraction is at least
-    ``min_fraction`` (0: all live neurons, as REFERENCE.md states).
+    frequencies are the distinct winners (the authors' released code) among live neurons whose fraction is at least
+    ``min_fraction`` (0: all live neurons, as the authors' code does).
 
     Args:
       post: (p, p, F) post-activation MLP values at the last position, indexed [a, b, neuron].

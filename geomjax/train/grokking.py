@@ -1,6 +1,6 @@
 """Grokking modular addition (Nanda et al.; the clock blog): the whole run as one jitted ``lax.scan``.
 
-The model, optimizer and data are those of :func:`geomjax.train.tasks.modular_config` (REFERENCE.md):
+The model, optimizer and data are those of :func:`geomjax.train.tasks.modular_config` (the authors' released code):
 inputs (a, b, "=") with "=" = token p, a 1-layer transformer (d 128, 4 heads of 32, d_mlp 512,
 ReLU or none, learned positions, no LayerNorm, untied, 114 in and out with the last logit dropped),
 AdamW lr 1e-3, weight decay 1.0 on every parameter, β (0.9, 0.98), 10-step linear warm-up, full
@@ -157,7 +157,7 @@ CPU_EPOCHS = 4000
 
 
 def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) -> GrokkingConfig:
-    """Preset of a grokking run (Nanda et al. / the clock blog; hyperparameters in REFERENCE.md).
+    """Preset of a grokking run (Nanda et al. / the clock blog; hyperparameters of the authors' released code).
 
     * ``paper``: Nanda et al.: p 113, 30% train, 50,000 epochs; metrics every 100, checkpoints every 2,500.
     * ``blog``: the blog's main run: the same model and optimizer, 20,000 epochs (the blog says "no

@@ -1,6 +1,6 @@
 """Optax builders: AdamW with linear warm-up + cosine (or constant) schedule, decay masks, clipping.
 
-Schedules as the sources run them (REFERENCE.md):
+Schedules as the sources run them (the authors' released code):
 
 * NanoGPT (Song & Zhong): linear warm-up then cosine decay to a final lr
   (``optax.warmup_cosine_decay_schedule``; NanoGPT's own warm-up starts at lr/(warmup+1) rather
@@ -131,7 +131,7 @@ def check_length_change(optim: OptimConfig, old: int, new: int, where: str, name
 
 def nanogpt_adamw(lr: float, final_lr: float, warmup_steps: int, decay_steps: int | None = None,
                   **overrides) -> OptimConfig:
-    """NanoGPT's AdamW (REFERENCE.md): linear warm-up over ``warmup_steps``, then cosine from ``lr`` to
+    """NanoGPT's AdamW (the authors' released code): linear warm-up over ``warmup_steps``, then cosine from ``lr`` to
     ``final_lr`` at the end of the run (``decay_steps``: None follows the run's length, an int pins
     the horizon); β (0.9, 0.99), weight decay 0.1 on the matrices, global-norm clip 1.0.
     ``overrides``: other :class:`OptimConfig` fields (e.g. ``decay_embeddings=True``)."""

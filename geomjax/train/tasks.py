@@ -10,7 +10,7 @@ Tasks (``TrainConfig.task``):
 * ``"modular"`` — (a, b, "=") -> (a + b) mod p, full-batch, last-position loss (Nanda et al.).
 
 Presets: ``get_config(task, variant)`` with variant ``"smoke"`` (a few steps, for tests),
-``"cpu"`` (minutes on a laptop CPU) or ``"paper"`` (the source's hyperparameters, REFERENCE.md).
+``"cpu"`` (minutes on a laptop CPU) or ``"paper"`` (the source's hyperparameters, the authors' released code).
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def shakespeare_train_config(model: ToyConfig, *, lr: float, final_lr: float, wa
 def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainConfig:
     """Character-level tiny Shakespeare presets.
 
-    * ``paper``: NanoGPT as Song & Zhong ran it (REFERENCE.md): 6 layers, 6 heads, d 384, block 256,
+    * ``paper``: NanoGPT as Song & Zhong ran it (the authors' released code): 6 layers, 6 heads, d 384, block 256,
       batch 64, dropout 0.1, no biases, AdamW lr 5e-5 cosine to 5e-6, weight decay 0.1 (tensors with
       >= 2 dims, embeddings included), β (0.9, 0.99), 200 warm-up steps, 100k steps, clip 1.0.
       They trained in bf16 autocast; geomjax trains in float32.
@@ -258,7 +258,7 @@ def addition_config(variant: str = "smoke", carry: bool = True) -> TrainConfig:
     * ``paper``: 8 layers, 8 heads, d 512, float32, 5–10 digit operands, reversed answer, loss after
       "=", 1M training problems, 10k validation. The source's block of 32 cannot hold the longest
       problem (10+1+10+1+11+1 = 34 characters), so geomjax pads each problem to 34 and the model
-      reads 33 positions. Optimizer settings are not in REFERENCE.md; NanoGPT defaults are used
+      reads 33 positions. Optimizer settings are not in the authors' released code; NanoGPT defaults are used
       (lr 1e-3 cosine to 1e-4, 100 warm-up, β (0.9, 0.99), weight decay 0.1, clip 1.0).
     * ``cpu``: 2 layers, d 128, 3–6 digits, 3000 steps. ``smoke``: 1 layer, d 32, 2–4 digits, 40 steps
       (Adam β (0.9, 0.999), no weight decay, no clipping).
@@ -284,7 +284,7 @@ def addition_config(variant: str = "smoke", carry: bool = True) -> TrainConfig:
 def modular_config(variant: str = "smoke", *, relu: bool = True) -> TrainConfig:
     """Modular addition presets (Nanda et al., the clock blog).
 
-    * ``paper``: REFERENCE.md — p 113, 30% train, full batch, 1 layer, d 128, 4 heads, d_mlp 512,
+    * ``paper``: the authors' released code — p 113, 30% train, full batch, 1 layer, d 128, 4 heads, d_mlp 512,
       ReLU (``relu=False``: the ReLU-free variant), AdamW lr 1e-3, weight decay 1.0 on every
       parameter, β (0.9, 0.98), 10 warm-up steps then constant, 50,000 steps (full-batch epochs).
     * ``blog``: the clock blog's main run — the paper's settings for 20,000 epochs.
