@@ -210,7 +210,9 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
     w_layer = min(cfg.w.layer_toy, run_.model.cfg.n_layers - 1)
     s, m = _study("Toy GPT", run_.model, run_.params, basis, probes, tokens, rd, cfg, w_layer,
                   jax.random.fold_in(key, 6), None, progress)
-    m["run_dir"] = str(toy_run)
+    # the run's own toy is named relative to its output folder (a committed report names no machine path)
+    toy_rec = "toy_run" if given_run is None else given_run
+    m["run_dir"] = toy_rec
     m["step"] = run_.step
     sections += s
     metrics["toy"] = m
@@ -221,7 +223,7 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
         "Song & Zhong §4 dissection. The source dissected GPT-2 (weights not available offline); here "
         + ("the real pretrained MiniLM (BERT architecture, run causally as the source ran BERT) and " if cfg.use_minilm
            else "") + "a GPT-style toy trained "
-        f"by geomjax on tiny Shakespeare (run {toy_run}, step {run_.step}). Preset {cfg.preset!r}; "
+        f"by geomjax on tiny Shakespeare (run {toy_rec}, step {run_.step}). Preset {cfg.preset!r}; "
         f"wall time {metrics['seconds']:.0f} s; at the end, {metrics['load']}."])
     models = [("MiniLM", metrics["minilm"])] if "minilm" in metrics else []
     models.append(("Toy GPT", metrics["toy"]))
