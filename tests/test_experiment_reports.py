@@ -400,7 +400,7 @@ def test_dissection_absent_head_type_note_gives_the_largest_lift():
 
 def test_dissection_contrary_mechanism_note_cites_the_second_setting():
     """A toy head type whose dominant part contradicts the paper cites the committed 3,000-step toy's heads of that
-    type (a second setting), read from its metrics.json; that run itself cites nothing (no self-reference)."""
+    type (a second setting), read from its metrics.json; that run cites the cpu preset's toy in turn."""
     import json
     from pathlib import Path
 
@@ -411,7 +411,11 @@ def test_dissection_contrary_mechanism_note_cites_the_second_setting():
     note = dissect._contrary_note({"step": 1000}, "neighbours", "Toy GPT")
     assert note.startswith("contradicts the paper's mechanism; toy trained 3000 steps")
     assert f"{x['heads of this type here']} heads ({x['dominant parts here']})" in note
-    assert dissect._contrary_note(long, "neighbours", "Toy GPT") == "contradicts the paper's mechanism"
+    short = json.loads((Path(dissect.__file__).parent / "results" / "cpu" / "metrics.json").read_text())["toy"]
+    y = {m["type"]: m for m in short["mechanism"]}["neighbours"]
+    back = dissect._contrary_note(long, "neighbours", "Toy GPT")  # the long run cites the cpu preset's toy
+    assert back.startswith(f"contradicts the paper's mechanism; toy trained {short['step']} steps (results/cpu/report.md)")
+    assert f"{y['heads of this type here']} heads ({y['dominant parts here']})" in back
     assert dissect._contrary_note({"step": 1000}, "neighbours", "MiniLM") == "contradicts the paper's mechanism"
 
 

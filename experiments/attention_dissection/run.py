@@ -242,38 +242,45 @@ def run(cfg: DissectionConfig, out, *, toy_run=None, data_dir=None, progress: bo
 W_LIFT = 2.0  # eq. (8) structure "reproduced" in a head: top-left K×K energy >= 2× the random rotation's
 
 
-def _long_toy(m: dict, name: str) -> dict | None:
-    """The committed second setting of the toy (``results/cpu-toy-long``: the toy trained 3× longer), or None when
-    ``m`` is not the toy, the setting is not committed, or ``m`` is that run itself."""
-    long = Path(__file__).resolve().parent / "results" / "cpu-toy-long" / "metrics.json"
+def _other_toy(m: dict, name: str) -> tuple[str, dict] | None:
+    """The toy's committed other setting, (where, its toy metrics): for a run of the ``cpu`` preset's length the toy
+    trained 3× longer (``results/cpu-toy-long``), for that run the ``cpu`` preset's toy (``results/cpu``); None when
+    ``m`` is not the toy or the other setting is not committed."""
+    results = Path(__file__).resolve().parent / "results"
+    long, short = results / "cpu-toy-long" / "metrics.json", results / "cpu" / "metrics.json"
     if name != "Toy GPT" or not long.is_file():
         return None
     lm = json.loads(long.read_text())["toy"]
-    return None if lm.get("step") == m.get("step") else lm
+    if lm.get("step") != m.get("step"):
+        return "results/cpu-toy-long/report.md", lm
+    if not short.is_file():
+        return None
+    return "results/cpu/report.md", json.loads(short.read_text())["toy"]
 
 
 def _absent_note(m: dict, t: str, min_lift: float, name: str) -> str:
     """Why a head type is absent from a model: its largest lift among the heads against the type threshold, and for the
-    toy the committed second setting (``results/cpu-toy-long``, the toy trained 3× longer) where it exists."""
+    toy the committed other setting (:func:`_other_toy`) where it exists."""
     lifts = [h[f"{t}_lift"] for h in m.get("heads", [])]
     note = f"largest {t.replace('_', '-')} lift of any head {max(lifts):.3f} (a type needs >= {min_lift:g})" if lifts else ""
-    lm = _long_toy(m, name)
-    if lm is not None:
-        best = max(h[f"{t}_lift"] for h in lm["heads"])
-        note += (f"; toy trained {lm['step']} steps (results/cpu-toy-long/report.md): "
-                 f"{lm['head_type_counts'][t]} heads, largest lift {best:.3f}")
+    other = _other_toy(m, name)
+    if other is not None:
+        where, om = other
+        best = max(h[f"{t}_lift"] for h in om["heads"])
+        note += (f"; toy trained {om['step']} steps ({where}): "
+                 f"{om['head_type_counts'][t]} heads, largest lift {best:.3f}")
     return note
 
 
 def _contrary_note(m: dict, t: str, name: str) -> str:
     """A head type whose majority dominant part is not the paper's: and for the toy, the same type at the committed
-    second setting (its head count and dominant parts)."""
+    other setting (its head count and dominant parts)."""
     note = "contradicts the paper's mechanism"
-    lm = _long_toy(m, name)
-    mech = {x["type"]: x for x in lm["mechanism"]} if lm is not None else {}
+    other = _other_toy(m, name)
+    mech = {x["type"]: x for x in other[1]["mechanism"]} if other is not None else {}
     if t in mech:
         x = mech[t]
-        note += (f"; toy trained {lm['step']} steps (results/cpu-toy-long/report.md): {x['heads of this type here']} "
+        note += (f"; toy trained {other[1]['step']} steps ({other[0]}): {x['heads of this type here']} "
                  f"heads ({x['dominant parts here']}), {x['agrees with the paper']}")
     return note
 
