@@ -374,7 +374,6 @@ def over_draws(fails, holds, *, allowed_fraction: float, method: str, details: M
                                                      f"[{lower:.3g}, {upper:.3g}] at ±{n_sigma:g}σ)"})
 
 
-
 def draws_needed(f_hat: float, allowed_fraction: float, n_sigma: float = N_SIGMA) -> float:
     """Independent draws :func:`over_draws` needs to decide a failing fraction f̂ against f₀ at ±n_sigma: the smallest
     n (≥ :data:`MIN_DRAWS`; doubling, then bisection) at which the Clopper–Pearson interval of round(f̂·n) of n
