@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import math
 import time
+import zlib
 from pathlib import Path
 
 import jax
@@ -169,7 +170,7 @@ def spectra(ad: Adapter, key) -> tuple[list, dict]:
             n, m = W.shape
             s2 = np.linalg.svd(W, compute_uv=False) ** 2
             var = float(np.mean(W**2))  # entry variance of a Frobenius-matched random matrix
-            R = np.asarray(jax.random.normal(jax.random.fold_in(key, 100 * l + hash(name) % 97), (n, m)), np.float64)
+            R = np.asarray(jax.random.normal(jax.random.fold_in(key, 100 * l + zlib.crc32(name.encode()) % 97), (n, m)), np.float64)
             s2_init = np.linalg.svd(R * ad.init_std[name], compute_uv=False) ** 2
             edge_init = G.mp_edges(n, m, ad.init_std[name] ** 2)[1]
             edge_matched = G.mp_edges(n, m, var)[1]
