@@ -34,6 +34,16 @@ def w_l_same(key_W_E, key_W_L) -> bool:
     return bool(key_W_L) and set(key_W_L) <= set(key_W_E)
 
 
+def _w_l_only(key_W_E, key_W_L) -> list[int]:
+    """Key frequencies of W_L that are not W_E's (what breaks :func:`w_l_same`)."""
+    return [k for k in key_W_L if k not in key_W_E]
+
+
+def _best_pair(pairs: dict) -> str | None:
+    """The pair ("k1,k2") of a sufficiency table with the highest restricted accuracy, None for no pair."""
+    return max(pairs, key=pairs.get) if pairs else None
+
+
 def second_setting(which: str, seed: int, choose, progress: bool = False) -> dict | None:
     """The clock claims' ReLU model of budget ``which`` ("quick" / "full"; None for "none"), trained or loaded from
     the geomjax cache: ``{"name", "budget", "seed", "train_frac", "epochs", "checkpoint", "why", "an", "series"}`` with ``an`` its
@@ -82,7 +92,7 @@ def _second_w_l(sec: dict) -> str:
 def w_l_why(an: dict, series: list[dict], sec: dict | None, fig: str) -> str:
     """The W_L_same row's last column: which frequencies break the test, at how many of this run's snapshots it
     holds (the curve ``fig`` of :func:`evidence_section`), and what the second setting gives."""
-    only_L = [k for k in an["key_W_L"] if k not in an["key_W_E"]]
+    only_L = _w_l_only(an["key_W_E"], an["key_W_L"])
     parts = [f"W_L-only {only_L}" if only_L else "", f"W_E-only {an['key_W_E_only']}: no W_L circle"
              if an["key_W_E_only"] else ""]
     if series:
@@ -126,8 +136,8 @@ def two_coprime_why(an: dict, series: list[dict], sec: dict | None, fig: str) ->
     if sec is not None:
         s2, e2 = sec["an"]["sufficiency"], sec["an"]["sufficiency_embed"]
         at = f"at the {sec['train_frac']:.0%} split ({sec['name']}, epoch {sec['checkpoint']}): key {sec['an']['key']}, "
-        if s2["pairs"]:
-            b = max(s2["pairs"], key=s2["pairs"].get)
+        b = _best_pair(s2["pairs"])
+        if b is not None:
             at += (f"best pair {{{b}}}: {s2['pairs'][b]:.2f} (logit-restricted), {e2.get(b, float('nan')):.2f} "
                    f"(embedding-restricted) — {'reproduced' if s2['pairs'][b] >= SUFFICIENT else 'not reproduced'}")
         else:
@@ -156,10 +166,9 @@ def evidence_section(run, tag: str, an: dict, series: list[dict], sec: dict | No
             "none (--second-setting none).")])
     rows = []
     for name, a, _ in runs:
-        only_L = [k for k in a["key_W_L"] if k not in a["key_W_E"]]
         pairs = a["sufficiency"]["pairs"]
-        b = max(pairs, key=pairs.get) if pairs else None
-        rows.append([name, a["key_W_E"], a["key_W_L"], a["key_W_E_only"], only_L,
+        b = _best_pair(pairs)
+        rows.append([name, a["key_W_E"], a["key_W_L"], a["key_W_E_only"], _w_l_only(a["key_W_E"], a["key_W_L"]),
                      "yes" if w_l_same(a["key_W_E"], a["key_W_L"]) else "no", "—" if b is None else f"{{{b}}}",
                      "—" if b is None else f"{pairs[b]:.3f}",
                      "—" if b is None else f"{a['sufficiency_embed'].get(b, float('nan')):.3f}",
@@ -172,8 +181,7 @@ def evidence_section(run, tag: str, an: dict, series: list[dict], sec: dict | No
     for name, _, ser in runs:
         ep = [q["epoch"] for q in ser]
         panels["W_E-only key frequencies"][name] = (ep, [len(q["key_W_E_only"]) for q in ser])
-        panels["W_L-only key frequencies"][name] = (ep, [len([k for k in q["key_W_L"] if k not in q["key_W_E"]])
-                                                         for q in ser])
+        panels["W_L-only key frequencies"][name] = (ep, [len(_w_l_only(q["key_W_E"], q["key_W_L"])) for q in ser])
         panels["best coprime pair, restricted acc"][name] = (ep, [nan if q["best_pair_acc"] is None else
                                                                   q["best_pair_acc"] for q in ser])
         panels["all key frequencies, restricted acc"][name] = (ep, [nan if q["all_acc"] is None else q["all_acc"]
