@@ -17,6 +17,7 @@ from geomjax.analysis import plots
 from geomjax.analysis.report import Section
 from geomjax.claims.clock import claim_config, trained_run
 from geomjax.tools.clock_probe import analyze, key_series
+from geomjax.train.cost import toy_training_cost
 
 SECOND_SETTINGS = ("quick", "full", "none")
 SUFFICIENT = 0.99  # the two_coprime row's threshold (and clock.two_coprime_sufficient's)
@@ -42,6 +43,14 @@ def _w_l_only(key_W_E, key_W_L) -> list[int]:
 def _best_pair(pairs: dict) -> str | None:
     """The pair ("k1,k2") of a sufficiency table with the highest restricted accuracy, None for no pair."""
     return max(pairs, key=pairs.get) if pairs else None
+
+
+def second_setting_cost(which: str, seed: int) -> str:
+    """The expected training cost of :func:`second_setting`'s model (printed before training; nothing is trained
+    when it is cached): at most its epoch cap (``quick`` stops earlier, once it has grokked)."""
+    c = claim_config(which, True, seed)
+    return (f"second setting (the claims' {which} ReLU model, trained only if not cached), at most {c.epochs} epochs: "
+            + toy_training_cost(c.train.replace(total_steps=c.epochs)).describe())
 
 
 def second_setting(which: str, seed: int, choose, progress: bool = False) -> dict | None:

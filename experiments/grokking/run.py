@@ -32,7 +32,7 @@ from pathlib import Path  # noqa: E402
 
 from experiments.grokking.config import GROK_PRESETS, get_config
 from experiments.grokking.evidence import (SECOND_SETTINGS, evidence_section, figure_name, second_setting,
-                                           two_coprime_why, w_l_same, w_l_why)
+                                           second_setting_cost, two_coprime_why, w_l_same, w_l_why)
 from experiments.grokking.relu_free import committed_splits
 from experiments.grokking.source import SOURCE
 
@@ -211,6 +211,8 @@ def _run(args, out: Path, cache_dir: str | None, load_start: str, rec) -> int:
     n_runs = 1 if args.no_relu_free else 2
     print(f"{n_runs} run(s) of {cfg.epochs} epochs, one after another: "
           + toy_training_cost(cfg.train.replace(total_steps=cfg.epochs * n_runs)).describe())  # before training
+    if args.second_setting != "none":
+        print(second_setting_cost(args.second_setting, args.seed))
     t0 = time.perf_counter()
     with timing.stage("training (ReLU)"):
         res = train_grokking(cfg, out / "train", progress=not args.no_progress, log_file=out / "train.log")
