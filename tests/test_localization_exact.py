@@ -93,3 +93,11 @@ def test_exact_rho_stacks_and_rejects_bad_input():
             loc.exact_rho(W, F, 2.0, T=T, panels=3)
         with pytest.raises(GeomjaxError, match="temperature"):
             loc.exact_rho(W, F, 0.0, T=T)
+
+
+def test_lemma1_exact_moments_three_exact_computations_agree():
+    """bao.lemma1.exact_moments: the closed form (localization.exact_moments), Isserlis on the explicit (T·d)²
+    quadratic form and the χ² weights of the witness agree to rounding."""
+    pred = bao._lemma1_predicted("quick")
+    np.testing.assert_allclose(bao._lemma1_isserlis("quick", None).value, pred, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(bao._lemma1_weights_witness("quick", None).value, pred, rtol=1e-12, atol=1e-14)
