@@ -89,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", parents=[common],
         help="the main job: a real pretrained model (MiniLM) on real text, full report")
     _add_geometry_args(p_demo, d)
-    p_demo.add_argument("--budget", choices=["quick", "full"], default="quick",
-                        help="Monte Carlo budget of the claims section")
+    p_demo.add_argument("--claims", nargs="?", const="quick", default=None, choices=["quick", "full"],
+                        metavar="BUDGET",
+                        help="also check Song & Zhong's claims in this run, at Monte Carlo budget quick (the "
+                             "default) or full; without it the report lists their recorded full verdicts")
     p_geo = sub.add_parser(
         "geometry", parents=[common],
         help="per-layer position/context decomposition study (Song & Zhong)")
@@ -276,7 +278,7 @@ def _run(args) -> int:
 
             print("\n".join(study.plan(dataclasses.replace(cfg, model=models[0]), args.device_memory).lines()))
             return 0
-        options = dataclasses.asdict(cfg) | ({"budget": args.budget} if args.command == "demo" else {})
+        options = dataclasses.asdict(cfg) | ({"claims": args.claims} if args.command == "demo" else {})
     elif args.command == "train":
         pipeline.validate_training(args.task, args.preset, args.data_dir)
         options = {"task": args.task, "preset": args.preset, "data_dir": args.data_dir}
@@ -324,20 +326,26 @@ def _execute(args, run, progress: bool) -> str | None:
             run.write_report(f"geomjax {args.command}: {len(models)} checkpoints on {cfg.corpus}", sections)
             return None
 
-        def claims_check():  # the demo's claims run while the study's figures are drawn
+        def claims_check():  # demo --claims: the claims run while the study's figures are drawn
             pipeline.status_line("checking Song & Zhong's claims", progress)
             with timing.stage("claims"):
-                s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.budget,
+                s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.claims,
                                                          seed=cfg.seed, progress=progress)
             return s_claims, {"claims": m_claims}
 
+        checking = args.command == "demo" and args.claims is not None
         sections, metrics = pipeline.run_geometry(cfg, run, progress=progress,
-                                                  alongside=claims_check if args.command == "demo" else None)
+                                                  alongside=claims_check if checking else None)
         summary = None
-        if args.command == "demo":
+        if checking:
             m_claims = metrics["claims"]
             summary = (f"claims: {len(m_claims['results'])} checked: "
                        f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
+        elif args.command == "demo":  # the recorded verdicts, and the flag that checks them
+            s_claims, m_claims = pipeline.recorded_claims("song_zhong", "geomjax demo --claims")
+            sections, metrics = sections + s_claims, metrics | m_claims
+            summary = (f"claims: not checked (--claims checks them); recorded full verdicts of Song & Zhong's "
+                       f"{len(m_claims['claims']['recorded'])}: {pipeline.claims_summary(m_claims['claims']['recorded_counts'])}")
         with timing.stage("report"):
             run.write_config(dataclasses.asdict(cfg) | {"command": args.command,
                                                          "model_conventions": metrics["model_conventions"]})

@@ -113,7 +113,7 @@ def test_debug_shows_the_traceback_and_bugs_keep_theirs(tmp_path, capsys, monkey
 
 @pytest.mark.parametrize("fails", slow_beyond_first(["figures", "claims"]))  # ~12 s each
 def test_demo_error_alongside_the_figures_leaves_no_run(tmp_path, monkeypatch, fails):
-    # the demo checks its claims while a worker thread draws the figures: an error on either side
+    # demo --claims checks the claims while a worker thread draws the figures: an error on either side
     # must abort the run with nothing left behind (and nothing still writing into the directory)
     from geomjax import pipeline, plots
 
@@ -136,9 +136,29 @@ def test_demo_error_alongside_the_figures_leaves_no_run(tmp_path, monkeypatch, f
     monkeypatch.setattr(plots, "study_figures", figures)
     monkeypatch.setattr(pipeline, "run_claims", claims)
     with pytest.raises(RuntimeError, match=f"{fails} failed"):
-        cli.main(["demo", "--out", str(tmp_path / "d"), *TINY])
+        cli.main(["demo", "--claims", "--out", str(tmp_path / "d"), *TINY])
     assert ran == ["song_zhong"] and drawn == ([1] if fails == "claims" else [])
     assert not (tmp_path / "d").exists() and not list(tmp_path.glob(".d.partial-*"))
+
+
+def test_demo_without_claims_lists_the_recorded_verdicts_and_names_the_flag(tmp_path, monkeypatch):
+    """Without --claims the demo checks no claim (issue 36: the Song & Zhong claims do not depend on the model
+    studied); its report lists their recorded full verdicts and names the flag that checks them."""
+    from geomjax import pipeline
+    from geomjax.claims.records import load_full_verdicts
+
+    def claims(run, **kw):
+        raise AssertionError("the demo checked claims without --claims")
+
+    monkeypatch.setattr(pipeline, "run_claims", claims)
+    assert cli.main(["demo", "--out", str(tmp_path / "d"), *TINY]) == 0
+    text = (tmp_path / "d" / "report.md").read_text()
+    assert "geomjax demo --claims" in text and "not checked in this run" in text
+    metrics = json.loads((tmp_path / "d" / "metrics.json").read_text())["claims"]
+    recorded = {k: v["verdict"] for k, v in load_full_verdicts().items() if k.startswith("song_zhong.")}
+    assert metrics["checked"] is False and metrics["recorded"] == recorded and len(recorded) >= 20
+    for cid, verdict in recorded.items():
+        assert f"| {cid} | {verdict} |" in text
 
 
 # ------------------------------------------------------------------------------ run directories

@@ -27,6 +27,7 @@ from geomjax.analysis import report
 from geomjax.analysis import study
 from geomjax.errors import GeomjaxError
 from geomjax.analysis.report import Section, schedule_section
+from geomjax.claims.records import load_full_verdicts
 from geomjax.analysis.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
     PRESETS,
     GeometryConfig,
@@ -54,6 +55,7 @@ __all__ = [
     "status_line",
     "check_topic_capacity",
     "claims_summary",
+    "recorded_claims",
     "validate_training",
 ]
 
@@ -145,6 +147,29 @@ def claims_summary(counts: dict) -> str:
     """'n hold, n do not hold, n inconclusive' from verdict counts."""
     return (f"{counts.get('holds', 0)} hold, {counts.get('does not hold', 0)} do not hold, "
             f"{counts.get('inconclusive', 0)} inconclusive")
+
+
+def recorded_claims(source: str, flag: str) -> tuple[list[Section], dict]:
+    """The recorded ``full`` verdicts of ``source``'s claims (``geomjax/claims/full_verdicts.json``) as a report
+    section that names ``flag``, the option that checks them in the run instead (``geomjax demo`` without
+    ``--claims``): nothing is checked, and the section says so.
+
+    Returns:
+      ([section], {"claims": {"checked": False, "recorded_counts", "recorded"}}).
+    """
+    recs = {k: v for k, v in sorted(load_full_verdicts().items()) if k.startswith(source + ".")}
+    counts = {v: sum(r["verdict"] == v for r in recs.values()) for v in ("holds", "does not hold", "inconclusive")}
+    s = Section(f"Claims: not checked in this run ({len(recs)} recorded verdicts: {claims_summary(counts)})")
+    s.paragraphs.append(
+        f"This run did not check the claims of {source}, which do not depend on the model studied above (random "
+        f"matrices, synthetic Grams, MiniLM on its own windows). `{flag}` checks them in the run (budget quick: about "
+        f"25 CPU s more on 2 cores); `geomjax verify --source {source}` checks them alone. Below are the verdicts "
+        "recorded at budget full (geomjax/claims/full_verdicts.json), each with the date and commit of its run; "
+        "docs/ERRATA.md gives the witnesses of those that do not hold.")
+    s.table(["id", "recorded verdict (full)", "date", "commit"],
+            [[k, r["verdict"], r.get("date", ""), r.get("commit", "")] for k, r in recs.items()])
+    return [s], {"claims": {"checked": False, "recorded_counts": counts,
+                            "recorded": {k: r["verdict"] for k, r in recs.items()}}}
 
 
 @claims.run_memo()  # one memo over the claims and their report hooks (geomjax.claims.per_run)
