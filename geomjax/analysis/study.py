@@ -53,6 +53,7 @@ from geomjax.base.parallel import data_mesh
 from geomjax.analysis.study_config import PRESETS, GeometryConfig
 
 __all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "summarize_layers", "theorem1_on_pos",
+           "theorem1_on_pos_layers",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
            "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
            "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run", "StudyPlan", "plan"]
@@ -912,15 +913,20 @@ def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[Lay
     return rows
 
 
+def theorem1_on_pos_layers(poss, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> list[Theorem1OnPos]:
+    """:func:`theorem1_on_pos` (Song & Zhong Theorem 1, eq. (6)) of every layer's pos, a sequence of (T, d) arrays
+    (one T), all layers' tables as one compiled program (``geomjax.theory.smoothness.theorem1_tables``) rather than one call per layer."""
+    Gs = np.stack([_pos_gram(p) for p in poss])
+    with jax.enable_x64(True):
+        tabs = smoothness.theorem1_tables(jnp.asarray(Gs), ks=ks, ms=ms)
+    return [_theorem1_result(G, tab) for G, tab in zip(Gs, tabs)]
+
+
 def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     """Theorem 1, eq. (6), on every layer's pos Gram, k = 1..min(20, T − 1)."""
     T = stats[0].n_positions
-    ks = tuple(range(1, min(20, T - 1) + 1))
     status_line(f"Theorem 1, eq. (6): {len(stats)} layers as one program", progress)
-    Gs = np.stack([_pos_gram(st.pos) for st in stats])
-    with jax.enable_x64(True):
-        tabs = smoothness.theorem1_tables(jnp.asarray(Gs), ks=ks)
-    return [_theorem1_result(G, tab) for G, tab in zip(Gs, tabs)]
+    return theorem1_on_pos_layers([st.pos for st in stats], ks=tuple(range(1, min(20, T - 1) + 1)))
 
 
 APPC_STATE_BYTES = 16 * 2 ** 30
