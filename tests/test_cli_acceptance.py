@@ -113,7 +113,7 @@ def test_debug_shows_the_traceback_and_bugs_keep_theirs(tmp_path, capsys, monkey
 
 @pytest.mark.parametrize("fails", slow_beyond_first(["figures", "claims"]))  # ~12 s each
 def test_demo_error_alongside_the_figures_leaves_no_run(tmp_path, monkeypatch, fails):
-    # the demo checks its claims in a worker thread beside the study and its figures: an error on either side
+    # the demo checks its claims while a worker thread draws the figures: an error on either side
     # must abort the run with nothing left behind (and nothing still writing into the directory)
     from geomjax import pipeline, plots
 

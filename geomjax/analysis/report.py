@@ -335,8 +335,7 @@ def timing_section(rec) -> Section:
         "Wall seconds of every stage of this run, the CPU seconds of the whole process over the same span, the "
         "seconds JAX spent tracing, lowering and compiling (or reading compiled programs from the persistent "
         "cache) inside the stage, and the XLA programs it built (of which read from the cache). A stage marked "
-        "'in parallel' ran beside others (the demo's claims in a worker thread beside the study and its figures), "
-        "so its wall time overlaps theirs and the CPU seconds of overlapping stages include each other's. "
+        "'in parallel' ran in a worker thread beside the following stages, so its wall time overlaps theirs. "
         f"Measured under {machine_load()}. run.json's 'timing' adds the writing of this report and the totals."])
     rows = [[st.name + (" (in parallel)" if st.parallel else ""), round(st.wall_s, 2), round(st.cpu_s, 2),
              round(st.compile_s, 2), f"{st.programs} ({st.cache_hits} cached)"] for st in rec.stages]

@@ -62,38 +62,39 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True,
     """Song & Zhong §2 study of every hidden state (``geomjax.analysis.study.run``); writes its figures
     into ``run``.
 
-    ``alongside() -> (sections, metrics)``, if given, runs in a worker thread from the start, beside the
-    study and its figures (the demo checks the claims there: they do not read the study, and most of
-    their programs use one core while the study's leave the other partly idle); its sections follow the
-    study's and its metrics are merged into the study's. Both finish before this returns; an error in
-    either propagates (the study's after the worker has finished), so the caller abandons the run
-    directory with nothing still writing into it.
+    ``alongside() -> (sections, metrics)``, if given, runs once the study is computed, while a worker
+    thread draws and saves the figures (host work: matplotlib leaves XLA's compiles and programs a
+    core); its sections follow the study's and its metrics are merged into the study's (the demo checks
+    the claims there). Both finish before this returns; an error in either propagates, so the caller
+    abandons the run directory with nothing still writing into it.
 
     Returns:
       (sections, metrics): report sections (``geomjax.analysis.report.sections``) and metrics.json
       (``StudyResult.to_json``: ``per_layer`` metrics, ``summary`` (mean ± std across layers,
       Tables 1-2), singular values, Theorem 1 tables and timings; docs/DESIGN.md).
     """
+    result = study.run(cfg, progress=progress)
+
+    def draw():
+        with timing.stage("figures", parallel=alongside is not None):
+            paths = {}
+            for name, fig in plots.study_figures(result).items():
+                paths[name] = plots.save_to_run(fig, run, f"{name}.png")
+            return report.sections(result, paths)
+
+    metrics = result.to_json()
     if alongside is None:
-        return _study_and_figures(cfg, run, progress, parallel=False)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="geomjax-alongside") as pool:
-        beside = pool.submit(contextvars.copy_context().run, alongside)  # its stages in this run's recording
+        return draw(), metrics
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="geomjax-figures") as pool:
+        drawn = pool.submit(contextvars.copy_context().run, draw)  # the figures' stage in this run's recording
         try:
-            sections, metrics = _study_and_figures(cfg, run, progress, parallel=True)
-        finally:  # never leave the worker writing into a run directory that is about to be abandoned
-            concurrent.futures.wait([beside])
-        more, extra = beside.result()
+            more, extra = alongside()
+        finally:  # never leave the thread drawing into a run directory that is about to be abandoned
+            drawn.cancel()
+            concurrent.futures.wait([drawn])
+        sections = drawn.result()
     metrics.update(extra)
     return sections + more, metrics
-
-
-def _study_and_figures(cfg: GeometryConfig, run: report.RunDir, progress: bool, parallel: bool):
-    """``study.run`` then its figures (saved into ``run``): (report sections, metrics.json)."""
-    result = study.run(cfg, progress=progress)
-    with timing.stage("figures", parallel=parallel):
-        paths = {name: plots.save_to_run(fig, run, f"{name}.png") for name, fig in plots.study_figures(result).items()}
-        sections = report.sections(result, paths)
-    return sections, result.to_json()
 
 
 SWEEP_METRICS = ("screenot_rank", "stable_rank", "relative_norm", "share_pos", "share_ctx", "share_resid",
