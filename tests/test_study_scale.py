@@ -129,9 +129,33 @@ def test_appc_streamed_equals_in_memory_on_minilm():
             assert _rel(tc.pca_cvec, old.pca_cvec) <= 1e-6 and _rel(tc.pca_raw, old.pca_raw) <= 1e-6
 
 
+def test_appc_kept_states_project_as_a_second_forward(monkeypatch):
+    """The projection pass on the states kept from the scatter pass (APPC_KEEP_BYTES) gives exactly what a
+    second forward over the App. C windows gives, and runs no second forward."""
+    cfg, fwd, params, ids, labels, stats = _appc_setup(3)
+    calls = []
+
+    def counted(p, x):
+        calls.append(x.shape[0])
+        return fwd(p, x)
+
+    kept = study._token_clusters(cfg, counted, params, ids, labels, stats, progress=False)
+    n_kept = len(calls)
+    monkeypatch.setattr(study, "APPC_KEEP_BYTES", 0)
+    again = study._token_clusters(cfg, counted, params, ids, labels, stats, progress=False)
+    assert len(calls) - n_kept == 2 * n_kept  # without keeping: the projection pass runs the forward again
+    for a, b in zip(kept, again):
+        assert a.compactness_cvec == b.compactness_cvec and a.compactness_raw == b.compactness_raw
+        if a.pca_cvec is not None:
+            np.testing.assert_array_equal(a.pca_cvec, b.pca_cvec)
+            np.testing.assert_array_equal(a.pca_raw, b.pca_raw)
+
+
 def test_appc_memory_does_not_grow_with_c_t_d(monkeypatch):
     """At 4x the windows, App. C's host allocations and the device arrays alive during its passes grow by
-    far less than the C·T·d states it used to hold (they hold O(L·d² + K·d) and one batch)."""
+    far less than the C·T·d states it used to hold (they hold O(L·d² + K·d) and one batch; the kept states
+    of APPC_KEEP_BYTES are off here, as at the sizes where memory matters)."""
+    monkeypatch.setattr(study, "APPC_KEEP_BYTES", 0)
     live = []
     real = study._appc_update
 

@@ -53,6 +53,7 @@ from geomjax.base.parallel import data_mesh
 from geomjax.analysis.study_config import PRESETS, GeometryConfig
 
 __all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "summarize_layers", "theorem1_on_pos",
+           "theorem1_on_pos_layers",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
            "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
            "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run", "StudyPlan", "plan"]
@@ -912,20 +913,30 @@ def _layer_rows(cfg, stats, states, labels, options, progress: bool) -> list[Lay
     return rows
 
 
+def theorem1_on_pos_layers(poss, ks=tuple(range(1, 21)), ms=tuple(range(1, 5))) -> list[Theorem1OnPos]:
+    """:func:`theorem1_on_pos` (Song & Zhong Theorem 1, eq. (6)) of every layer's pos, a sequence of (T, d) arrays
+    (one T), all layers' tables as one compiled program (``geomjax.theory.smoothness.theorem1_tables``) rather than one call per layer."""
+    Gs = np.stack([_pos_gram(p) for p in poss])
+    with jax.enable_x64(True):
+        tabs = smoothness.theorem1_tables(jnp.asarray(Gs), ks=ks, ms=ms)
+    return [_theorem1_result(G, tab) for G, tab in zip(Gs, tabs)]
+
+
 def _theorem1(stats, progress: bool) -> list[Theorem1OnPos]:
     """Theorem 1, eq. (6), on every layer's pos Gram, k = 1..min(20, T − 1)."""
     T = stats[0].n_positions
-    ks = tuple(range(1, min(20, T - 1) + 1))
     status_line(f"Theorem 1, eq. (6): {len(stats)} layers as one program", progress)
-    Gs = np.stack([_pos_gram(st.pos) for st in stats])
-    with jax.enable_x64(True):
-        tabs = smoothness.theorem1_tables(jnp.asarray(Gs), ks=ks)
-    return [_theorem1_result(G, tab) for G, tab in zip(Gs, tabs)]
+    return theorem1_on_pos_layers([st.pos for st in stats], ks=tuple(range(1, min(20, T - 1) + 1)))
 
 
 APPC_STATE_BYTES = 16 * 2 ** 30
 """Budget of the App. C accumulators (two float64 d×d scatters per layer) held at once: layers beyond
 it are accumulated in further passes over the App. C windows (a 70B model: 81 layers × 2 × 537 MB)."""
+
+APPC_KEEP_BYTES = 256 * 2 ** 20
+"""The App. C windows' states of the projected layers (first, middle, last) are kept from the scatter pass
+for the projection pass when they take at most this many bytes (the demo: 19 MB), instead of a second forward
+over those windows; beyond it (paper sizes: GBs) the projection pass runs the forward again."""
 
 
 @jax.jit
@@ -963,7 +974,8 @@ def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> lis
     update; :func:`~geomjax.theory.decomposition.class_scatter_update`), the compactness and the PCA from
     the d×d scatters (:func:`~geomjax.theory.geometry.compactness_from_scatter`, ``pca_from_scatter``),
     then a second pass projecting the tokens of the scatter layers (first, middle, last) on their top-2
-    directions. Holds O(L·d² + K·d) and one batch of states; never the windows' (N, T, d) states.
+    directions (their states kept from the first pass when they fit :data:`APPC_KEEP_BYTES`, else a second
+    forward). Holds O(L·d² + K·d), one batch of states, and at most APPC_KEEP_BYTES of kept states.
     Equal to :func:`token_cluster_metrics` of the same windows (tests/test_study_scale.py)."""
     s0 = int(cfg.drop_first)
     sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
@@ -977,16 +989,22 @@ def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> lis
         return jnp.stack([hs[layer][:, s0:] for layer in layers])
 
     scatter = sorted({0, L // 2, L - 1})
+    keep = len(scatter) * sel.size * T * d * 4 <= APPC_KEEP_BYTES  # float32 states of the projected layers
+    kept: dict[int, jax.Array] = {}  # batch start -> (len(scatter), B, T, d), the same arrays a second forward gives
     out: dict[int, dict] = {}
     with x64_context("float64"):
         mean = jnp.asarray(np.stack([np.asarray(st.mean, np.float64) for st in stats]))
         pos = jnp.asarray(np.stack([np.asarray(st.pos, np.float64) for st in stats]))
         for group in _appc_groups(L, d):
             g = np.asarray(group)
+            take = [group.index(j) for j in scatter] if keep and set(scatter) <= set(group) else None
             accs = tuple(jax.vmap(lambda _: class_scatter_init(K, d, "float64"))(g) for _ in range(2))
             for i in _bar(starts, f"token clusters (App. C), layers {group[0]}-{group[-1]}", progress, "batch"):
                 tok = jnp.asarray(np.repeat(codes[i: i + cfg.batch_size], T))
-                accs = _appc_update(accs, group_states(i, group), tok, mean[g], pos[g])
+                states = group_states(i, group)
+                if take is not None:
+                    kept[i] = states[np.asarray(take)]
+                accs = _appc_update(accs, states, tok, mean[g], pos[g])
             res = [compactness_from_scatter(a.counts, a.means, a.within) for a in accs]  # cvec, raw
             comps = [pca_from_scatter(r[1], 2) for r in res]
             for j, layer in enumerate(group):
@@ -998,7 +1016,8 @@ def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> lis
         comps = jnp.stack([jnp.stack([out[i]["comps"][c] for i in scatter]) for c in range(2)])
         coords = [[], []]
         for i in _bar(starts, "token clusters (App. C), projections", progress, "batch"):
-            for c, xy in enumerate(_appc_project(group_states(i, scatter), mean[g], pos[g], grand, comps)):
+            states = kept.pop(i) if i in kept else group_states(i, scatter)
+            for c, xy in enumerate(_appc_project(states, mean[g], pos[g], grand, comps)):
                 coords[c].append(np.asarray(xy))
     coords = [np.concatenate(c, axis=1) for c in coords]
     tok_labels = np.repeat(labels[sel], T)

@@ -544,19 +544,21 @@ def _numpy_cross_term_hits(xs, n_bases: int, per: int, c: float, seed: int) -> l
     rng = np.random.default_rng(seed)
     side = np.r_[np.zeros(n1, int), np.ones(n2, int)]
     cross = np.stack([~((side[:, None] == a) & (side[None, :] == b)) for a in (0, 1) for b in (0, 1)])  # (4, n, n)
+    n = n1 + n2
     out = []
     for x in xs:
         rho = math.sqrt(x / d)
         hits = []
         for _ in range(n_bases):
-            cvec = rng.normal(size=d)
+            # standard_normal draws what normal(0, 1) draws (the same stream, values exactly equal), without its scaling pass
+            cvec = rng.standard_normal(d)
             cvec /= np.linalg.norm(cvec)
-            g = rng.normal(size=(n2, d))
+            g = rng.standard_normal((n2, d))
             g -= np.outer(g @ cvec, cvec)
             g /= np.linalg.norm(g, axis=1, keepdims=True)
             Y = np.vstack([cvec, math.sqrt(1 - rho**2) * g + rho * cvec])
             L = np.linalg.cholesky(Y @ Y.T)
-            E = rng.normal(size=(per, 4, n1 + n2, n1 + n2))
+            E = rng.standard_normal((per, 4, n, n))
             terms = np.abs(L @ E @ L.T) / math.sqrt(d)  # (per, 4, n, n)
             hits.append(np.any((terms > c * rho) & cross, axis=(1, 2, 3)))
         out.append(np.concatenate(hits))

@@ -289,7 +289,10 @@ def _sample(key, d, rho, planted, setting: Theorem2Setting):
     # separate RNG call (and the while loop of jax.random.gamma) costs XLA:CPU compile time under
     # vmap, multi-dimensional RNG shapes even more.
     n_z, n_u = 5 * n * n + _MT_ROUNDS * n, 12 * s + 8 + (_MT_ROUNDS + 1) * n
-    v = jax.random.uniform(key, (n_z + n_u,), dtype, minval=np.nextafter(-1.0, 0.0), maxval=1.0)
+    # the open interval (−1, 1) in the draw's own dtype: float64's nextafter(−1, 0) rounds to −1.0 in float32, where
+    # erf_inv(−1) = −inf (16 of the 2^15 float32 draws of song_zhong.theorem2's group U had an infinite normal)
+    low = np.nextafter(np.asarray(-1.0, dtype), np.asarray(0.0, dtype))
+    v = jax.random.uniform(key, (n_z + n_u,), dtype, minval=low, maxval=1.0)
     z = jnp.sqrt(jnp.asarray(2.0, dtype)) * jax.lax.erf_inv(v[:n_z])  # standard normals
     u = 0.5 * (v[n_z:] + 1.0)  # uniforms in (0, 1)
     df = d - jnp.arange(n, dtype=dtype)  # R_ii² ~ χ²_{d−i+1} (1-based i)
