@@ -7,7 +7,8 @@ Usage::
 
 Two cases, each measured in one run:
 
-* ``demo``: ``geomjax demo`` (MiniLM, the demo's sizes and its claims) as a user runs it.
+* ``demo``: ``geomjax demo`` (MiniLM, the demo's sizes) as a user runs it; ``demo-claims``: ``geomjax demo --claims``
+  (the Song & Zhong claims checked in the run too).
 * ``gpt2``: ``geomjax geometry`` on a GPT-2-small-shaped checkpoint (12 layers, d = 768, vocabulary 50,257)
   with random weights from ``transformers``' initialisation, written with ``save_pretrained`` together with
   GPT-2's tokenizer.json (``geomjax.convert.tokenizers.gpt2_tokenizer``). On a GPU the default sizes are the
@@ -138,7 +139,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=2, help="warm runs and floor runs per case, interleaved")
     ap.add_argument("--quick", action="store_true", help="one warm round")
-    ap.add_argument("--cases", default="demo,gpt2", help="comma-separated: demo, gpt2")
+    ap.add_argument("--cases", default="demo,gpt2", help="comma-separated: demo, demo-claims (demo --claims), gpt2")
     ap.add_argument("--gpt2-sizes", default=None,
                     help="N_DOCS,WINDOWS_PER_DOC,T of the GPT-2 study (default: 40,4,512 on a GPU, 4,2,128 on a CPU)")
     ap.add_argument("--out", default=None, help="append the Markdown section to this file")
@@ -157,13 +158,15 @@ def main() -> None:
     parts = [f"### Study end to end vs its forward floor ({time.strftime('%Y-%m-%d %H:%M')}; device {device})", "",
              C.machine_block(info), ""]
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
-    if "demo" in cases:
+    for case, argv in (("demo", ["demo"]), ("demo-claims", ["demo", "--claims"])):
+        if case not in cases:
+            continue
         cfg = GeometryConfig()
         n = study_windows(cfg)
-        res = measure("demo", ["demo"], torch_floor("bert", str(gj.convert.minilm_path()), n, cfg.seq_len,
-                                                    cfg.batch_size, device), rounds)
-        parts.append(render("`geomjax demo` (MiniLM)", f"Floor: `transformers` MiniLM over {n} windows x "
-                            f"{cfg.seq_len} tokens, batch {cfg.batch_size}.", res, device))
+        res = measure(case, argv, torch_floor("bert", str(gj.convert.minilm_path()), n, cfg.seq_len,
+                                              cfg.batch_size, device), rounds)
+        parts.append(render(f"`geomjax {' '.join(argv)}` (MiniLM)", f"Floor: `transformers` MiniLM over {n} windows "
+                            f"x {cfg.seq_len} tokens, batch {cfg.batch_size}.", res, device))
     if "gpt2" in cases:
         sizes = args.gpt2_sizes or ("40,4,512" if device == "gpu" else "4,2,128")
         n_docs, wpd, T = (int(x) for x in sizes.split(","))
