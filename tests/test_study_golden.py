@@ -224,3 +224,28 @@ def test_report_references_exactly_the_drawn_figures(stages):
                       "singular_values_mid_layer", "timing_s", "doc_labels", "theorem1",
                       "ood_fraction_of_characters_dropped", "not_available", "model_conventions", "corpora"}
     assert len(m["theorem1"]) == (3 if stages[0] else 0) and m["doc_labels"] == {"0": "a", "1": "b"}
+
+
+def test_figures_do_not_draw_the_ood_metrics():
+    """pipeline.run_geometry draws the figures while the OOD forward runs (study.run's before_ood), from the result
+    without the layers' ood: the same PNGs as from the finished result."""
+    import dataclasses
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots
+
+    full = _synthetic_result(True, True, True)
+    partial = dataclasses.replace(full, layers=tuple(dataclasses.replace(ly, ood=None) for ly in full.layers))
+
+    def pngs(result):
+        out = {}
+        for name, fig in plots.study_figures(result).items():
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=40)
+            out[name] = buf.getvalue()
+            plt.close(fig)
+        return out
+
+    assert pngs(partial) == pngs(full)

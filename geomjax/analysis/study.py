@@ -1188,7 +1188,7 @@ def plan(cfg: GeometryConfig, device_memory_gb: float | None = None) -> StudyPla
     return out
 
 
-def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
+def run(cfg: GeometryConfig, progress: bool = True, before_ood=None) -> StudyResult:
     """Song & Zhong §2 on one (model, corpus) pair: the per-layer geometry study as data.
 
     Validates ``cfg`` (:func:`validate_geometry`), loads the model, draws every window
@@ -1197,6 +1197,10 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     (:func:`theorem1_on_pos`), App. C (:func:`token_cluster_metrics`), Table 2 on the OOD corpus,
     and the projections Figs. 1-3 / 24-26 draw. cvec comes from a separate fresh draw of
     ``n_cvec`` windows, as in the source code. Nothing is written.
+
+    ``before_ood(result)``, if given, is called with the result before the OOD pass (every field but the
+    layers' ``ood``, which the figures do not draw), so that the caller can draw the figures while the OOD
+    forward runs; the returned result carries the OOD metrics.
 
     Raises:
       GeomjaxError: an option, model or corpus that cannot serve the study (before the forward pass).
@@ -1232,17 +1236,12 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
     with timing.stage("token clusters (App. C)"):
         clusters = (_token_clusters(cfg, fwd, m.params, w.ids, labels, stats, progress)
                     if cfg.n_cluster_windows and multi_doc else [])
-    with timing.stage("OOD (Table 2)"):
-        ood = _ood(cfg, m, inputs.ood_ids, options, progress) if inputs.ood_ids is not None else None
-    t_total = time.perf_counter() - t0
-
-    status_line("figures", progress)
     mid = n_layers // 2
     T, d = stats[0].n_positions, int(stats[0].pos.shape[-1])
     X = np.concatenate([np.asarray(stats[mid].pos), np.asarray(stats[mid].ctx)])
     with timing.stage("projections (Figs. 1-3, App. C)"):
-        layers = _layer_results(stats, names, rows, cvec, thm1, clusters, ood)
-    return StudyResult(
+        layers = _layer_results(stats, names, rows, cvec, thm1, clusters, None)
+    result = StudyResult(
         config=cfg, options=options, model_desc=_model_desc(cfg, m, n_layers, X.shape[1]), arch=_arch_of(m.model),
         conventions=m.conventions, layers=layers,
         n_contexts=cfg.n_contexts, n_positions=T, d_model=d, labels=labels,
@@ -1251,5 +1250,11 @@ def run(cfg: GeometryConfig, progress: bool = True) -> StudyResult:
         gram_mid=np.asarray(geometry.normalized_gram(jnp.asarray(X, jnp.float32))),
         not_available=_unavailable(cfg, multi_doc, T, d),
         incoherence_baseline=geometry.mean_abs_cos_isotropic(X.shape[1]), ood_dropped=inputs.ood_dropped,
-        seconds_forward=t_extract, seconds_total=t_total,
+        seconds_forward=t_extract, seconds_total=0.0,
         corpora={name: data.corpus_source(name, cfg.data_dir) for name in (cfg.corpus, cfg.ood_corpus) if name})
+    if before_ood is not None:
+        before_ood(result)
+    with timing.stage("OOD (Table 2)"):
+        ood = _ood(cfg, m, inputs.ood_ids, options, progress) if inputs.ood_ids is not None else None
+    layers = tuple(dataclasses.replace(ly, ood=ood[i]) for i, ly in enumerate(layers)) if ood else layers
+    return dataclasses.replace(result, layers=layers, seconds_total=time.perf_counter() - t0)

@@ -64,39 +64,39 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True,
     """Song & Zhong §2 study of every hidden state (``geomjax.analysis.study.run``); writes its figures
     into ``run``.
 
-    ``alongside() -> (sections, metrics)``, if given, runs once the study is computed, while a worker
-    thread draws and saves the figures (host work: matplotlib leaves XLA's compiles and programs a
-    core); its sections follow the study's and its metrics are merged into the study's (the demo checks
-    the claims there). Both finish before this returns; an error in either propagates, so the caller
-    abandons the run directory with nothing still writing into it.
+    The figures (host work: matplotlib) are drawn by a worker thread from the moment the study has
+    everything they show, that is while the OOD forward (Table 2, which no figure draws) runs, and, if
+    given, while ``alongside() -> (sections, metrics)`` runs once the study is computed (the demo's
+    ``--claims``); its sections follow the study's and its metrics are merged into the study's. Both
+    finish before this returns; an error in either propagates, so the caller abandons the run
+    directory with nothing still writing into it.
 
     Returns:
       (sections, metrics): report sections (``geomjax.analysis.report.sections``) and metrics.json
       (``StudyResult.to_json``: ``per_layer`` metrics, ``summary`` (mean ± std across layers,
       Tables 1-2), singular values, Theorem 1 tables and timings; docs/DESIGN.md).
     """
-    result = study.run(cfg, progress=progress)
+    def draw(result):
+        status_line("figures", progress)
+        with timing.stage("figures", parallel=True):
+            return {name: plots.save_to_run(fig, run, f"{name}.png")
+                    for name, fig in plots.study_figures(result).items()}
 
-    def draw():
-        with timing.stage("figures", parallel=alongside is not None):
-            paths = {}
-            for name, fig in plots.study_figures(result).items():
-                paths[name] = plots.save_to_run(fig, run, f"{name}.png")
-            return report.sections(result, paths)
-
-    metrics = result.to_json()
-    if alongside is None:
-        return draw(), metrics
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="geomjax-figures") as pool:
-        drawn = pool.submit(contextvars.copy_context().run, draw)  # the figures' stage in this run's recording
+        drawn = []
+
+        def start(partial):  # the figures' stage in this run's recording
+            drawn.append(pool.submit(contextvars.copy_context().run, draw, partial))
+
         try:
-            more, extra = alongside()
+            result = study.run(cfg, progress=progress, before_ood=start)
+            more, extra = alongside() if alongside is not None else ([], {})
+            paths = drawn[0].result()
         finally:  # never leave the thread drawing into a run directory that is about to be abandoned
-            drawn.cancel()
-            concurrent.futures.wait([drawn])
-        sections = drawn.result()
-    metrics.update(extra)
-    return sections + more, metrics
+            for f in drawn:
+                f.cancel()
+            concurrent.futures.wait(drawn)
+    return report.sections(result, paths) + more, result.to_json() | extra
 
 
 SWEEP_METRICS = ("screenot_rank", "stable_rank", "relative_norm", "share_pos", "share_ctx", "share_resid",
