@@ -457,16 +457,16 @@ def _aniso_instances(k0, c, start, m, s, mult, n: int):
 
 @per_run
 def _aniso_draws(budget: str):
-    """Generator of rounds: each ``next`` extends every anisotropic case to the next look's draw count and yields
-    (rows of all draws so far, CPU seconds so far); a row holds W, F, the exact ρ_i with its quadrature error bar
-    and the Gaussian approximation. Shared by the evaluation and the witness within one claims run."""
-    return _AnisoRounds(budget)
+    """The draws of the anisotropic cases (:class:`_AnisoRounds`): ``extend(n)`` takes every case to n draws and
+    returns the rows of all draws so far (W, F, the exact ρ_i with its quadrature error bar, the Gaussian
+    approximation); ``seconds`` is their CPU time. Shared by the evaluation and the witness within one claims run."""
+    return _AnisoRounds()
 
 
 class _AnisoRounds:
     """The draws of every anisotropic case so far (rows, in case order per round) and their CPU seconds."""
 
-    def __init__(self, budget: str):
+    def __init__(self):
         self.rows, self.seconds, self.n = [], 0.0, 0
 
     def extend(self, n: int):
