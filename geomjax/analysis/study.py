@@ -1199,8 +1199,8 @@ def run(cfg: GeometryConfig, progress: bool = True, before_ood=None) -> StudyRes
     ``n_cvec`` windows, as in the source code. Nothing is written.
 
     ``before_ood(result)``, if given, is called with the result before the OOD pass (every field but the
-    layers' ``ood``, which the figures do not draw), so that the caller can draw the figures while the OOD
-    forward runs; the returned result carries the OOD metrics.
+    layers' ``ood``, which the figures do not draw, and ``seconds_total``, 0 there), so that the caller can
+    draw the figures while the OOD forward runs; the returned result carries both.
 
     Raises:
       GeomjaxError: an option, model or corpus that cannot serve the study (before the forward pass).
