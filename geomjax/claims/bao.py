@@ -480,10 +480,10 @@ class _AnisoRounds:
                 W, F, gauss = _aniso_instances(k0, c, self.n, m, s, mult, n=n - self.n)
                 # float32 inversion: its error bar carries the measured rounding allowance (loc.exact_rho)
                 rho, err = loc.exact_rho(W.astype(jnp.float32), F.astype(jnp.float32), lam, T=_RHO_T)
+                W, F, gauss, rho, err = (np.asarray(a) for a in (W, F, gauss, rho, err))  # one transfer each
                 for j in range(n - self.n):
                     self.rows.append({"case": c, "label": f"aniso mean={m} scale={s} ×{mult}", "draw": self.n + j,
-                                      "W": np.asarray(W[j]), "F": np.asarray(F[j]), "rho": np.asarray(rho[j]),
-                                      "err": np.asarray(err[j]), "gauss": np.asarray(gauss[j])})
+                                      "W": W[j], "F": F[j], "rho": rho[j], "err": err[j], "gauss": gauss[j]})
         self.n = n
         self.seconds += time.process_time() - t0
         return self.rows
@@ -491,7 +491,7 @@ class _AnisoRounds:
 
 def _draw_decisions(errs_and_bars):
     """Per draw: (certified to fail, certified to hold, worst error) of max_i |ρ_i − prediction| ≤ _RHO_TOL, each ρ_i
-    within its error bar (a 5·sem Monte Carlo band, or the quadrature's bound)."""
+    within its quadrature error bar."""
     fails, holds, worst = [], [], []
     for err, bar in errs_and_bars:
         fails.append(bool(np.max(err - bar) > _RHO_TOL))
