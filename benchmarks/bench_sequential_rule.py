@@ -1,5 +1,5 @@
 """The sequential claims rule's error rates and power, at sizes beyond the default suite (the long version of
-tests/test_claims_sequential.py).
+tests/unit/test_claims_sequential.py).
 
 Simulated runs of :func:`geomjax.claims.sequential.sequential_decision` on N(μ, 1) draws with margin δ = 0.1, at
 n_sigma = 2 and 3 (nominal one-sided error Φ(−n_sigma): 2.3e-2, 1.3e-3; 5σ's 2.9e-7 is beyond any simulation),

@@ -1,7 +1,7 @@
 """Render geomjax's API reference (HTML) from its docstrings with pdoc; unresolved names are errors.
 
 Run from the repository root: ``python docs/build_api.py [OUT_DIR]`` (default ``docs/api``), then open
-``OUT_DIR/geomjax.html``. ``tests/test_docs.py`` builds it, so a broken reference fails the tests.
+``OUT_DIR/geomjax.html``. ``tests/integration/test_docs.py`` builds it, so a broken reference fails the tests.
 """
 import importlib
 import inspect

@@ -11,7 +11,7 @@ table of each (:func:`geomjax.analysis.comparison.parse_source_table`) this modu
   :func:`findings_block`.
 
 ``python -m experiments.readme_results`` writes them; ``--check`` exits 1 when one is stale, and
-``tests/test_experiment_reports.py`` checks that they hold exactly what this module generates.
+``tests/acceptance/test_experiment_reports.py`` checks that they hold exactly what this module generates.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Checked at test time: pyproject's pytest addopts turn on jaxtyping's import hook for the theory
 modules and the ``models``, ``train`` and ``convert`` packages with :func:`typechecker` (beartype), so every call during the tests checks its arguments and
-result against these annotations (tests/test_shapes.py).
+result against these annotations (tests/unit/test_shapes.py).
 
 Shape legend: B batch, C contexts, T positions, d model width, H heads (Hkv key/value heads), K head dim,
 F MLP width, V vocab, L layers, S samples, r rank, k number of components.

@@ -1,6 +1,6 @@
 """Write tiny Hugging Face checkpoints and their `transformers` outputs into tests/goldens/.
 
-The files let tests/test_convert.py check the loader and the forward pass where PyTorch is absent.
+The files let tests/integration/test_convert.py check the loader and the forward pass where PyTorch is absent.
 Everything is seeded; re-running gives the same files. Needs torch + transformers (CPU):
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/make_goldens.py
@@ -147,7 +147,7 @@ DECODERS = {
 
 
 def decoders() -> None:
-    """Llama / Mistral / BLOOM goldens (tests/test_models_llama_bloom.py::test_goldens)."""
+    """Llama / Mistral / BLOOM goldens (tests/acceptance/test_models_llama_bloom.py::test_goldens)."""
     for i, (name, (cfg_cls, model_cls, kw)) in enumerate(DECODERS.items()):
         cfg = getattr(transformers, cfg_cls)(vocab_size=24, **kw, attn_implementation="eager")
         torch.manual_seed(0)

@@ -16,7 +16,7 @@ import tempfile
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The geomjax command turns on JAX's persistent compilation cache; tests keep every compile fresh
-# (tests/test_cli.py checks the cache switch itself with a temporary directory).
+# (tests/integration/test_cli.py checks the cache switch itself with a temporary directory).
 os.environ.setdefault("GEOMJAX_NO_COMPILE_CACHE", "1")
 # Trained runs that geomjax caches under $GEOMJAX_CACHE (the clock claims' grokking models) go to a
 # fresh folder per session: a test run neither reads nor fills ~/.cache/geomjax, so it costs here
@@ -79,7 +79,7 @@ def quick_claims():
     """``get(select) -> list[ClaimResult]``: quick-budget results (seed 0), each claim checked once per test run.
 
     Valid because a claim's result depends only on its id, the seed and the budget, not on which other
-    claims are selected (geomjax.claims.run's contract; tests/test_claims.py checks the key rule).
+    claims are selected (geomjax.claims.run's contract; tests/acceptance/test_claims.py checks the key rule).
     The xdist workers share the results through the run folder: a worker checks the claims of one source
     (``song_zhong``, ``clock``, ...) under that source's file lock and pickles each result; a worker that
     needs them later (or waits on the lock) loads them. Results are shared: a test must not mutate them.

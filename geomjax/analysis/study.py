@@ -976,7 +976,7 @@ def _token_clusters(cfg, fwd, params, ids, labels, stats, progress: bool) -> lis
     then a second pass projecting the tokens of the scatter layers (first, middle, last) on their top-2
     directions (their states kept from the first pass when they fit :data:`APPC_KEEP_BYTES`, else a second
     forward). Holds O(L·d² + K·d), one batch of states, and at most APPC_KEEP_BYTES of kept states.
-    Equal to :func:`token_cluster_metrics` of the same windows (tests/test_study_scale.py)."""
+    Equal to :func:`token_cluster_metrics` of the same windows (tests/integration/test_study_scale.py)."""
     s0 = int(cfg.drop_first)
     sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
     _, codes = np.unique(labels[sel], return_inverse=True)

@@ -145,7 +145,7 @@ register(
         witness=_lemma1_weights_witness,
         # an exact identity checked exactly (issue 28): until 2026-11-26 a Monte Carlo over random walks at the 1%
         # margin, 4.2e6 draws and 140-300 CPU s; the walks' agreement with these moments is tested in
-        # tests/test_localization.py
+        # tests/unit/test_localization.py
         rule=Tolerance(rtol=1e-10),
         notes=("The exact moments: mean (Σ_s C_s)tr(W)/λ + 1/T, variance [(Σ_s C_s)² tr(W²) + T Σ_s C_s² tr(W_QKΣW_QKᵀΣ)]/λ², "
                "C_s = 1{s ≤ i}/T − (T−s+1)/T². Lemma 4 eq. (15) writes E[x_iᵀWx_i] = (i−1)tr(WΣ) (i.e. x_1 = 0); "

@@ -24,7 +24,7 @@ scores are bilinear in x, the decomposition below is exact (no linearisation):
 With ``remove_mean=False`` (App. D.1, Fig. 28: "global mean not removed"; the source code's
 cvec = h − pos) μ is folded into cvec (cvec_t = x_t − pos_t) and the mean term is zero. Either way
 pos_pos + pos_cvec + cvec_pos + cvec_cvec + mean + bias equals the model's pre-softmax scores
-exactly (up to rounding); ``tests/test_attention.py`` checks it against the model's own attention
+exactly (up to rounding); ``tests/unit/test_attention.py`` checks it against the model's own attention
 probabilities and a NumPy re-implementation.
 
 **Rotary models (Llama, Mistral).** Positions do not enter x: they rotate the projected queries

@@ -27,7 +27,7 @@ The correction is tiny (delta = O(resid / sqrt(batch))), every other term is a s
 semi-definite pieces, so float32 accumulation keeps float32 accuracy; float64 is available. Per
 token the stream costs one rank-1 update of a d x d matrix (2 d^2 flops), half of what
 accumulating the total second moment separately would cost.
-``benchmarks/bench_decomposition.py`` and ``tests/test_decomposition.py`` measure both.
+``benchmarks/bench_decomposition.py`` and ``tests/unit/test_decomposition.py`` measure both.
 
 The same update runs sharded over a 1-D ``"data"`` mesh (``jax.shard_map``; every sum is a
 ``psum``), giving the single-device statistics up to float rounding.

@@ -645,7 +645,7 @@ def exact_rho(
     Returns:
       (ρ (*D, T), error bar (*D, T)): |ρ(panels) − ρ(panels/2)| plus twice the tail bound (and the float32
       allowance); measured against scipy.integrate.quad of the dense (T·d)-dimensional form, a NumPy witness and
-      2¹⁵ random walks in tests/test_localization_exact.py.
+      2¹⁵ random walks in tests/unit/test_localization_exact.py.
     """
     T = _check_T(T, "exact_rho")
     _check_lambda(lam, "exact_rho")

@@ -302,7 +302,7 @@ def _op_sym(A):
     """
     sym = 0.5 * (A + jnp.swapaxes(A, -1, -2))
     # jnp.linalg.eigvalsh, not a values-only LAPACK callback (tried, removed): on the CPU the callback
-    # gave the Theorem 1 counterexample's lower bound 2.4e-8 off NumPy's (tests/test_claims.py), not rounding
+    # gave the Theorem 1 counterexample's lower bound 2.4e-8 off NumPy's (tests/acceptance/test_claims.py), not rounding
     return jnp.max(jnp.abs(jnp.linalg.eigvalsh(sym)), axis=-1)
 
 
