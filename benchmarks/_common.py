@@ -106,10 +106,8 @@ def load_warning() -> str:
 
 def blas_info() -> str:
     """BLAS libraries this process loaded: API, version, kernel (architecture), threads, file."""
-    try:
-        from threadpoolctl import threadpool_info  # optional: the ``bench`` extra
-    except ImportError:
-        return "unknown (install the bench extra: threadpoolctl)"
+    from threadpoolctl import threadpool_info
+
     rows = [f"{d.get('internal_api')} {d.get('version')} kernel {d.get('architecture')} "
             f"threads {d.get('num_threads')} ({os.path.basename(d.get('filepath', ''))})"
             for d in threadpool_info() if d.get("user_api") == "blas"]

@@ -18,6 +18,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from geomjax.base import threads
 from geomjax.errors import GeomjaxError
 
 __all__ = ["main", "build_parser"]
@@ -210,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
       Other exceptions propagate (traceback, exit status 1).
     """
     try:
-        return _run(build_parser().parse_args(argv))
+        with threads.host_blas_threads():
+            return _run(build_parser().parse_args(argv))
     except GeomjaxError as e:
         if _debug_requested(argv):
             traceback.print_exc()
