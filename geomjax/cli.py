@@ -91,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_geometry_args(p_demo, d)
     p_demo.add_argument("--claims", nargs="?", const="quick", default=None, choices=["quick", "full"],
                         metavar="BUDGET",
-                        help="also check Song & Zhong's claims in this run, at Monte Carlo budget quick (the "
-                             "default) or full; without it the report lists their recorded full verdicts")
+                        help="also check the claims of the paper the study reproduces (the source that declares DEMO) in "
+                             "this run, at Monte Carlo budget quick (the default) or full; without it the report "
+                             "lists their recorded full verdicts")
     p_geo = sub.add_parser(
         "geometry", parents=[common],
         help="per-layer position/context decomposition study (Song & Zhong)")
@@ -100,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver = sub.add_parser(
         "verify", parents=[common], help="check the sources' quantitative claims")
     p_ver.add_argument("--source", default=None,
-                       help="claim selection: a source (song_zhong, wertich, bao, clock) or an id glob")
+                       help="claim selection: a source (a folder of geomjax/sources/; `verify --list` lists their claims) "
+                            "or an id glob")
     p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
     p_ver.add_argument("--seed", type=int, default=0)
     p_ver.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -313,6 +315,7 @@ def _execute(args, run, progress: bool) -> str | None:
     """Write the run's files into ``run``; returns the claims summary line, if any."""
     from geomjax.base import timing
     from geomjax.analysis import report
+    from geomjax.claims import registration
     from geomjax.drivers import pipeline
 
     if args.command in ("demo", "geometry"):
@@ -326,10 +329,12 @@ def _execute(args, run, progress: bool) -> str | None:
             run.write_report(f"geomjax {args.command}: {len(models)} checkpoints on {cfg.corpus}", sections)
             return None
 
+        demo = registration.demo_source() if args.command == "demo" else None
+
         def claims_check():  # demo --claims: the claims run while the study's figures are drawn
-            pipeline.status_line("checking Song & Zhong's claims", progress)
+            pipeline.status_line(f"checking {registration.source_short(demo)}'s claims", progress)
             with timing.stage("claims"):
-                s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.claims,
+                s_claims, m_claims = pipeline.run_claims(run, select=demo, budget=args.claims,
                                                          seed=cfg.seed, progress=progress)
             return s_claims, {"claims": m_claims}
 
@@ -342,9 +347,10 @@ def _execute(args, run, progress: bool) -> str | None:
             summary = (f"claims: {len(m_claims['results'])} checked: "
                        f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
         elif args.command == "demo":  # the recorded verdicts, and the flag that checks them
-            s_claims, m_claims = pipeline.recorded_claims("song_zhong", "geomjax demo --claims")
+            s_claims, m_claims = pipeline.recorded_claims(demo, "geomjax demo --claims")
             sections, metrics = sections + s_claims, metrics | m_claims
-            summary = (f"claims: not checked (--claims checks them); recorded full verdicts of Song & Zhong's "
+            summary = (f"claims: not checked (--claims checks them); recorded full verdicts of "
+                       f"{registration.source_short(demo)}'s "
                        f"{len(m_claims['claims']['recorded'])}: {pipeline.claims_summary(m_claims['claims']['recorded_counts'])}")
         with timing.stage("report"):
             run.write_config(dataclasses.asdict(cfg) | {"command": args.command,

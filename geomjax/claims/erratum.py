@@ -10,14 +10,6 @@ from geomjax.claims.registration import all_claims
 from geomjax.claims.rules import ERRATUM_KINDS, MIN_DRAWS, READINGS, REFUTING_KINDS, SCOPES, Inequality
 
 
-_SOURCE_TITLES = {
-    "song_zhong": "Song & Zhong (2023), \"Uncovering hidden geometry in Transformers via disentangling position and context\"",
-    "wertich": "Wertich (2024), \"Gaussian statistics of attention\" (thesis)",
-    "bao": "Bao, Hataya & Karakida (2024), \"Self-attention networks localize when QK-eigenspectrum concentrates\"",
-    "clock": "The clock blog (modular addition) and Nanda et al., \"Progress measures for grokking\"",
-}
-
-
 def _witness_line(w: dict, inequality: bool = False) -> str:
     sem = f" ± {_fmt(w['sem'])}" if w.get("sem") not in (None, 0, 0.0) else ""
     if inequality:  # estimate = lhs, predicted = rhs at the worst instance

@@ -52,9 +52,8 @@ Three verdicts (:func:`decide`, one pure function, is the whole rule for equalit
   statements that do not hold only literal or intended readings of kind wrong statement, wrong
   constant or over-general statement; typos carry the intended statement's verdict beside them.
 
-Claims live in modules ``geomjax.claims.<source>`` (``song_zhong``, later ``wertich``, ``bao``,
-``clock``) that call :func:`register` on import; :func:`all_claims` and :func:`run` import every
-such module that exists.
+Claims live in the sources' packages ``geomjax.sources.<name>``, whose modules call :func:`register` on import;
+:func:`all_claims` and :func:`run` import every source found there (:mod:`~geomjax.claims.registration`).
 
 The registry is in parts (``geomjax/claims/``), each readable in one sitting; this module re-exports them all,
 so ``from geomjax.claims.registry import Claim, register, ...`` keeps working:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import dataclasses
-import importlib
 import shutil
 
 import jax
@@ -28,6 +27,7 @@ from geomjax.analysis import study
 from geomjax.errors import GeomjaxError
 from geomjax.analysis.report import Section, schedule_section
 from geomjax.claims.records import load_full_verdicts
+from geomjax.claims.registration import source_report
 from geomjax.analysis.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
     PRESETS,
     GeometryConfig,
@@ -140,7 +140,7 @@ def validate_claims_selection(select) -> None:
     if not claims.select_claims(select):
         sources = sorted({c.id.split(".", 1)[0] for c in claims.all_claims()})
         raise GeomjaxError(f"--source {select!r} matches no claim; use a source ({', '.join(sources)}), "
-                           "an id glob such as 'song_zhong.theorem1.*', or a substring of a printed source")
+                           f"an id glob such as '{sources[0]}.*', or a substring of a printed source")
 
 
 def claims_summary(counts: dict) -> str:
@@ -222,23 +222,16 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
 
 
 def _claim_report_hooks(results):
-    """``report_sections`` of every claims source with a checked claim and a report module, in source order.
+    """``report_sections`` of every claims source with a checked claim and a report
+    (:func:`geomjax.claims.registration.source_report`), in source order.
 
-    A module ``geomjax.claim_reports.<source>`` may define
+    A source's ``report`` module may define
     ``report_sections(run: RunDir, *, budget: str, seed: int) -> (list[Section], dict)`` to add its
-    figures (e.g. Wertich Fig. 5.1, Bao Figs. 2-5) to the ``verify`` report; it runs once when any
-    of that module's claims was selected.
+    figures to the ``verify`` report; it runs once when any of that source's claims was selected.
     """
-    names = sorted({r.id.split(".", 1)[0] for r in results})
-    for name in names:
-        try:
-            mod = importlib.import_module(f"geomjax.claim_reports.{name}")
-        except ModuleNotFoundError as e:  # no report module for this source; a broken one still raises
-            if e.name != f"geomjax.claim_reports.{name}":
-                raise
-            continue
-        hook = getattr(mod, "report_sections", None)
-        if callable(hook):
+    for name in sorted({r.id.split(".", 1)[0] for r in results}):
+        hook = source_report(name)
+        if hook is not None:
             yield name, hook
 
 

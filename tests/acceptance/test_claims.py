@@ -440,15 +440,15 @@ def test_theorem1_printed_violation_is_real(quick_claims):
 
 
 def test_verify_report_includes_source_module_sections(tmp_path, registered, monkeypatch):
-    """pipeline.run_claims calls report_sections of the report module (geomjax.claim_reports.<source>) of the
-    checked claims."""
+    """pipeline.run_claims calls report_sections of the source of the checked claims (here the module that
+    registered them, as for a user's claims file; a source package's is its ``report`` module)."""
     import sys
     import types
 
     from geomjax import pipeline, report
 
     calls = []
-    mod = types.ModuleType("geomjax.claim_reports.hooktest")
+    mod = types.ModuleType("hooktest_source")
 
     def report_sections(run, *, budget, seed):
         calls.append((budget, seed))
@@ -457,8 +457,8 @@ def test_verify_report_includes_source_module_sections(tmp_path, registered, mon
         return [s], {"n": 1}
 
     mod.report_sections = report_sections
-    monkeypatch.setitem(sys.modules, "geomjax.claim_reports.hooktest", mod)
-    registered(planted("hooktest.u", 0.5))
+    monkeypatch.setitem(sys.modules, "hooktest_source", mod)
+    monkeypatch.setitem(claims.registration._REGISTRY, "hooktest.u", (planted("hooktest.u", 0.5), "hooktest_source"))
     run = report.RunDir(tmp_path / "v", command="verify")
     sections, metrics = pipeline.run_claims(run, select="hooktest", budget="quick", seed=3)
     assert calls == [("quick", 3)]
