@@ -264,19 +264,27 @@ def test_monte_carlo_inside_a_deterministic_claim_uses_its_sem():
 
 
 def test_claims_module_import_error_fails_loudly(tmp_path, monkeypatch):
-    """A broken geomjax.claims.<source> module is an error of discovery (hence of verify), not a warning."""
-    import geomjax.claims as pkg
+    """A broken module of a source (a folder of geomjax/sources/) is an error of discovery (hence of verify), not a
+    warning."""
+    import sys
 
-    (tmp_path / "zz_broken_fake.py").write_text("raise RuntimeError('planted import failure')\n")
+    import geomjax.sources as pkg
+
+    (tmp_path / "zz_broken_fake").mkdir()
+    (tmp_path / "zz_broken_fake" / "__init__.py").write_text('TITLE = "a source whose claims do not import"\n')
+    (tmp_path / "zz_broken_fake" / "claims.py").write_text("raise RuntimeError('planted import failure')\n")
     monkeypatch.setattr(pkg, "__path__", list(pkg.__path__) + [str(tmp_path)])
-    with pytest.raises(ImportError, match="zz_broken_fake"):
-        claims.all_claims()
-    with pytest.raises(ImportError, match="planted import failure"):
-        claims.run(select="song_zhong.lemma2")
-    from geomjax import cli
+    try:
+        with pytest.raises(ImportError, match="zz_broken_fake"):
+            claims.all_claims()
+        with pytest.raises(ImportError, match="planted import failure"):
+            claims.run(select="song_zhong.lemma2")
+        from geomjax import cli
 
-    with pytest.raises(ImportError, match="zz_broken_fake"):
-        cli.main(["verify", "--source", "song_zhong.lemma2", "--out", str(tmp_path / "v")])
+        with pytest.raises(ImportError, match="zz_broken_fake"):
+            cli.main(["verify", "--source", "song_zhong.lemma2", "--out", str(tmp_path / "v")])
+    finally:
+        sys.modules.pop("geomjax.sources.zz_broken_fake", None)
 
 
 def test_contradiction_rule():
