@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--source", default=None,
                        help="claim selection: a source (a folder of geomjax/sources/; `verify --list` lists their claims) "
                             "or an id glob")
+    p_ver.add_argument("--claims", dest="claims_file", default=None, metavar="FILE_OR_MODULE",
+                       help="check your own claims instead: a Python file (my_claims.py) or an importable module "
+                            "that registers them with geomjax.claims.register (docs/your_paper.md); --source then "
+                            "selects among them, and the full verdicts geomjax records are not touched")
     p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
     p_ver.add_argument("--seed", type=int, default=0)
     p_ver.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -156,12 +160,12 @@ def _erratum(args, run, metrics) -> None:
 
     results = [registry.ClaimResult.from_dict(d) for d in metrics["results"]]
     records = registry.results_as_records(results)
-    if args.budget == "full":  # per-source full runs accumulate; the erratum covers every recorded claim
+    if args.budget == "full" and args.claims_file is None:  # per-source full runs accumulate: every recorded claim
         records = registry.load_full_verdicts()
     if args.erratum is not None:
         path = Path(args.erratum) if args.erratum else run.path / "ERRATA.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(registry.to_erratum(records, budget=args.budget))
+        path.write_text(registry.to_erratum(records, budget=args.budget, claims_file=args.claims_file))
         print(f"erratum: {path if args.erratum else 'ERRATA.md in the run directory'}")
 
 
@@ -255,6 +259,9 @@ def _run(args) -> int:
     if args.command == "verify" and args.recorded:
         from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
 
+        if args.claims_file is not None:
+            raise GeomjaxError("verify --recorded reads geomjax's recorded verdicts; your --claims are not recorded: "
+                               "run them (geomjax verify --claims FILE --erratum PATH)")
         if not args.erratum:
             raise GeomjaxError("verify --recorded writes the erratum of the recorded full verdicts: give --erratum PATH")
         text = registry.to_erratum(registry.load_full_verdicts(), budget="full")
@@ -265,7 +272,8 @@ def _run(args) -> int:
     if args.command == "verify" and args.list:
         from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
 
-        print(registry.format_table(registry.table(args.source)), end="")
+        select = registry.claims_selection(args.source, args.claims_file)
+        print(registry.format_table(registry.table(select)), end="")
         return 0
     from geomjax.drivers import pipeline
 
@@ -285,10 +293,10 @@ def _run(args) -> int:
         pipeline.validate_training(args.task, args.preset, args.data_dir)
         options = {"task": args.task, "preset": args.preset, "data_dir": args.data_dir}
     else:
-        pipeline.validate_claims_selection(args.source)
+        args.select = pipeline.claims.claims_selection(args.source, args.claims_file)
         if args.time_budget is not None and not args.time_budget > 0:
             raise GeomjaxError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
-        options = {"source": args.source, "budget": args.budget, "seed": args.seed}
+        options = {"source": args.source, "claims": args.claims_file, "budget": args.budget, "seed": args.seed}
     progress = not getattr(args, "no_progress", False)
     if not primary:  # every process computes; only process 0 writes the run directory
         import tempfile
@@ -367,10 +375,11 @@ def _execute(args, run, progress: bool) -> str | None:
         run.write_json("metrics.json", metrics)
         run.write_report(f"geomjax train: {args.task} ({args.preset})", sections)
         return None
-    sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
+    recording = args.budget == "full" and args.claims_file is None  # a researcher's claims are not geomjax's records
+    sections, metrics = pipeline.run_claims(run, select=args.select, budget=args.budget,
                                             seed=args.seed, progress=progress, time_budget=args.time_budget,
-                                            on_results=_record_full if args.budget == "full" else None)
-    run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
+                                            on_results=_record_full if recording else None)
+    run.write_config({"command": "verify", "source": args.source, "claims": args.claims_file, "budget": args.budget,
                       "seed": args.seed})
     run.write_json("metrics.json", metrics)
     run.write_report("geomjax verify", sections)

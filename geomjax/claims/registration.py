@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from geomjax.claims.claim import Claim
@@ -183,6 +185,76 @@ def demo_source() -> str:
     if len(demo) != 1:
         raise GeomjaxError(f"geomjax.claims: exactly one source must set DEMO = True, found {demo}")
     return demo[0]
+
+
+def load_claims(spec: str) -> list[str]:
+    """Import a researcher's own claims: ``spec`` is a Python file (``my_claims.py``) or an importable module
+    (``mypkg.claims``) that registers claims with :func:`register` like a source's module, and may set ``TITLE``
+    and ``SHORT`` like a source package. The built-in sources are imported first, so an id clash is caught.
+
+    Returns:
+      The ids the file registered, sorted (``verify --claims`` checks exactly these).
+
+    Raises:
+      GeomjaxError: no such file or module, a file that fails to import, a file that registers no claim, or an id
+        (or an id prefix) of a built-in source.
+    """
+    _discover()
+    path = Path(spec)
+    try:
+        if path.suffix == ".py" or path.exists():
+            if not path.is_file():
+                raise GeomjaxError(f"--claims {spec}: no such file")
+            name = f"geomjax_user_claims_{path.stem}"
+            loader = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[name] = module  # its claims' origin; source_module finds its TITLE here
+            loader.loader.exec_module(module)
+        else:
+            try:
+                module = importlib.import_module(spec)
+            except ModuleNotFoundError as e:
+                if e.name is None or not spec.startswith(e.name):
+                    raise
+                raise GeomjaxError(f"--claims {spec}: neither a file nor an importable module") from None
+    except GeomjaxError:
+        raise
+    except Exception as exc:  # a register() clash, or any error of the researcher's code
+        raise GeomjaxError(f"--claims {spec}: importing it failed: {exc!r}") from exc
+    ids = sorted(cid for cid, (_, origin) in _REGISTRY.items() if origin == module.__name__)
+    if not ids:
+        raise GeomjaxError(f"--claims {spec}: it registers no claim (call geomjax.claims.register(Claim(...)) "
+                           "at import)")
+    clash = sorted(cid for cid in ids if cid.split(".", 1)[0] in source_names())
+    if clash:
+        for cid in ids:
+            unregister(cid)
+        raise GeomjaxError(f"--claims {spec}: id(s) {clash} use the prefix of a built-in source; give your claims "
+                           "their own prefix (e.g. 'mypaper.theorem1')")
+    return ids
+
+
+def claims_selection(source: str | None, claims_file: str | None = None):
+    """What ``geomjax verify --source SOURCE [--claims FILE]`` checks, validated before any work: with
+    ``claims_file`` the ids it registers (:func:`load_claims`), narrowed by ``source`` if given; else ``source``
+    itself (None: every claim).
+
+    Raises:
+      GeomjaxError: ``source`` matches no claim (of the file, with ``claims_file``), or :func:`load_claims`'s errors.
+    """
+    if claims_file is None:
+        if source is not None and not select_claims(source):
+            sources = sorted({c.id.split(".", 1)[0] for c in all_claims()})
+            raise GeomjaxError(f"--source {source!r} matches no claim; use a source ({', '.join(sources)}), "
+                               f"an id glob such as '{sources[0]}.*', or a substring of a printed source")
+        return source
+    ids = load_claims(claims_file)
+    if source is None:
+        return ids
+    chosen = [c.id for c in select_claims(source) if c.id in ids]
+    if not chosen:
+        raise GeomjaxError(f"--source {source!r} matches none of the claims of {claims_file} ({', '.join(ids)})")
+    return chosen
 
 
 def all_claims() -> list[Claim]:

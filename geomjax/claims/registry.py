@@ -80,8 +80,8 @@ from geomjax.claims.judge import _claim_key, _judge_deterministic, _judge_evalua
 from geomjax.claims.limits import exact_witness, fit_limit, limit_evaluation
 from geomjax.claims.records import (FULL_VERDICTS, contradicts, load_full_verdicts, record_full_verdicts,
                                     results_as_records, to_markdown, write_results)
-from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, register, register_table, select_claims,
-                                         unregister)
+from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, claims_selection, load_claims, register,
+                                         register_table, select_claims, unregister)
 from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, READINGS,
                                   REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
                                   MonteCarloRule, Rule, Tolerance, binomial_interval, decide, draws_needed,
@@ -103,6 +103,8 @@ __all__ = [
     "unregister",
     "all_claims",
     "select_claims",
+    "load_claims",
+    "claims_selection",
     "run",
     "run_claim",
     "write_results",

@@ -51,7 +51,6 @@ __all__ = [
     "run_training",
     "meta_line",
     "validate_geometry",
-    "validate_claims_selection",
     "status_line",
     "check_topic_capacity",
     "claims_summary",
@@ -127,20 +126,6 @@ def run_geometry_sweep(cfg: GeometryConfig, models: list[str], run: report.RunDi
     s.table(["checkpoint", *layers], [[r["model"], *(layer.get("relative_norm") for layer in r["per_layer"])]
                                       for r in rows if r["layers"] == layers], caption="relative norm per layer")
     return [s], {"sweep": rows, "model_conventions": rows[0]["model_conventions"]}
-
-
-def validate_claims_selection(select) -> None:
-    """Refuse a ``--source`` that matches no registered claim (before a run directory exists).
-
-    Raises:
-      GeomjaxError: naming the selection and the available sources.
-    """
-    if select is None:
-        return
-    if not claims.select_claims(select):
-        sources = sorted({c.id.split(".", 1)[0] for c in claims.all_claims()})
-        raise GeomjaxError(f"--source {select!r} matches no claim; use a source ({', '.join(sources)}), "
-                           f"an id glob such as '{sources[0]}.*', or a substring of a printed source")
 
 
 def claims_summary(counts: dict) -> str:
