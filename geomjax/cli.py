@@ -353,13 +353,13 @@ def _execute(args, run, progress: bool) -> str | None:
         if checking:
             m_claims = metrics["claims"]
             summary = (f"claims: {len(m_claims['results'])} checked: "
-                       f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
+                       f"{pipeline.tally_summary(m_claims['tally'])} (see claims.md)")
         elif args.command == "demo":  # the recorded verdicts, and the flag that checks them
             s_claims, m_claims = pipeline.recorded_claims(demo, "geomjax demo --claims")
             sections, metrics = sections + s_claims, metrics | m_claims
             summary = (f"claims: not checked (--claims checks them); recorded full verdicts of "
                        f"{registration.source_short(demo)}'s "
-                       f"{len(m_claims['claims']['recorded'])}: {pipeline.claims_summary(m_claims['claims']['recorded_counts'])}")
+                       f"{len(m_claims['claims']['recorded'])}: {pipeline.tally_summary(m_claims['claims']['recorded_tally'])}")
         with timing.stage("report"):
             run.write_config(dataclasses.asdict(cfg) | {"command": args.command,
                                                          "model_conventions": metrics["model_conventions"]})
@@ -385,7 +385,7 @@ def _execute(args, run, progress: bool) -> str | None:
     run.write_report("geomjax verify", sections)
     if args.erratum is not None:
         _erratum(args, run, metrics)
-    return (f"claims: {len(metrics['results'])} checked: {pipeline.claims_summary(metrics['counts'])} "
+    return (f"claims: {len(metrics['results'])} checked: {pipeline.tally_summary(metrics['tally'])} "
             "(see claims.md)")
 
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from geomjax.claims._format import _fmt
 from geomjax.claims.claim import Claim
 from geomjax.claims.registration import all_claims, source_title
-from geomjax.claims.rules import ERRATUM_KINDS, MIN_DRAWS, READINGS, REFUTING_KINDS, SCOPES, Inequality
+from geomjax.claims.rules import ERRATUM_KINDS, MIN_DRAWS, OWN_READINGS, READINGS, REFUTING_KINDS, SCOPES, Inequality
 
 
 def _witness_line(w: dict, inequality: bool = False) -> str:
@@ -40,7 +40,7 @@ _UNCLASSIFIED = ("Refutations not yet classified",
 def _erratum_section(claim: "Claim | None") -> str:
     """The erratum section of a refuted claim: its kind's section, :data:`_OWN` for geomjax's own readings, or
     :data:`_UNCLASSIFIED` for an authors' reading without a kind or a quoted statement."""
-    if claim is None or claim.reading in ("corrected", "extension"):
+    if claim is None or claim.reading in OWN_READINGS:
         return _OWN[0]
     if not claim.error_kind or not claim.printed:
         return _UNCLASSIFIED[0]

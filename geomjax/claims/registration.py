@@ -121,14 +121,17 @@ def _claim_modules(name: str) -> list[str]:
             if m != "report" and not m.startswith("_")]
 
 
-def _discover() -> None:
-    """Import every source's claims modules (:func:`source_names`, :func:`_claim_modules`): registers their claims.
+def _discover(only: set[str] | None = None) -> None:
+    """Import every source's claims modules (:func:`source_names`, :func:`_claim_modules`; ``only``: of the sources
+    named): registers their claims.
 
     Raises:
       ImportError: a module fails to import — its claims would otherwise silently vanish from ``verify``; the
         message names the module.
     """
     for name in source_names():
+        if only is not None and name not in only:
+            continue
         for module in _claim_modules(name):
             try:
                 importlib.import_module(module)

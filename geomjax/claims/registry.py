@@ -79,11 +79,11 @@ from geomjax.claims.erratum import erratum_groups, erratum_summary, to_erratum
 from geomjax.claims.judge import _claim_key, _judge_deterministic, _judge_evaluation, _second_witness
 from geomjax.claims.limits import exact_witness, fit_limit, limit_evaluation
 from geomjax.claims.records import (FULL_VERDICTS, contradicts, load_full_verdicts, record_full_verdicts,
-                                    results_as_records, to_markdown, write_results)
+                                    results_as_records, tally, to_markdown, write_results)
 from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, claims_selection, load_claims, register,
                                          register_table, select_claims, unregister)
-from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, READINGS,
-                                  REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
+from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, OWN_READINGS,
+                                  READINGS, REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
                                   MonteCarloRule, Rule, Tolerance, binomial_interval, decide, draws_needed,
                                   look_sigma, over_draws)
 from geomjax.claims.runner import RunMemo, cost_order, per_run, run, run_claim, run_memo
@@ -119,6 +119,7 @@ __all__ = [
     "limit_evaluation",
     "exact_witness",
     "READINGS",
+    "OWN_READINGS",
     "SCOPES",
     "ERRATUM_KINDS",
     "MIN_DRAWS",
@@ -133,6 +134,7 @@ __all__ = [
     "erratum_summary",
     "erratum_groups",
     "results_as_records",
+    "tally",
     "ClaimInfo",
     "table",
     "format_table",

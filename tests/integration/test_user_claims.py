@@ -61,7 +61,7 @@ def test_user_claims_give_three_verdicts_and_an_erratum(tmp_path, user_file, cap
     erratum = tmp_path / "errata.md"
     argv = ["verify", "--claims", str(path), "--out", str(tmp_path / "run"), "--erratum", str(erratum), "--no-progress"]
     assert cli.main(argv) == 0
-    assert "2 checked: 1 hold, 1 do not hold, 0 inconclusive" in capsys.readouterr().out
+    assert "2 checked: statements: 1 hold, 1 do not hold, 0 inconclusive (see" in capsys.readouterr().out
     text = erratum.read_text()
     assert "`calculus`: A calculus textbook" in text
     entries = re.findall(r"^#### `([^`]+)`", text, re.M)
