@@ -2,7 +2,7 @@
 ``geomjax verify --source clock --budget quick`` as on a clean clone, then with its trained models cached.
 
 Since issue 28 the quick budget trains the real p = 113 model (the full budget's model, recipe, 50% split
-and seed) and its ReLU-free variant until they grok (``geomjax.claims.clock.GROK_STOP``: test accuracy
+and seed) and its ReLU-free variant until they grok (``geomjax.sources.clock.claims.GROK_STOP``: test accuracy
 >= 99% at 2 consecutive logs, cap ``QUICK_CAP`` epochs). Each run is a child process (CPU seconds from
 ``RUSAGE_CHILDREN``: user + system), with a fresh ``$GEOMJAX_CACHE`` and JAX's persistent compilation
 cache off (``GEOMJAX_NO_COMPILE_CACHE=1``), so the first run costs what a clean clone pays; the second reads

@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_geometry_args(p_demo, d)
     p_demo.add_argument("--claims", nargs="?", const="quick", default=None, choices=["quick", "full"],
                         metavar="BUDGET",
-                        help="also check Song & Zhong's claims in this run, at Monte Carlo budget quick (the "
-                             "default) or full; without it the report lists their recorded full verdicts")
+                        help="also check the claims of the paper the study reproduces (the source that declares DEMO) in "
+                             "this run, at Monte Carlo budget quick (the default) or full; without it the report "
+                             "lists their recorded full verdicts")
     p_geo = sub.add_parser(
         "geometry", parents=[common],
         help="per-layer position/context decomposition study (Song & Zhong)")
@@ -101,7 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver = sub.add_parser(
         "verify", parents=[common], help="check the sources' quantitative claims")
     p_ver.add_argument("--source", default=None,
-                       help="claim selection: a source (song_zhong, wertich, bao, clock) or an id glob")
+                       help="claim selection: a source (a folder of geomjax/sources/; `verify --list` lists their claims) "
+                            "or an id glob")
+    p_ver.add_argument("--claims", dest="claims_file", default=None, metavar="FILE_OR_MODULE",
+                       help="check your own claims instead: a Python file (my_claims.py) or an importable module "
+                            "that registers them with geomjax.claims.register (docs/your_paper.md); --source then "
+                            "selects among them, and the full verdicts geomjax records are not touched")
     p_ver.add_argument("--budget", choices=["quick", "full"], default="quick")
     p_ver.add_argument("--seed", type=int, default=0)
     p_ver.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
@@ -155,12 +161,12 @@ def _erratum(args, run, metrics) -> None:
 
     results = [registry.ClaimResult.from_dict(d) for d in metrics["results"]]
     records = registry.results_as_records(results)
-    if args.budget == "full":  # per-source full runs accumulate; the erratum covers every recorded claim
+    if args.budget == "full" and args.claims_file is None:  # per-source full runs accumulate: every recorded claim
         records = registry.load_full_verdicts()
     if args.erratum is not None:
         path = Path(args.erratum) if args.erratum else run.path / "ERRATA.md"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(registry.to_erratum(records, budget=args.budget))
+        path.write_text(registry.to_erratum(records, budget=args.budget, claims_file=args.claims_file))
         print(f"erratum: {path if args.erratum else 'ERRATA.md in the run directory'}")
 
 
@@ -255,6 +261,9 @@ def _run(args) -> int:
     if args.command == "verify" and args.recorded:
         from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
 
+        if args.claims_file is not None:
+            raise GeomjaxError("verify --recorded reads geomjax's recorded verdicts; your --claims are not recorded: "
+                               "run them (geomjax verify --claims FILE --erratum PATH)")
         if not args.erratum:
             raise GeomjaxError("verify --recorded writes the erratum of the recorded full verdicts: give --erratum PATH")
         text = registry.to_erratum(registry.load_full_verdicts(), budget="full")
@@ -265,7 +274,8 @@ def _run(args) -> int:
     if args.command == "verify" and args.list:
         from geomjax.claims import registry  # command dispatch: imported on use (keeps `geomjax --help` fast)
 
-        print(registry.format_table(registry.table(args.source)), end="")
+        select = registry.claims_selection(args.source, args.claims_file)
+        print(registry.format_table(registry.table(select)), end="")
         return 0
     from geomjax.drivers import pipeline
 
@@ -285,10 +295,10 @@ def _run(args) -> int:
         pipeline.validate_training(args.task, args.preset, args.data_dir)
         options = {"task": args.task, "preset": args.preset, "data_dir": args.data_dir}
     else:
-        pipeline.validate_claims_selection(args.source)
+        args.select = pipeline.claims.claims_selection(args.source, args.claims_file)
         if args.time_budget is not None and not args.time_budget > 0:
             raise GeomjaxError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
-        options = {"source": args.source, "budget": args.budget, "seed": args.seed}
+        options = {"source": args.source, "claims": args.claims_file, "budget": args.budget, "seed": args.seed}
     progress = not getattr(args, "no_progress", False)
     if not primary:  # every process computes; only process 0 writes the run directory
         import tempfile
@@ -315,6 +325,7 @@ def _execute(args, run, progress: bool) -> str | None:
     """Write the run's files into ``run``; returns the claims summary line, if any."""
     from geomjax.base import timing
     from geomjax.analysis import report
+    from geomjax.claims import registration
     from geomjax.drivers import pipeline
 
     if args.command in ("demo", "geometry"):
@@ -328,10 +339,12 @@ def _execute(args, run, progress: bool) -> str | None:
             run.write_report(f"geomjax {args.command}: {len(models)} checkpoints on {cfg.corpus}", sections)
             return None
 
+        demo = registration.demo_source() if args.command == "demo" else None
+
         def claims_check():  # demo --claims: the claims run while the study's figures are drawn
-            pipeline.status_line("checking Song & Zhong's claims", progress)
+            pipeline.status_line(f"checking {registration.source_short(demo)}'s claims", progress)
             with timing.stage("claims"):
-                s_claims, m_claims = pipeline.run_claims(run, select="song_zhong", budget=args.claims,
+                s_claims, m_claims = pipeline.run_claims(run, select=demo, budget=args.claims,
                                                          seed=cfg.seed, progress=progress)
             return s_claims, {"claims": m_claims}
 
@@ -342,12 +355,13 @@ def _execute(args, run, progress: bool) -> str | None:
         if checking:
             m_claims = metrics["claims"]
             summary = (f"claims: {len(m_claims['results'])} checked: "
-                       f"{pipeline.claims_summary(m_claims['counts'])} (see claims.md)")
+                       f"{pipeline.tally_summary(m_claims['tally'])} (see claims.md)")
         elif args.command == "demo":  # the recorded verdicts, and the flag that checks them
-            s_claims, m_claims = pipeline.recorded_claims("song_zhong", "geomjax demo --claims")
+            s_claims, m_claims = pipeline.recorded_claims(demo, "geomjax demo --claims")
             sections, metrics = sections + s_claims, metrics | m_claims
-            summary = (f"claims: not checked (--claims checks them); recorded full verdicts of Song & Zhong's "
-                       f"{len(m_claims['claims']['recorded'])}: {pipeline.claims_summary(m_claims['claims']['recorded_counts'])}")
+            summary = (f"claims: not checked (--claims checks them); recorded full verdicts of "
+                       f"{registration.source_short(demo)}'s "
+                       f"{len(m_claims['claims']['recorded'])}: {pipeline.tally_summary(m_claims['claims']['recorded_tally'])}")
         with timing.stage("report"):
             run.write_config(dataclasses.asdict(cfg) | {"command": args.command,
                                                          "model_conventions": metrics["model_conventions"]})
@@ -363,16 +377,17 @@ def _execute(args, run, progress: bool) -> str | None:
         run.write_json("metrics.json", metrics)
         run.write_report(f"geomjax train: {args.task} ({args.preset})", sections)
         return None
-    sections, metrics = pipeline.run_claims(run, select=args.source, budget=args.budget,
+    recording = args.budget == "full" and args.claims_file is None  # a researcher's claims are not geomjax's records
+    sections, metrics = pipeline.run_claims(run, select=args.select, budget=args.budget,
                                             seed=args.seed, progress=progress, time_budget=args.time_budget,
-                                            on_results=_record_full if args.budget == "full" else None)
-    run.write_config({"command": "verify", "source": args.source, "budget": args.budget,
+                                            on_results=_record_full if recording else None)
+    run.write_config({"command": "verify", "source": args.source, "claims": args.claims_file, "budget": args.budget,
                       "seed": args.seed})
     run.write_json("metrics.json", metrics)
     run.write_report("geomjax verify", sections)
     if args.erratum is not None:
         _erratum(args, run, metrics)
-    return (f"claims: {len(metrics['results'])} checked: {pipeline.claims_summary(metrics['counts'])} "
+    return (f"claims: {len(metrics['results'])} checked: {pipeline.tally_summary(metrics['tally'])} "
             "(see claims.md)")
 
 

@@ -3,9 +3,9 @@ as W_E") and §11.2 ("two circles of coprime frequencies suffice") measured over
 
 * over training: :func:`geomjax.tools.clock_probe.key_series` at every parameter snapshot of the report's ReLU run
   (its key frequencies of W_E and W_L, and its logits restricted to its best coprime pair of key frequencies);
-* a second setting: the clock claims' ReLU model (:func:`geomjax.claims.clock.claim_config`: the same model and
+* a second setting: the clock claims' ReLU model (:func:`geomjax.sources.clock.claims.claim_config`: the same model and
   recipe at the 50% split; ``quick`` stops once it has grokked, ``full`` trains 3,000 epochs), trained once and
-  cached under the geomjax cache (:func:`geomjax.claims.clock.trained_run`), analysed by
+  cached under the geomjax cache (:func:`geomjax.sources.clock.claims.trained_run`), analysed by
   :func:`geomjax.tools.clock_probe.analyze` at its last stable snapshot and over its snapshots too.
 
 :func:`evidence_section` draws both; :func:`w_l_why` and :func:`two_coprime_why` are the two rows' last column.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from geomjax.analysis import plots
 from geomjax.analysis.report import Section
-from geomjax.claims.clock import claim_config, trained_run
+from geomjax.sources.clock.claims import claim_config, trained_run
 from geomjax.tools.clock_probe import analyze, key_series
 from geomjax.train.cost import toy_training_cost
 
@@ -170,7 +170,7 @@ def evidence_section(run, tag: str, an: dict, series: list[dict], sec: dict | No
         f"own key frequencies by the §5 rule on W_E and W_L; its logits restricted to its best coprime pair, Nanda et "
         "al. §5.1) and at a second setting: " + (
             f"{sec['name']} (--second-setting {sec['budget']}; the same model and recipe at the claims' "
-            f"{sec['train_frac']:.0%} split, {sec['epochs']} epochs, seed {sec['seed']}: geomjax.claims.clock.claim_config), analysed "
+            f"{sec['train_frac']:.0%} split, {sec['epochs']} epochs, seed {sec['seed']}: geomjax.sources.clock.claims.claim_config), analysed "
             f"at epoch {sec['checkpoint']}: {sec['why']}." if sec else
             "none (--second-setting none).")])
     rows = []

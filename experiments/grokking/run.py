@@ -36,7 +36,7 @@ from experiments.grokking.evidence import (SECOND_SETTINGS, evidence_section, fi
 from experiments.grokking.relu_free import committed_splits
 from experiments.grokking.source import SOURCE
 
-from geomjax.claim_reports.clock import analysis_sections
+from geomjax.sources.clock.report import analysis_sections
 from geomjax.tools.clock_probe import analyze, key_series
 from geomjax.analysis.comparison import Row, source_section, verdict
 from geomjax.errors import GeomjaxError

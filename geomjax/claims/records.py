@@ -6,18 +6,34 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import jax
 
 from geomjax.claims._format import _fmt, _jsonable, _md_escape
 from geomjax.claims.claim import ClaimResult
-from geomjax.claims.registration import all_claims
-from geomjax.claims.rules import VERDICTS
+from geomjax.claims.registration import _REGISTRY, _discover, all_claims
+from geomjax.claims.rules import OWN_READINGS, VERDICTS
 
 
 FULL_VERDICTS = Path(__file__).with_name("full_verdicts.json")
+
+
+def tally(verdicts: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Verdict counts of ``{id: verdict}`` (a run's results or recorded verdicts), the sources' own statements
+    (readings "literal" and "intended") apart from geomjax's own readings (:data:`OWN_READINGS`: a correction or an
+    extension is never one of the source's statements).
+
+    Returns:
+      ``{"statements": {verdict: n}, "readings": {verdict: n}}`` (every verdict of :data:`VERDICTS` present).
+    """
+    _discover({cid.split(".", 1)[0] for cid in verdicts})  # the claims' readings: their sources' modules only
+    out = {part: dict.fromkeys(VERDICTS, 0) for part in ("statements", "readings")}
+    for cid, verdict in verdicts.items():
+        entry = _REGISTRY.get(cid)
+        out["readings" if entry is not None and entry[0].reading in OWN_READINGS else "statements"][verdict] += 1
+    return out
 
 
 def _git_commit() -> str:

@@ -52,9 +52,8 @@ Three verdicts (:func:`decide`, one pure function, is the whole rule for equalit
   statements that do not hold only literal or intended readings of kind wrong statement, wrong
   constant or over-general statement; typos carry the intended statement's verdict beside them.
 
-Claims live in modules ``geomjax.claims.<source>`` (``song_zhong``, later ``wertich``, ``bao``,
-``clock``) that call :func:`register` on import; :func:`all_claims` and :func:`run` import every
-such module that exists.
+Claims live in the sources' packages ``geomjax.sources.<name>``, whose modules call :func:`register` on import;
+:func:`all_claims` and :func:`run` import every source found there (:mod:`~geomjax.claims.registration`).
 
 The registry is in parts (``geomjax/claims/``), each readable in one sitting; this module re-exports them all,
 so ``from geomjax.claims.registry import Claim, register, ...`` keeps working:
@@ -80,11 +79,11 @@ from geomjax.claims.erratum import erratum_groups, erratum_summary, to_erratum
 from geomjax.claims.judge import _claim_key, _judge_deterministic, _judge_evaluation, _second_witness
 from geomjax.claims.limits import exact_witness, fit_limit, limit_evaluation
 from geomjax.claims.records import (FULL_VERDICTS, contradicts, load_full_verdicts, record_full_verdicts,
-                                    results_as_records, to_markdown, write_results)
-from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, register, register_table, select_claims,
-                                         unregister)
-from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, READINGS,
-                                  REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
+                                    results_as_records, tally, to_markdown, write_results)
+from geomjax.claims.registration import (_REGISTRY, all_claims, annotate, claims_selection, load_claims, register,
+                                         register_table, select_claims, unregister)
+from geomjax.claims.rules import (BUDGETS, ERRATUM_KINDS, EXACT_IDENTITY, LOOKS, MIN_DRAWS, N_SIGMA, OWN_READINGS,
+                                  READINGS, REFUTING_KINDS, SCOPES, VERDICTS, Budget, Decision, Evaluation, Inequality, Margin,
                                   MonteCarloRule, Rule, Tolerance, binomial_interval, decide, draws_needed,
                                   look_sigma, over_draws)
 from geomjax.claims.runner import RunMemo, cost_order, per_run, run, run_claim, run_memo
@@ -104,6 +103,8 @@ __all__ = [
     "unregister",
     "all_claims",
     "select_claims",
+    "load_claims",
+    "claims_selection",
     "run",
     "run_claim",
     "write_results",
@@ -118,6 +119,7 @@ __all__ = [
     "limit_evaluation",
     "exact_witness",
     "READINGS",
+    "OWN_READINGS",
     "SCOPES",
     "ERRATUM_KINDS",
     "MIN_DRAWS",
@@ -132,6 +134,7 @@ __all__ = [
     "erratum_summary",
     "erratum_groups",
     "results_as_records",
+    "tally",
     "ClaimInfo",
     "table",
     "format_table",

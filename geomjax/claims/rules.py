@@ -35,6 +35,8 @@ READINGS = {
     "extension": ("a statement the source does not make: a recomputed constant of a proof, a reading of a "
                   "qualitative remark on one model, a justification geomjax gives; never an accusation"),
 }
+#: geomjax's own readings (a correction, an extension): never the source's statements, counted and listed apart.
+OWN_READINGS = ("corrected", "extension")
 
 #: What a claim quantifies over (``Claim.scope``).
 SCOPES = {

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import dataclasses
-import importlib
 import shutil
 
 import jax
@@ -27,7 +26,9 @@ from geomjax.analysis import report
 from geomjax.analysis import study
 from geomjax.errors import GeomjaxError
 from geomjax.analysis.report import Section, schedule_section
+from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.claims.records import load_full_verdicts
+from geomjax.claims.registration import source_report
 from geomjax.analysis.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
     PRESETS,
     GeometryConfig,
@@ -51,10 +52,10 @@ __all__ = [
     "run_training",
     "meta_line",
     "validate_geometry",
-    "validate_claims_selection",
     "status_line",
     "check_topic_capacity",
     "claims_summary",
+    "tally_summary",
     "recorded_claims",
     "validate_training",
 ]
@@ -129,24 +130,20 @@ def run_geometry_sweep(cfg: GeometryConfig, models: list[str], run: report.RunDi
     return [s], {"sweep": rows, "model_conventions": rows[0]["model_conventions"]}
 
 
-def validate_claims_selection(select) -> None:
-    """Refuse a ``--source`` that matches no registered claim (before a run directory exists).
-
-    Raises:
-      GeomjaxError: naming the selection and the available sources.
-    """
-    if select is None:
-        return
-    if not claims.select_claims(select):
-        sources = sorted({c.id.split(".", 1)[0] for c in claims.all_claims()})
-        raise GeomjaxError(f"--source {select!r} matches no claim; use a source ({', '.join(sources)}), "
-                           "an id glob such as 'song_zhong.theorem1.*', or a substring of a printed source")
-
-
 def claims_summary(counts: dict) -> str:
     """'n hold, n do not hold, n inconclusive' from verdict counts."""
     return (f"{counts.get('holds', 0)} hold, {counts.get('does not hold', 0)} do not hold, "
             f"{counts.get('inconclusive', 0)} inconclusive")
+
+
+def tally_summary(tally: dict) -> str:
+    """The sources' statements apart from geomjax's own readings (:func:`geomjax.claims.tally`), e.g.
+    "statements: 22 hold, 9 do not hold, 0 inconclusive; geomjax's own readings: 9 hold, 1 do not hold, 0
+    inconclusive" (the second part only when there are such readings)."""
+    out = f"statements: {claims_summary(tally['statements'])}"
+    if sum(tally["readings"].values()):
+        out += f"; geomjax's own readings: {claims_summary(tally['readings'])}"
+    return out
 
 
 def recorded_claims(source: str, flag: str) -> tuple[list[Section], dict]:
@@ -155,20 +152,23 @@ def recorded_claims(source: str, flag: str) -> tuple[list[Section], dict]:
     ``--claims``): nothing is checked, and the section says so.
 
     Returns:
-      ([section], {"claims": {"checked": False, "recorded_counts", "recorded"}}).
+      ([section], {"claims": {"checked": False, "recorded_counts", "recorded_tally", "recorded"}}).
     """
     recs = {k: v for k, v in sorted(load_full_verdicts().items()) if k.startswith(source + ".")}
     counts = {v: sum(r["verdict"] == v for r in recs.values()) for v in ("holds", "does not hold", "inconclusive")}
-    s = Section(f"Claims: not checked in this run ({len(recs)} recorded verdicts: {claims_summary(counts)})")
+    parts = claims.tally({k: r["verdict"] for k, r in recs.items()})
+    quick = load_quick_seconds()
+    s = Section(f"Claims: not checked in this run ({len(recs)} recorded verdicts, {tally_summary(parts)})")
     s.paragraphs.append(
         f"This run did not check the claims of {source}, which do not depend on the model studied above (random "
-        f"matrices, synthetic Grams, MiniLM on its own windows). `{flag}` checks them in the run (budget quick: about "
-        f"25 CPU s more on 2 cores); `geomjax verify --source {source}` checks them alone. Below are the verdicts "
+        f"matrices, synthetic Grams, MiniLM on its own windows). `{flag}` checks them in the run (budget quick: their "
+        f"checks were recorded at {sum(quick.get(k, 0.0) for k in recs):.0f} s in all, geomjax/claims/quick_seconds.json, "
+        f"compiling and loading not counted); `geomjax verify --source {source}` checks them alone. Below are the verdicts "
         "recorded at budget full (geomjax/claims/full_verdicts.json), each with the date and commit of its run; "
         "docs/ERRATA.md gives the witnesses of those that do not hold.")
     s.table(["id", "recorded verdict (full)", "date", "commit"],
             [[k, r["verdict"], r.get("date", ""), r.get("commit", "")] for k, r in recs.items()])
-    return [s], {"claims": {"checked": False, "recorded_counts": counts,
+    return [s], {"claims": {"checked": False, "recorded_counts": counts, "recorded_tally": parts,
                             "recorded": {k: r["verdict"] for k, r in recs.items()}}}
 
 
@@ -183,7 +183,8 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     verdicts there, so a report step that fails or is killed does not lose them.
 
     Returns:
-      (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts.
+      (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts, ``metrics["tally"]``
+      the sources' statements apart from geomjax's own readings (:func:`geomjax.claims.tally`).
     """
     results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress,
                          time_budget=time_budget)
@@ -198,7 +199,8 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         rows.append([d["id"], d["source"], d.get("verdict"), _short(d.get("predicted")),
                      _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score")), sampling])
     counts = {v: sum(r.verdict == v for r in results) for v in ("holds", "does not hold", "inconclusive")}
-    s = Section(f"Claims checked ({len(results)}: {claims_summary(counts)})")
+    parts = claims.tally({r.id: r.verdict for r in results})
+    s = Section(f"Claims checked ({len(results)}: {tally_summary(parts)})")
     s.paragraphs.append(
         "Each claim declares a margin (the error that would make it wrong) and is checked against an "
         "independent computation: it holds when |estimate − prediction| + k·sem ≤ margin, does not hold "
@@ -215,30 +217,24 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         more, m = hook(run, budget=budget, seed=seed)
         sections.extend(more)
         extra[name] = m
-    metrics = {"budget": budget, "seed": seed, "counts": counts, "results": [r.to_dict() for r in results]}
+    metrics = {"budget": budget, "seed": seed, "counts": counts, "tally": parts,
+               "results": [r.to_dict() for r in results]}
     if extra:
         metrics["figures"] = extra
     return sections, metrics
 
 
 def _claim_report_hooks(results):
-    """``report_sections`` of every claims source with a checked claim and a report module, in source order.
+    """``report_sections`` of every claims source with a checked claim and a report
+    (:func:`geomjax.claims.registration.source_report`), in source order.
 
-    A module ``geomjax.claim_reports.<source>`` may define
+    A source's ``report`` module may define
     ``report_sections(run: RunDir, *, budget: str, seed: int) -> (list[Section], dict)`` to add its
-    figures (e.g. Wertich Fig. 5.1, Bao Figs. 2-5) to the ``verify`` report; it runs once when any
-    of that module's claims was selected.
+    figures to the ``verify`` report; it runs once when any of that source's claims was selected.
     """
-    names = sorted({r.id.split(".", 1)[0] for r in results})
-    for name in names:
-        try:
-            mod = importlib.import_module(f"geomjax.claim_reports.{name}")
-        except ModuleNotFoundError as e:  # no report module for this source; a broken one still raises
-            if e.name != f"geomjax.claim_reports.{name}":
-                raise
-            continue
-        hook = getattr(mod, "report_sections", None)
-        if callable(hook):
+    for name in sorted({r.id.split(".", 1)[0] for r in results}):
+        hook = source_report(name)
+        if hook is not None:
             yield name, hook
 
 

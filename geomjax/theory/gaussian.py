@@ -3,7 +3,7 @@
 
 Everything here is a pure JAX function (jit/vmap-able, explicit PRNG keys) unless its docstring
 says it returns NumPy (fits and histograms used by reports). Equation numbers are the thesis's.
-The claims that check these formulas against Monte Carlo live in :mod:`geomjax.claims.wertich`.
+The claims that check these formulas against Monte Carlo live in :mod:`geomjax.sources.wertich`.
 
 Conventions (made explicit because the thesis leaves them implicit):
 

@@ -10,7 +10,7 @@ basis; since pos_1 + ... + pos_T = 0, ``G 1 = 0`` ("doubly centred"). N = 2T.
 * eq. (6): (1/T) ‖G − (F_{≤k}B)(F_{≤k}B)ᵀ‖_op ≤ 6/(8k)^m · ‖Δ^{(m,m)} G̃‖_max for some B (k, k).
 
 What the paper prints and what its proof supports differ; this module implements both so that
-the claims in ``geomjax.claims.song_zhong`` can report on each:
+the claims in ``geomjax.sources.song_zhong.claims`` can report on each:
 
 1. Dimensions. Eq. (6) prints ``(F_{≤k}B)ᵀ F_{≤k}B``, which is (k, k) and cannot approximate the
    (T, T) matrix G. The dimensionally consistent form, used here and in the paper's own Lemma 3

@@ -6,7 +6,7 @@ run folder's parameter snapshots), runs the model on all p² inputs (:func:`geom
 and applies the array analyses of :mod:`geomjax.theory.fourier` (Fourier spectra of W_E and W_L, key frequencies,
 circles, periodic attention, petals and their planes, the MLP, read-out ranks, restricted/excluded loss,
 sufficiency of key-frequency subsets). It returns arrays and numbers, no figures and no verdicts: the claims
-(:mod:`geomjax.claims.clock`) judge them, :mod:`geomjax.claim_reports.clock` draws them.
+(:mod:`geomjax.sources.clock.claims`) judge them, :mod:`geomjax.sources.clock.report` draws them.
 
 The array work runs as a few jitted programs, each compiled once per shape and batched over what the
 analyses loop over (frequencies, heads, key frequencies, parameter snapshots, frequency subsets):

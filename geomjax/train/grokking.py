@@ -167,7 +167,7 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
       so that the plateau between memorisation and generalisation fits a 2-core CPU;
       :data:`CPU_EPOCHS` epochs; train loss/accuracy every epoch, test metrics every 10 epochs,
       snapshots every 100. (The clock claims' ``full`` budget keeps its own 50% / 3,000-epoch recipe:
-      :func:`geomjax.claims.clock.claim_config`.)
+      :func:`geomjax.sources.clock.claims.claim_config`.)
     * ``smoke``: p 23, d 32, 2 heads, d_mlp 64, lr 3e-3, 300 epochs (tests); metrics every 10, chunks of 100.
 
     Args:

@@ -264,19 +264,27 @@ def test_monte_carlo_inside_a_deterministic_claim_uses_its_sem():
 
 
 def test_claims_module_import_error_fails_loudly(tmp_path, monkeypatch):
-    """A broken geomjax.claims.<source> module is an error of discovery (hence of verify), not a warning."""
-    import geomjax.claims as pkg
+    """A broken module of a source (a folder of geomjax/sources/) is an error of discovery (hence of verify), not a
+    warning."""
+    import sys
 
-    (tmp_path / "zz_broken_fake.py").write_text("raise RuntimeError('planted import failure')\n")
+    import geomjax.sources as pkg
+
+    (tmp_path / "zz_broken_fake").mkdir()
+    (tmp_path / "zz_broken_fake" / "__init__.py").write_text('TITLE = "a source whose claims do not import"\n')
+    (tmp_path / "zz_broken_fake" / "claims.py").write_text("raise RuntimeError('planted import failure')\n")
     monkeypatch.setattr(pkg, "__path__", list(pkg.__path__) + [str(tmp_path)])
-    with pytest.raises(ImportError, match="zz_broken_fake"):
-        claims.all_claims()
-    with pytest.raises(ImportError, match="planted import failure"):
-        claims.run(select="song_zhong.lemma2")
-    from geomjax import cli
+    try:
+        with pytest.raises(ImportError, match="zz_broken_fake"):
+            claims.all_claims()
+        with pytest.raises(ImportError, match="planted import failure"):
+            claims.run(select="song_zhong.lemma2")
+        from geomjax import cli
 
-    with pytest.raises(ImportError, match="zz_broken_fake"):
-        cli.main(["verify", "--source", "song_zhong.lemma2", "--out", str(tmp_path / "v")])
+        with pytest.raises(ImportError, match="zz_broken_fake"):
+            cli.main(["verify", "--source", "song_zhong.lemma2", "--out", str(tmp_path / "v")])
+    finally:
+        sys.modules.pop("geomjax.sources.zz_broken_fake", None)
 
 
 def test_contradiction_rule():
@@ -440,15 +448,15 @@ def test_theorem1_printed_violation_is_real(quick_claims):
 
 
 def test_verify_report_includes_source_module_sections(tmp_path, registered, monkeypatch):
-    """pipeline.run_claims calls report_sections of the report module (geomjax.claim_reports.<source>) of the
-    checked claims."""
+    """pipeline.run_claims calls report_sections of the source of the checked claims (here the module that
+    registered them, as for a user's claims file; a source package's is its ``report`` module)."""
     import sys
     import types
 
     from geomjax import pipeline, report
 
     calls = []
-    mod = types.ModuleType("geomjax.claim_reports.hooktest")
+    mod = types.ModuleType("hooktest_source")
 
     def report_sections(run, *, budget, seed):
         calls.append((budget, seed))
@@ -457,8 +465,8 @@ def test_verify_report_includes_source_module_sections(tmp_path, registered, mon
         return [s], {"n": 1}
 
     mod.report_sections = report_sections
-    monkeypatch.setitem(sys.modules, "geomjax.claim_reports.hooktest", mod)
-    registered(planted("hooktest.u", 0.5))
+    monkeypatch.setitem(sys.modules, "hooktest_source", mod)
+    monkeypatch.setitem(claims.registration._REGISTRY, "hooktest.u", (planted("hooktest.u", 0.5), "hooktest_source"))
     run = report.RunDir(tmp_path / "v", command="verify")
     sections, metrics = pipeline.run_claims(run, select="hooktest", budget="quick", seed=3)
     assert calls == [("quick", 3)]

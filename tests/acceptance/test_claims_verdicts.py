@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import geomjax.claims as claims
-from geomjax.claims import clock
+from geomjax.sources.clock import claims as clock
 from geomjax.claims import registry as R
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from geomjax.claims import registration
+
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = sorted([p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md") if p.is_file()] + [*ROOT.glob("docs/*.md"),
                  *ROOT.glob("experiments/*/README.md")])
@@ -31,9 +33,15 @@ def test_python_blocks_run(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     namespace: dict = {"__name__": "__guide__"}
-    for i, block in enumerate(python_blocks(path)):
-        code = compile(block, f"{path.relative_to(ROOT)}[block {i}]", "exec")
-        exec(code, namespace)  # noqa: S102  (the guide's own code, as a reader would run it)
+    # a guide may register claims of its own (docs/your_paper.md): they leave the registry with the guide
+    before = set(registration._REGISTRY)
+    try:
+        for i, block in enumerate(python_blocks(path)):
+            code = compile(block, f"{path.relative_to(ROOT)}[block {i}]", "exec")
+            exec(code, namespace)  # noqa: S102  (the guide's own code, as a reader would run it)
+    finally:
+        for cid in set(registration._REGISTRY) - before:
+            registration.unregister(cid)
 
 
 @pytest.mark.parametrize("path", GUIDES, ids=lambda p: str(p.relative_to(ROOT)))

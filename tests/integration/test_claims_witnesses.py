@@ -12,7 +12,8 @@ import pytest
 from geomjax import fourier as fx
 from geomjax import localization as loc
 from geomjax.claims import Claim, Evaluation, Inequality, run_claim
-from geomjax.claims import bao, clock
+from geomjax.sources.bao import claims as bao
+from geomjax.sources.clock import claims as clock
 from geomjax.models.toy import ToyTransformer, clock_activations, nanda_config
 
 P = 11

@@ -72,7 +72,7 @@ def test_key_series_reads_every_snapshot_as_numpy_does(tmp_path):
     """key_series at each snapshot of the planted run: W_E's and W_L's key frequencies as np.fft gives them, and
     the best coprime pair's restricted accuracy as a 2-D DFT of the float64 NumPy forward gives it (the clock
     claims' independent witnesses)."""
-    from geomjax.claims.clock import dft_restricted_accuracy, numpy_clock_forward
+    from geomjax.sources.clock.claims import dft_restricted_accuracy, numpy_clock_forward
 
     res = _planted_run(tmp_path)
     p = res.config.train.options.p

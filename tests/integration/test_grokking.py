@@ -28,7 +28,7 @@ def test_presets_match_reference():
     assert gk.grokking_config("cpu", relu=False).train.model.activation == "none"
     cpu = gk.grokking_config("cpu")  # the blog's 30% split, lr 2e-3; the clock claims keep their 50% recipe
     assert (cpu.train.options.train_frac, cpu.epochs, cpu.train.optim.lr, cpu.log_every) == (0.3, gk.CPU_EPOCHS, 2e-3, 10)
-    from geomjax.claims.clock import claim_config
+    from geomjax.sources.clock.claims import claim_config
 
     full = claim_config("full")
     assert (full.train.options, full.epochs, full.log_every) == (ModularOptions(113, 0.5), 3000, 25)

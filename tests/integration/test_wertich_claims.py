@@ -1,4 +1,4 @@
-"""geomjax.claims.wertich (one module per chapter): registration, a few verdicts at small budgets, the report hook."""
+"""geomjax.sources.wertich (one module per chapter): registration, a few verdicts at small budgets, the report hook."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from geomjax.claims import registry as R
 
 @pytest.fixture(scope="module")
 def wertich():
-    import geomjax.claims.wertich as w
+    import geomjax.sources.wertich as w
+    from geomjax.sources.wertich import ch4, ch5, ch6, ch7  # noqa: F401  (the chapters, as w.ch4 ... w.ch7)
 
     return w
 
@@ -95,10 +96,10 @@ def test_each_claim_is_registered_once_by_its_chapter_module(wertich):
     ids = [c.id for c in R.select_claims("wertich")]
     assert len(ids) == len(set(ids))
     origins = {R._REGISTRY[i][1] for i in ids}
-    assert origins <= {f"geomjax.claims.wertich.{m}" for m in ("_shared", "ch5", "ch6")}, origins
+    assert origins <= {f"geomjax.sources.wertich.{m}" for m in ("_shared", "ch5", "ch6")}, origins
     sections = {i.split(".")[1] for i in ids}
     for m, prefix in ((wertich.ch4, "s4_"), (wertich.ch5, "s5_"), (wertich.ch6, "s6_"), (wertich.ch7, "s7_")):
-        assert any(s.startswith(prefix) for s in sections) and m.__name__.startswith("geomjax.claims.wertich.ch")
+        assert any(s.startswith(prefix) for s in sections) and m.__name__.startswith("geomjax.sources.wertich.ch")
 
 
 def test_every_wertich_claim_declares_its_margin_origin(wertich):
@@ -127,7 +128,7 @@ def test_random_orientation_nonflat_printed_fails(wertich):
 
 @pytest.mark.slow
 def test_report_sections_writes_figures(wertich, tmp_path):
-    from geomjax.claim_reports.wertich import ReportSizes, report_sections
+    from geomjax.sources.wertich.report import ReportSizes, report_sections
     from geomjax.analysis.report import RunDir
 
     sizes = ReportSizes(fig5_1_n=4, fig5_1_pairs=200, grid_n=(4,), grid_l=(0.5, 2.0), alpha_ns=(8,),

@@ -401,7 +401,7 @@ def test_theorem2_claims_quick_verdicts(quick_claims):
     # the printed count is violated at incoh²·d = 7 (n1 = 1, n2 = 31): P ≈ 1 − exp(−3072·erfc(√7)) > 12·31·e^{-7}
     printed = res["song_zhong.theorem2.union_bound.printed"].details
     p7 = printed["points"][0]
-    # the noise-only group runs in float32 at quick (song_zhong_theorem2._dtype): x and the bound to float32 rounding
+    # the noise-only group runs in float32 at quick (geomjax.sources.song_zhong.theorem2._dtype): x and the bound to float32 rounding
     assert p7["x"] == pytest.approx(7.0, rel=1e-6)
     assert p7["union_printed"] == pytest.approx(12 * 31 * math.exp(-7.0), rel=1e-6)
     assert printed["n_terms_all"] == 3 * 32**2 and printed["n_terms_printed_pairs"] == 6 * 31

@@ -9,7 +9,7 @@ module may import its own layer or lower ones, never a higher one:
   3 models    geomjax/models/ (the Flax networks and their one interface)
   4 tools     geomjax/tools/ (extraction, attention_probe, clock_probe), geomjax/convert/, geomjax/train/
   5 analysis  geomjax/analysis/ (lens, study, study_config, report, plots, comparison)
-  6 drivers   geomjax/drivers/ (pipeline, multihost), geomjax/claims/, geomjax/claim_reports/
+  6 drivers   geomjax/drivers/ (pipeline, multihost), geomjax/claims/ (the claims engine), geomjax/sources/ (one package per source)
   7 entry     cli, the package geomjax itself
 
 Theory modules import only the base layer, and models, data, convert and train import theory but never
@@ -35,7 +35,7 @@ LAYERS: dict[str, int] = {
     "geomjax.models": 3,
     "geomjax.convert": 4, "geomjax.train": 4, "geomjax.tools": 4,
     "geomjax.analysis": 5,
-    "geomjax.drivers": 6, "geomjax.claims": 6, "geomjax.claim_reports": 6,
+    "geomjax.drivers": 6, "geomjax.claims": 6, "geomjax.sources": 6,
     "geomjax.cli": 7, "geomjax": 7,
 }
 

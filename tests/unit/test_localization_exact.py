@@ -1,6 +1,6 @@
 """``geomjax.theory.localization.exact_rho``: Def. 1's ρ_i (Bao §3) under Assumption 1 by quadrature, checked against
 SciPy's adaptive quadrature of Imhof's real form, against random walks, and against the NumPy witness of the claims
-(:func:`geomjax.claims.bao.numpy_exact_rho`: eigenvalues found numerically, complex Gil-Pelaez form)."""
+(:func:`geomjax.sources.bao.claims.numpy_exact_rho`: eigenvalues found numerically, complex Gil-Pelaez form)."""
 
 import math
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from geomjax.claims import bao
+from geomjax.sources.bao import claims as bao
 from geomjax.errors import GeomjaxError
 from geomjax.theory import localization as loc
 

@@ -28,7 +28,7 @@ from experiments.localization import config as localization_presets
 from experiments.token_randomization import config as randomization_presets
 from geomjax import train
 from geomjax.analysis.report import SCHEDULE_HEADING, RunDir, render_markdown, schedule_section
-from geomjax.claims.clock import claim_config
+from geomjax.sources.clock.claims import claim_config
 from geomjax.train.grokking import GrokkingConfig
 from geomjax.train.locater import LocaterConfig
 

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.theory import gaussian as G
-from geomjax.claims.registry import Evaluation, Tolerance
-from geomjax.claims.wertich._shared import (SOURCE, annotate, blocks, det_claim, mc_claim, outer_flat,
+from geomjax.claims import Evaluation, Tolerance
+from geomjax.sources.wertich._shared import (SOURCE, annotate, blocks, det_claim, mc_claim, outer_flat,
                                             rng, spd, unblocks, x64)
 
 # ==============================================================================================

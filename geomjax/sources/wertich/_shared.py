@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from geomjax.claims import registry
-from geomjax.claims.registry import Claim, Evaluation, exact_witness, register
+from geomjax import claims as registry
+from geomjax.claims import Claim, Evaluation, exact_witness, register
 
 __all__ = ["annotate", "SOURCE", "QUICK_SAMPLES", "FULL_SAMPLES", "FLOAT64_ROUNDING", "x64", "mc_claim", "det_claim", "rng", "spd",
            "outer_flat", "blocks", "unblocks"]

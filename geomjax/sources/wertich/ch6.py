@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.theory import gaussian as G
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register
-from geomjax.claims.wertich._shared import SOURCE, annotate, det_claim, mc_claim, rng, spd, x64
+from geomjax.claims import Claim, Evaluation, Inequality, Tolerance, limit_evaluation, per_run, register
+from geomjax.sources.wertich._shared import SOURCE, annotate, det_claim, mc_claim, rng, spd, x64
 
 # ==============================================================================================
 # §6.2.1: bilinear forms of joint Gaussians (eqs. 6.2-6.3, App. B)

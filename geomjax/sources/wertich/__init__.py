@@ -1,15 +1,15 @@
 """Claims from Wertich (2024), "Gaussian statistics of attention" (thesis; issue 6), one module per chapter.
 
 Every quantitative statement of chapters 4-7 listed in issue 6 is registered as one claim (ids
-``wertich.<section>.<name>``) when this package is imported, one module per chapter:
+``wertich.<section>.<name>``) when its module is imported, one module per chapter:
 
-* :mod:`geomjax.claims.wertich.ch4`: joint Gaussians under linear maps, 2×2 block eigenvalues;
-* :mod:`geomjax.claims.wertich.ch5`: log-normal moments, softmax limits, SLERP and the cosine
+* :mod:`geomjax.sources.wertich.ch4`: joint Gaussians under linear maps, 2×2 block eigenvalues;
+* :mod:`geomjax.sources.wertich.ch5`: log-normal moments, softmax limits, SLERP and the cosine
   conjecture, softmax ratios, the Taylor "linearity" of exp;
-* :mod:`geomjax.claims.wertich.ch6`: bilinear forms, singular values and the §2.5 Marchenko–Pastur
+* :mod:`geomjax.sources.wertich.ch6`: bilinear forms, singular values and the §2.5 Marchenko–Pastur
   density, traces of random matrix products, spheres, eq. (6.49), normality of xᵀCy;
-* :mod:`geomjax.claims.wertich.ch7`: attention outputs with fixed weights, random attention stacks;
-* :mod:`geomjax.claims.wertich._shared`: the claim constructors they share.
+* :mod:`geomjax.sources.wertich.ch7`: attention outputs with fixed weights, random attention stacks;
+* :mod:`geomjax.sources.wertich._shared`: the claim constructors they share.
 
 Each is checked by Monte Carlo (``geomjax.theory.montecarlo`` via the claims registry) against its closed
 form in :mod:`geomjax.theory.gaussian`, or deterministically (Tolerance / Inequality). A statement that is
@@ -17,17 +17,13 @@ wrong as printed is registered twice: ``*.printed`` (verdict "does not hold", wi
 ``*.corrected`` (the corrected form, which holds). Conventions the thesis leaves implicit are stated in
 each claim (see also the module docstring of :mod:`geomjax.theory.gaussian`).
 
-:func:`geomjax.claim_reports.wertich.report_sections` adds the figures of
+:func:`geomjax.sources.wertich.report.report_sections` adds the figures of
 ``geomjax verify --source wertich``: Fig. 5.1 (averaged SLERP KL curve, fitted a·cos(πt/2 + b) + c and
 residuals, residual versus n and l), the Marchenko–Pastur histogram against the printed and the
 corrected density, softmax entropy versus the scale α, and token diversity / attention entropy versus
 depth in random attention stacks.
 """
 
-from __future__ import annotations
+TITLE = "Wertich (2024), \"Gaussian statistics of attention\" (thesis)"
+SHORT = "Wertich"
 
-from geomjax.claims.wertich import ch4, ch5, ch6, ch7  # noqa: F401  (importing registers the claims)
-from geomjax.claims.wertich.ch5 import fig51_curves
-from geomjax.claims.wertich.ch6 import mp_hist_sample
-
-__all__ = ["fig51_curves", "mp_hist_sample"]

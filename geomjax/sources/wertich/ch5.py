@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.theory import gaussian as G
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, per_run, register
-from geomjax.claims.wertich._shared import FLOAT64_ROUNDING, SOURCE, annotate, det_claim, mc_claim, x64
+from geomjax.claims import Claim, Evaluation, Inequality, Tolerance, per_run, register
+from geomjax.sources.wertich._shared import FLOAT64_ROUNDING, SOURCE, annotate, det_claim, mc_claim, x64
 
 # ==============================================================================================
 # §5.1.2: log-normal moments, Xavier Taylor approximations (eqs. 5.1-5.2)

@@ -9,7 +9,7 @@ import numpy as np
 
 from geomjax.theory import fourier as fx
 from geomjax.analysis import plots
-from geomjax.claims.clock import claim_config, trained_analyses, trained_description
+from geomjax.sources.clock.claims import claim_config, trained_analyses, trained_description
 from geomjax.analysis.report import Section, schedule_section
 
 __all__ = ["analysis_sections", "report_sections"]
@@ -347,8 +347,8 @@ def _sec_sufficiency(run, an: dict, an_free: dict | None, S: list, M: dict, tag:
 
 def report_sections(run, *, budget: str = "quick", seed: int = 0):
     """Figures and tables of every clock analysis for ``geomjax verify --source clock``: trains (or
-    loads from the cache) the budget's ReLU and ReLU-free runs (:func:`geomjax.claims.clock.claim_config`), the
-    same analyses the claims of the run read (:func:`geomjax.claims.clock.trained_analyses`)."""
+    loads from the cache) the budget's ReLU and ReLU-free runs (:func:`geomjax.sources.clock.claims.claim_config`), the
+    same analyses the claims of the run read (:func:`geomjax.sources.clock.claims.trained_analyses`)."""
     an, free = trained_analyses(budget, seed)
     sections, metrics = analysis_sections(run, an, free, title=f"{budget}")
 

@@ -53,7 +53,7 @@ import numpy as np
 from geomjax.theory import kernel_factorization as kf
 from geomjax.base._checks import compiled_cache
 from geomjax.theory import montecarlo
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, binomial_interval, per_run, register
+from geomjax.claims import Claim, Evaluation, Inequality, Tolerance, binomial_interval, per_run, register
 
 _PAPER = "Song & Zhong"
 _N_SIGMA = 5.0

@@ -30,7 +30,7 @@ from numpy.polynomial import hermite_e
 from geomjax.theory import geometry
 
 from geomjax.theory import smoothness as sm
-from geomjax.claims.registry import Claim, Evaluation, Inequality, Tolerance, annotate, per_run, register, register_table
+from geomjax.claims import Claim, Evaluation, Inequality, Tolerance, annotate, per_run, register, register_table
 
 _PAPER = "Song & Zhong"
 
@@ -230,7 +230,7 @@ def _theorem1_eval(lhs_name: str, lower_name: str | None, rhs_name: str, coef_na
 
 _T1_COMMON = (
     "for G = PᵀP smooth, doubly centred (G1 = 0), k = 1..20, m = 1..4 (T = 64; full budget also T = 128), "
-    "G in {u_shape, spiral, two_freq, gaussian, poly} (geomjax.claims.song_zhong.synthetic_grams)"
+    "G in {u_shape, spiral, two_freq, gaussian, poly} (geomjax.sources.song_zhong.claims.synthetic_grams)"
 )
 
 def _theorem1_printed_witness(budget: str, key) -> Evaluation:

@@ -38,7 +38,7 @@ Registered on import (ids ``bao.*``; computations in float64 unless said otherwi
   (∇(tr W_QK − 1)² = (tr W_QK − 1)·tr(W_QK)·W_K) **do not hold**; ``locater.grad_mean.corrected``
   (2(tr W_QK − 1)·W_K, 2(tr W_QK − 1)·W_Q) holds.
 
-:func:`geomjax.claim_reports.bao.report_sections` adds Figs. 2-5 to ``geomjax verify --source bao``.
+:func:`geomjax.sources.bao.report.report_sections` adds Figs. 2-5 to ``geomjax verify --source bao``.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ from scipy.special import erf
 
 from geomjax.theory import localization as loc
 from geomjax.theory import montecarlo
-from geomjax.claims.registry import (N_SIGMA, Claim, Evaluation, Inequality, Tolerance, annotate, limit_evaluation,
-                                     look_sigma, over_draws, per_run, register, register_table)
+from geomjax.claims import (N_SIGMA, Claim, Evaluation, Inequality, Tolerance, annotate, limit_evaluation,
+                            look_sigma, over_draws, per_run, register, register_table)
 
 _PAPER = "Bao"
 

@@ -15,9 +15,9 @@ import numpy as np
 
 from geomjax.theory import gaussian as G
 from geomjax.analysis import plots
-from geomjax.claims.wertich.ch5 import FIG5_1_N, FIG5_1_PAIRS, SLERP_T, fig51_curves
-from geomjax.claims.wertich.ch6 import MP_HIST_N, mp_hist_sample
-from geomjax.claims.wertich.ch7 import STACK_D, STACK_LAYERS, STACK_T, STACK_VARIANTS
+from geomjax.sources.wertich.ch5 import FIG5_1_N, FIG5_1_PAIRS, SLERP_T, fig51_curves
+from geomjax.sources.wertich.ch6 import MP_HIST_N, mp_hist_sample
+from geomjax.sources.wertich.ch7 import STACK_D, STACK_LAYERS, STACK_T, STACK_VARIANTS
 from geomjax.analysis.report import Section
 
 __all__ = ["ReportSizes", "report_sections"]

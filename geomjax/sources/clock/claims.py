@@ -38,7 +38,7 @@ from geomjax.base.io import cache_root
 from geomjax.train.grokking import GrokkingConfig, config_hash, grokking_config, load_grokking_run, train_grokking
 from geomjax.train.loop import StopRule
 from geomjax.train.tasks import ModularOptions
-from geomjax.claims.registry import MIN_DRAWS, Claim, Evaluation, Inequality, per_run, register
+from geomjax.claims import MIN_DRAWS, Claim, Evaluation, Inequality, per_run, register
 
 __all__ = ["GROK_STOP", "QUICK_CAP", "claim_config", "dft_restricted_accuracy", "numpy_clock_forward",
            "numpy_key_frequencies", "numpy_summed_petal_fraction", "trained_analyses", "trained_description", "trained_run"]
@@ -110,7 +110,7 @@ def trained_description(budget: str) -> str:
               f"full-batch epochs until {c.stop.describe()} (logs every {c.log_every}; cap {c.epochs})")
     return (f"trained model: p = {o.p}, {epochs}, train fraction {o.train_frac}, "
             f"lr {c.train.optim.lr}, weight decay {c.train.optim.weight_decay} (budget {budget!r}; "
-            "geomjax.claims.clock.claim_config)")
+            "geomjax.sources.clock.claims.claim_config)")
 
 
 # ------------------------------------------------------------------------------------------ preconditions

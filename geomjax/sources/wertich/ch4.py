@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from geomjax.theory import gaussian as G
-from geomjax.claims.registry import Evaluation, Tolerance
-from geomjax.claims.wertich._shared import (FLOAT64_ROUNDING, SOURCE, annotate, blocks, det_claim, mc_claim, outer_flat,
+from geomjax.claims import Evaluation, Tolerance
+from geomjax.sources.wertich._shared import (FLOAT64_ROUNDING, SOURCE, annotate, blocks, det_claim, mc_claim, outer_flat,
                                             rng, spd, unblocks, x64)
 
 # ==============================================================================================
