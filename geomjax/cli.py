@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_ver.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
                        help="wall seconds for the selected claims: cheapest to decide first, Monte Carlo rounds "
                             "stop at the deadline, claims not reached are inconclusive")
+    p_ver.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="processes that check the claims (default: the usable CPUs, at most 2); each source "
+                            "module's claims stay in one process, and the verdicts are the same for any N")
     p_ver.add_argument("--out", default=None)
     p_ver.add_argument("--overwrite", action="store_true", help="replace whatever --out holds")
     p_ver.add_argument("--no-progress", action="store_true")
@@ -298,6 +301,8 @@ def _run(args) -> int:
         args.select = pipeline.claims.claims_selection(args.source, args.claims_file)
         if args.time_budget is not None and not args.time_budget > 0:
             raise GeomjaxError(f"--time-budget must be a positive number of seconds, got {args.time_budget:g}")
+        if args.workers is not None and args.workers < 1:
+            raise GeomjaxError(f"--workers must be a positive number of processes, got {args.workers}")
         options = {"source": args.source, "claims": args.claims_file, "budget": args.budget, "seed": args.seed}
     progress = not getattr(args, "no_progress", False)
     if not primary:  # every process computes; only process 0 writes the run directory
@@ -380,7 +385,8 @@ def _execute(args, run, progress: bool) -> str | None:
     recording = args.budget == "full" and args.claims_file is None  # a researcher's claims are not geomjax's records
     sections, metrics = pipeline.run_claims(run, select=args.select, budget=args.budget,
                                             seed=args.seed, progress=progress, time_budget=args.time_budget,
-                                            on_results=_record_full if recording else None)
+                                            on_results=_record_full if recording else None,
+                                            workers=args.workers)
     run.write_config({"command": "verify", "source": args.source, "claims": args.claims_file, "budget": args.budget,
                       "seed": args.seed})
     run.write_json("metrics.json", metrics)

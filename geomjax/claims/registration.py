@@ -24,6 +24,8 @@ from geomjax.claims.claim import Claim
 from geomjax.errors import GeomjaxError
 
 _REGISTRY: dict[str, tuple[Claim, str]] = {}
+# module name -> the spec load_claims imported it from (geomjax.claims.workers re-imports it in a fresh process)
+_USER_SPECS: dict[str, str] = {}
 #: The package whose subpackages are the sources (each a folder geomjax/sources/<name>/).
 SOURCES = "geomjax.sources"
 
@@ -73,6 +75,29 @@ def annotate(claim_id: str, **fields) -> Claim:
     if _source_package(origin) != _source_package(_caller_module()):
         raise ValueError(f"annotate: {claim_id} is registered by {origin}; annotate it from its source's modules")
     return _add(replace(claim, **fields), origin)
+
+
+def claim_origin(claim_id: str) -> str | None:
+    """The module that registered ``claim_id`` (a source's module, a ``--claims`` file's module, or the caller of
+    :func:`register`), None for an unknown id."""
+    entry = _REGISTRY.get(claim_id)
+    return None if entry is None else entry[1]
+
+
+def registered_claim(claim_id: str) -> Claim:
+    """The registered :class:`Claim` ``claim_id`` (after discovering the sources).
+
+    Raises:
+      KeyError: no such claim.
+    """
+    _discover()
+    return _REGISTRY[claim_id][0]
+
+
+def user_spec(origin: str | None) -> str | None:
+    """The ``--claims`` spec (a file's absolute path or a module name) that :func:`load_claims` imported as module
+    ``origin``, so a fresh process can import it again; None for any other module."""
+    return _USER_SPECS.get(origin) if origin is not None else None
 
 
 def _source_package(module: str) -> str:
@@ -225,6 +250,7 @@ def load_claims(spec: str) -> list[str]:
     except Exception as exc:  # a register() clash, or any error of the researcher's code
         raise GeomjaxError(f"--claims {spec}: importing it failed: {exc!r}") from exc
     ids = sorted(cid for cid, (_, origin) in _REGISTRY.items() if origin == module.__name__)
+    _USER_SPECS[module.__name__] = str(path.resolve()) if module.__name__.startswith("geomjax_user_claims_") else spec
     if not ids:
         raise GeomjaxError(f"--claims {spec}: it registers no claim (call geomjax.claims.register(Claim(...)) "
                            "at import)")

@@ -19,6 +19,7 @@ from geomjax.claims.records import load_full_verdicts, write_results
 from geomjax.claims.registration import _select_strict
 from geomjax.claims.rules import BUDGETS, Budget
 from geomjax.claims.sampling import _judge_monte_carlo, run_deadline
+from geomjax.claims.workers import run_in_workers, split
 from geomjax.errors import GeomjaxError
 
 
@@ -125,6 +126,7 @@ def run(
     mesh=None,
     progress: bool = False,
     time_budget: float | None = None,
+    workers: int = 1,
 ) -> list[ClaimResult]:
     """Check every selected claim and optionally write ``claims.json`` and ``claims.md``.
 
@@ -142,6 +144,9 @@ def run(
       time_budget: optional wall seconds for the whole selection (``geomjax verify --time-budget``): the claims
         are checked cheapest first (:func:`cost_order`), a Monte Carlo claim's rounds stop at the run's deadline,
         and a claim not started before it is "inconclusive" ("not reached within the time budget").
+      workers: processes that check the selection (:mod:`geomjax.claims.workers`: each registering module's claims in
+        one process, bins balanced by recorded seconds, this process checking the first); the results are the same
+        for any number. 1 (default) checks every claim here; with a ``mesh`` every claim is checked here too.
 
     Returns:
       One :class:`ClaimResult` per selected claim, sorted by id.
@@ -159,24 +164,48 @@ def run(
     selected = _select_strict(select, "run")
     order = selected if time_budget is None else cost_order(selected, budget)
     deadline = None if time_budget is None else time.perf_counter() + float(time_budget)
-    results = []
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise GeomjaxError(f"run: workers must be a positive integer, got {workers!r}")
+    bins = [list(order)] if workers == 1 or mesh is not None else split(order, workers, budget)
     bar = None
     if progress:
         from tqdm.auto import tqdm  # display only
 
-        bar = tqdm(order, desc="claims", unit="claim", leave=True)
+        bar = tqdm(total=len(order), desc="claims", unit="claim", leave=True)
+    with run_memo():
+        if len(bins) == 1:
+            results = run_ordered(bins[0], budget, seed, mesh, errors, (deadline, time_budget), bar)
+        else:
+            results = run_in_workers(bins, budget, seed, errors, (deadline, time_budget), run_ordered, bar)
+    if bar is not None:
+        bar.close()
+    results.sort(key=lambda r: r.id)
+    if out_dir is not None:
+        write_results(results, out_dir, budget=budget, seed=seed)
+    return results
+
+
+def run_ordered(claims: Sequence[Claim], budget: str, seed: int, mesh, errors: str,
+                limit: tuple[float | None, float | None] = (None, None), bar=None) -> list[ClaimResult]:
+    """Check ``claims`` in order in this process (inside the current run's memo): :func:`run`'s loop.
+
+    ``limit`` = (deadline, time_budget): a claim not started by the deadline (``time.perf_counter()``) is
+    "inconclusive" ("not reached within the time budget"); ``bar`` (a tqdm bar) advances by one per claim and names
+    the claim being checked.
+    """
+    deadline, time_budget = limit
+    results: list[ClaimResult] = []
     with run_memo(), run_deadline(deadline):
-        for claim in bar if bar is not None else order:
+        for claim in claims:
             if bar is not None:
                 decided = sum(r.verdict != "inconclusive" for r in results)
                 bar.set_postfix_str(f"decided {decided}, undecided {len(results) - decided}; {claim.id}", refresh=True)
             if deadline is not None and time.perf_counter() >= deadline:
                 results.append(_not_reached(claim, budget, seed, time_budget))
-                continue
-            results.append(_run_or_record(claim, budget, seed, mesh, errors))
-    results.sort(key=lambda r: r.id)
-    if out_dir is not None:
-        write_results(results, out_dir, budget=budget, seed=seed)
+            else:
+                results.append(_run_or_record(claim, budget, seed, mesh, errors))
+            if bar is not None:
+                bar.update(1)
     return results
 
 

@@ -29,6 +29,7 @@ from geomjax.analysis.report import Section, schedule_section
 from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.claims.records import load_full_verdicts
 from geomjax.claims.registration import source_report
+from geomjax.claims.workers import default_workers
 from geomjax.analysis.study import (  # noqa: F401  (the study's configuration and inputs, re-exported)
     PRESETS,
     GeometryConfig,
@@ -174,9 +175,10 @@ def recorded_claims(source: str, flag: str) -> tuple[list[Section], dict]:
 
 @claims.run_memo()  # one memo over the claims and their report hooks (geomjax.claims.per_run)
 def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int = 0,
-               progress: bool = False, on_results=None, time_budget: float | None = None):
+               progress: bool = False, on_results=None, time_budget: float | None = None, workers: int | None = 1):
     """Check the registered claims (``geomjax.claims.run``; ``time_budget``: wall seconds for the selection,
-    cheapest claims first); writes claims.json / claims.md.
+    cheapest claims first; ``workers``: processes, None for :func:`geomjax.claims.workers.default_workers`);
+    writes claims.json / claims.md.
 
     ``on_results(results)``, if given, is called as soon as the claims are checked, before the sources'
     report sections are drawn (minutes of figures at ``full``): ``verify --budget full`` records its
@@ -187,7 +189,7 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
       the sources' statements apart from geomjax's own readings (:func:`geomjax.claims.tally`).
     """
     results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress,
-                         time_budget=time_budget)
+                         time_budget=time_budget, workers=default_workers() if workers is None else workers)
     if on_results is not None:
         on_results(results)
     rows = []

@@ -1,0 +1,136 @@
+"""Checking a selection of claims in several processes (``geomjax verify --workers N``; issue 46 item 3).
+
+A claim's result depends only on its id, the seed and the budget (:func:`geomjax.claims.run`'s contract), so the
+selection can be split across processes without changing any verdict. Most claims are small programs whose
+time is XLA compilation and tracing, which use one core: one process checks claims on about one core of a
+2-core machine, two processes on both.
+
+The split keeps each registering module's claims together (the results they share through
+:func:`~geomjax.claims.per_run` are computed once, in one process) and balances the bins by the recorded
+quick-budget seconds (``quick_seconds.json``; full: the recorded full verdicts' seconds), largest module first.
+The calling process checks the first bin itself (and every claim that a fresh process cannot re-register: one
+registered by hand rather than by an importable module), so the run's :class:`~geomjax.claims.RunMemo` holds its
+shared results for the report hooks; the other bins go to fresh processes (``spawn``), which import the sources
+(and the researcher's ``--claims`` files, :func:`~geomjax.claims.registration.load_claims`) and take the
+caller's JAX settings that bear on results and compilation (matmul precision, rank promotion, x64, the
+compilation cache).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import time
+from collections.abc import Sequence
+
+import jax
+
+from geomjax.claims.catalogue import load_quick_seconds
+from geomjax.claims.claim import Claim, ClaimResult
+from geomjax.claims.records import load_full_verdicts
+from geomjax.claims.registration import claim_origin, load_claims, registered_claim, user_spec
+
+__all__ = ["default_workers", "split", "run_in_workers"]
+
+# JAX settings a fresh process takes from the caller: the ones that change results or what is compiled and cached.
+_JAX_SETTINGS = ("jax_default_matmul_precision", "jax_numpy_rank_promotion", "jax_enable_x64",
+                 "jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
+                 "jax_persistent_cache_min_entry_size_bytes")
+# Seconds a fresh process spends before its first claim (importing JAX, geomjax and the sources), counted in its bin.
+_START_SECONDS = 6.0
+
+
+def default_workers() -> int:
+    """Processes for ``geomjax verify``: the usable CPUs, at most 2 (a third process adds start-up and memory, and
+    the Monte Carlo claims' own programs use several cores)."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        n = os.cpu_count() or 1
+    return max(1, min(2, n))
+
+
+def _costs(budget: str) -> dict[str, float]:
+    if budget == "quick":
+        return load_quick_seconds()
+    return {k: float(v["seconds"]) for k, v in load_full_verdicts().items() if v.get("seconds") is not None}
+
+
+def _module_key(claim: Claim, origin: str) -> str:
+    """The module whose code checks ``claim``: its sampler's or evaluator's module when that lies in the registering
+    module's package (a source registering through a shared helper, e.g. Wertich's chapters through ``_shared``,
+    keeps each chapter's claims, which share its :func:`~geomjax.claims.per_run` results, together), else the
+    registering module."""
+    fn = claim.sampler if claim.sampler is not None else claim.evaluate
+    module = getattr(fn, "__module__", None) or origin
+    package = origin.rsplit(".", 1)[0]
+    return module if module.startswith(package + ".") or module == origin else origin
+
+
+def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim]]:
+    """``workers`` bins of ``claims`` (order kept within each module): bin 0 for the calling process.
+
+    Claims checked by one module (:func:`_module_key`) stay in one bin; a claim no fresh process can re-register (registered by hand,
+    not by a source module or a ``--claims`` file) goes to bin 0. Modules are placed largest first on the bin with
+    the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin starts at its start-up
+    seconds). Empty bins are dropped, except bin 0.
+    """
+    cost = _costs(budget)
+    modules: dict[str, list[Claim]] = {}
+    bins: list[list[Claim]] = [[] for _ in range(max(1, workers))]
+    for c in claims:
+        origin = claim_origin(c.id)
+        if origin is None or (not origin.startswith("geomjax.sources.") and user_spec(origin) is None):
+            bins[0].append(c)
+        else:
+            modules.setdefault(_module_key(c, origin), []).append(c)
+    load = [sum(cost.get(c.id, 1.0) for c in bins[0])] + [_START_SECONDS] * (len(bins) - 1)
+    for _, group in sorted(modules.items(), key=lambda kv: (-sum(cost.get(c.id, 1.0) for c in kv[1]), kv[0])):
+        i = min(range(len(bins)), key=lambda j: (load[j], j))
+        bins[i].extend(group)
+        load[i] += sum(cost.get(c.id, 1.0) for c in group)
+    order = {c.id: k for k, c in enumerate(claims)}
+    return [sorted(b, key=lambda c: order[c.id]) for i, b in enumerate(bins) if i == 0 or b]
+
+
+def _settings() -> dict:
+    return {name: getattr(jax.config, name) for name in _JAX_SETTINGS}
+
+
+def _child(run_ordered, settings: dict, specs: list[str], ids: list[str], budget: str, seed: int, errors: str,
+           remaining: float | None, time_budget: float | None) -> list[ClaimResult]:
+    """A fresh process's bin: the caller's JAX settings, the researcher's claims files, then the claims in order
+    through ``run_ordered`` (:func:`geomjax.claims.runner.run_ordered`, passed by reference)."""
+    for name, value in settings.items():
+        if value is not None:
+            jax.config.update(name, value)
+    for spec in specs:
+        load_claims(spec)
+    deadline = None if remaining is None else time.perf_counter() + remaining
+    return run_ordered([registered_claim(i) for i in ids], budget, seed, None, errors, (deadline, time_budget))
+
+
+def run_in_workers(bins: list[list[Claim]], budget: str, seed: int, errors: str,
+                   limit: tuple[float | None, float | None], run_ordered, bar=None) -> list[ClaimResult]:
+    """Bins 1.. in fresh processes and, meanwhile, bin 0 in this one, each through ``run_ordered(claims, budget, seed,
+    mesh, errors, limit, bar)`` (:func:`geomjax.claims.runner.run_ordered`); every result, bin by bin.
+
+    ``limit`` = (deadline, time_budget): the deadline (``time.perf_counter()`` of this process, or None) reaches
+    each process as the seconds left; a
+    progress ``bar`` counts this process's claims one by one and another process's when its bin is done. An
+    exception of a claim (``errors="raise"``) propagates after this process's own bin has finished.
+    """
+    specs = sorted({s for b in bins[1:] for c in b if (s := user_spec(claim_origin(c.id))) is not None})
+    deadline, time_budget = limit
+    remaining = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=len(bins) - 1, mp_context=ctx) as pool:
+        futures = [pool.submit(_child, run_ordered, _settings(), specs, [c.id for c in b], budget, seed, errors,
+                               remaining, time_budget) for b in bins[1:]]
+        results = list(run_ordered(bins[0], budget, seed, None, errors, limit, bar))
+        for f, b in zip(futures, bins[1:]):
+            results.extend(f.result())
+            if bar is not None:
+                bar.update(len(b))
+    return results

@@ -1,0 +1,70 @@
+"""Claims checked in several processes (geomjax.claims.workers, ``geomjax verify --workers``): the split keeps each
+checking module's claims together and balances the bins, and the results equal those of one process, for the
+built-in sources and for a researcher's ``--claims`` file re-imported by a fresh process."""
+
+from __future__ import annotations
+
+import pytest
+
+from geomjax import claims
+from geomjax.claims import Claim, Evaluation, Tolerance, registration, runner, workers
+from geomjax.claims.catalogue import load_quick_seconds
+from geomjax.errors import GeomjaxError
+from tests.integration.test_user_claims import USER_FILE, user_file  # noqa: F401  (the fixture)
+
+# two checking modules, a fraction of a second each at quick (a refutation with its witness, a tolerance)
+SELECTION = ["song_zhong.lemma2", "wertich.s5_1_2.xavier_taylor"]
+
+
+def _same(a, b):
+    assert [r.id for r in a] == [r.id for r in b]
+    for x, y in zip(a, b):
+        assert (x.verdict, repr(x.estimate), repr(x.sem), x.reason) == (y.verdict, repr(y.estimate), repr(y.sem),
+                                                                       y.reason), x.id
+
+
+def test_split_keeps_modules_together_and_balances():
+    sel = claims.select_claims(None)
+    bins = workers.split(sel, 2, "quick")
+    assert sorted(c.id for b in bins for c in b) == sorted(c.id for c in sel)
+    where = {}
+    for i, b in enumerate(bins):
+        for c in b:
+            key = workers._module_key(c, registration.claim_origin(c.id))
+            assert where.setdefault(key, i) == i, key  # a module's claims in one bin
+    cost = load_quick_seconds()
+    loads = [sum(cost.get(c.id, 1.0) for c in b) for b in bins]
+    assert len(bins) == 2 and max(loads) <= 0.6 * sum(loads), loads
+    assert workers.split(sel, 1, "quick") == [sel]
+
+
+def test_hand_registered_claims_stay_in_this_process():
+    planted = Claim(id="planted_workers.one", source="test", statement="1 = 1", predicted=1.0,
+                    evaluate=lambda budget, key: Evaluation(value=1.0, method="exact"),
+                    rule=Tolerance(atol=0.0, origin="exact"))
+    claims.register(planted)
+    try:
+        bins = workers.split([planted] + claims.select_claims(SELECTION), 3, "quick")
+        assert planted in bins[0]
+    finally:
+        claims.unregister(planted.id)
+
+
+def test_a_fresh_process_gives_the_results_of_this_one(user_file):  # noqa: F811
+    """Built-in claims of two modules split over two processes, the researcher's file re-imported by the fresh one
+    (one spawn: its start-up, importing JAX and the sources, is most of the test's time)."""
+    ids = registration.load_claims(str(user_file(USER_FILE)))
+    sel = claims.select_claims(SELECTION) + [registration.registered_claim(i) for i in ids]
+    one = claims.run(select=[c.id for c in sel], workers=1)
+    here = [c for c in sel if c.id.startswith("song_zhong.")]
+    with runner.run_memo():
+        two = workers.run_in_workers([here, [c for c in sel if c not in here]], "quick", 0, "raise", (None, None),
+                                     runner.run_ordered)
+    _same(one, sorted(two, key=lambda r: r.id))
+    assert {r.id: r.verdict for r in one if r.id in ids} == {"calculus.square": "holds",
+                                                             "calculus.square_misprint": "does not hold"}
+
+
+def test_bad_workers_is_refused():
+    with pytest.raises(GeomjaxError, match="workers must be a positive integer"):
+        claims.run(select=SELECTION, workers=0)
