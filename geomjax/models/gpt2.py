@@ -79,7 +79,6 @@ class GPT2(CausalLM):
     """GPT-2 language model (tied unembedding), returning ``(logits, Intermediates)`` (:class:`CausalLM`)."""
 
     config: GPT2Config
-    PARTS: ClassVar[dict[str, str]] = {"blocks": "h", "final_norm": "ln_f", "embedding": "wte"}
 
     def setup(self):
         c = self.config
@@ -187,7 +186,9 @@ def layer_norm_input(c, blk, h):
 
 FAMILY = Family(
     name="gpt2", model_types=("gpt2",), config_cls=GPT2Config, module_cls=GPT2, config_from_hf=config_from_hf,
-    weight_table=weight_table, hf_prefix="transformer.", layer_key="h_{}", embedding="wte",
+    weight_table=weight_table, hf_prefix="transformer.", blocks="h", final_norm="ln_f", embedding="wte",
     positions="learned", norm="layernorm", pre_norm=True, norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")),
-    attention_norm=layer_norm_input, study_final_norm=False, tokenizer="gpt2_bpe")
+    attention_norm=layer_norm_input, study_final_norm=False, tokenizer="gpt2_bpe",
+    tiny={"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 96, "n_positions": 32,
+          "n_embd": 32, "n_layer": 2, "n_head": 4})
 
