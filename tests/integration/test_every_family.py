@@ -18,29 +18,21 @@ import numpy as np
 import pytest
 
 from geomjax.analysis import circuits, lens
-from geomjax.convert import config_from_hf
+from geomjax.convert import config_from_hf, load_pretrained, random_params, save_checkpoint
 from geomjax.errors import GeomjaxError
 from geomjax.models import model_from_config, registry
 from tests._marks import slow_beyond_first
 
 CAUSAL = [f for f in registry.FAMILIES if not f.bidirectional]
 T, PAD = 6, 2
+UNTIED = [f for f in CAUSAL if not f.parts(config_from_hf(f.tiny)).tied]
 
 
-def tiny_model(fam) -> lens.Model:
-    """The family's tiny model with random parameters (gains offset + 1 ± 0.2, everything else ± 0.2)."""
+def tiny_model(fam, head: bool = True) -> lens.Model:
+    """The family's tiny model with random parameters (:func:`geomjax.convert.random_params`)."""
     config = config_from_hf(fam.tiny)
-    module = model_from_config(config)
-    params = jax.eval_shape(module.init, jax.random.key(0), np.zeros((1, 2), np.int32))["params"]  # shapes only
-    off = fam.parts(config).norm_offset
-    leaves, tree = jax.tree_util.tree_flatten_with_path(params)
-    rng = np.random.default_rng(sorted(f.name for f in registry.FAMILIES).index(fam.name))
-    new = []
-    for path, leaf in leaves:
-        noise = rng.standard_normal(leaf.shape).astype(np.float32) * 0.2
-        is_gain = path[-1].key == "scale"
-        new.append(noise + (1.0 - off if is_gain else 0.0))
-    return lens.Model(module, jax.tree_util.tree_unflatten(tree, new), None, f"tiny {fam.name}")
+    params = random_params(config, sorted(f.name for f in registry.FAMILIES).index(fam.name), head=head)
+    return lens.Model(model_from_config(config), params, None, f"tiny {fam.name}")
 
 
 @pytest.fixture(scope="module", params=slow_beyond_first(CAUSAL), ids=lambda f: f.name)
@@ -150,3 +142,30 @@ def test_patching_sweep_equals_single_patches_with_masks(model):
         lg = np.asarray(model.logits(corrupted, {"blocks.1.hook_resid_pre": lambda x, t=t: x.at[:, t].set(s[:, t])},
                                      attention_mask=mask))
         np.testing.assert_allclose(sweep.values[1, t], diff(lg), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fam", registry.FAMILIES, ids=lambda f: f.name)
+def test_written_checkpoint_reads_back_exactly(fam, tmp_path):
+    """save_checkpoint runs the family's weight table backwards: load_pretrained gives the same tree, bit for bit
+    (transformers reads it too: tests/acceptance/test_every_family_transformers.py)."""
+    config = config_from_hf(fam.tiny)
+    params = random_params(config, seed=3)
+    save_checkpoint(tmp_path, fam.tiny, params)
+    module, back = load_pretrained(tmp_path)
+    assert module.config == config and jax.tree.structure(back) == jax.tree.structure(params)
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
+        np.testing.assert_array_equal(a, np.asarray(b))
+
+
+@pytest.mark.parametrize("fam", UNTIED, ids=lambda f: f.name)
+def test_base_checkpoints_load_headless(fam, tmp_path):
+    """A base checkpoint (no untied read-out: LlamaModel, GPTNeoXModel, ...) loads with has_logits False; its
+    hidden states are the full model's; asking for logits names the missing head tensor."""
+    full = tiny_model(fam)
+    save_checkpoint(tmp_path, fam.tiny, {k: v for k, v in full.params.items() if k != "lm_head"})
+    base = lens.load(tmp_path)
+    assert not base.has_logits and "no lm_head" in repr(base)
+    ids = _ids(full)
+    np.testing.assert_array_equal(base.run_with_cache(ids)[0], full.run_with_cache(ids)[1]["ln_final"])
+    with pytest.raises(GeomjaxError, match=rf"no language-model head \({fam.head_tensor}"):
+        base.logits(ids)
