@@ -103,7 +103,7 @@ from geomjax.train.toy_run import load_toy_run
 from geomjax.typing import Array, Float, Int
 
 __all__ = ["ActivationCache", "CacheSize", "Model", "PatchingSweep", "cache_size", "load", "logit_diff_metric",
-           "patching_sweep"]
+           "model_source", "patching_sweep"]
 
 def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
     """Load a model by name with its own tokenizer (the one loader of geomjax and its CLI).
@@ -135,10 +135,10 @@ def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
       ((1, 6, 384), 7)
     """
     name = os.fspath(name)
-    if name.startswith("toy:"):
-        run = load_toy_run(name[4:])
-        return Model(run, run.params, run.tokenizer, name, Path(name[4:]))
-    path = minilm_path() if name == "minilm" else resolve_checkpoint(name)
+    kind, path = model_source(name)
+    if kind == "toy":
+        run = load_toy_run(path)
+        return Model(run, run.params, run.tokenizer, name, path)
     module, params = load_pretrained(path, dtype=dtype)
     try:
         tok = model_tokenizer(path, module.config)
@@ -146,6 +146,20 @@ def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
     except (GeomjaxError, FileNotFoundError, ValueError) as e:  # ids still work; to_tokens says why not
         tok = _NoTokenizer(str(e).splitlines()[0])
     return Model(module, params, tok, name, Path(path))
+
+
+def model_source(name: str | os.PathLike) -> tuple[str, Path]:
+    """What a model name names (the one reading of :func:`load`'s names, for every loader): ``("toy", run
+    directory)`` for ``"toy:RUN_DIR"`` (not checked here), else ``("hf", checkpoint directory)``: ``"minilm"``
+    the bundled MiniLM, a directory, cache entry or repo id (:func:`~geomjax.convert.resolve_checkpoint`: from
+    the cache, else downloaded unless offline).
+
+    Raises:
+      FileNotFoundError / GeomjaxError: as :func:`~geomjax.convert.resolve_checkpoint`."""
+    name = os.fspath(name)
+    if name.startswith("toy:"):
+        return "toy", Path(name[4:]).expanduser()
+    return "hf", minilm_path() if name == "minilm" else resolve_checkpoint(name)
 
 
 @dataclasses.dataclass(frozen=True)
