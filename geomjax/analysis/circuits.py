@@ -61,7 +61,8 @@ class ResidualComponents:
         (after its output norm when the family has one).
       components: (n, B, T, d); their sum is ``resid`` to float rounding.
       resid: (B, T, d) the stream they sum to (the last block's output, before the final norm).
-      cache: the run's :class:`~geomjax.analysis.lens.ActivationCache` (with ``ln_final.scale``).
+      cache: the run's :class:`~geomjax.analysis.lens.ActivationCache` (with every ``hook_resid_pre``, the last
+        ``hook_resid_post``, ``ln_final`` and ``ln_final.scale``: what :func:`accumulated_resid` reads).
     """
 
     labels: tuple[str, ...]
@@ -94,7 +95,7 @@ def residual_decomposition(model: Model, text_or_ids, *, attention_mask=None) ->
     _check_pre_norm(model, "residual_decomposition")
     f, iface = model.facts, model.interface
     learned = iface.parts.positions == "learned"
-    names = ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.*.attn.result", "blocks.*.mlp.out",
+    names = ["hook_embed", "hook_pos_embed", "blocks.*.hook_resid_pre", "blocks.*.attn.result", "blocks.*.mlp.out",
              f"blocks.{f.n_layers - 1}.hook_resid_post", "ln_final.scale", "ln_final"]
     names = [n for n in names if n != "hook_pos_embed" or learned]
     _, cache = model.run_with_cache(text_or_ids, names=names, attention_mask=attention_mask)

@@ -269,7 +269,8 @@ FAMILY = Family(
     name="bert", model_types=("bert",), config_cls=BertConfig, module_cls=Bert, config_from_hf=config_from_hf,
     weight_table=weight_table, hf_prefix="bert.", blocks="layer", final_norm=None, embedding="word_embeddings",
     positions="learned", norm="layernorm", pre_norm=False, norms=(("attn_ln", "ln_attn"), ("out_ln", "ln_out")),
-    tokenizer_specials=True, norm_eps="layer_norm_eps", study_final_norm=False, bidirectional=True, tokenizer="wordpiece",
+    tokenizer_specials=True, norm_eps="layer_norm_eps", study_final_norm=False, bidirectional=True,
+    tokenizer="wordpiece",
     from_weights=with_pooler,
     tiny={"model_type": "bert", "architectures": ["BertModel"], "vocab_size": 96, "hidden_size": 32,
           "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48, "max_position_embeddings": 32})

@@ -69,7 +69,8 @@ class Family:
       weight_table: ``config -> ({Hugging Face tensor name: Transform}, {ignorable buffer names})``, names
         below ``hf_prefix``; every parameter of the module must be filled exactly once.
       hf_prefix: the prefix transformers' head model writes (``"model."``, ``"transformer."``, ...).
-      blocks: the blocks' module name (a list: block l's parameters are ``{blocks}_{l}``, :attr:`layer_key`).
+      blocks: the blocks' module name (a list: block l's parameters are ``{blocks}_{l}``,
+        :attr:`~geomjax.models.family.Family.layer_key`).
       final_norm: the final norm's module name (None: none, BERT).
       embedding: the token embedding's module name (its ``embedding`` is W_E; the tied read-out).
       positions: ``learned``, ``rotary`` or ``alibi``; norm: ``layernorm`` or ``rmsnorm``.
@@ -95,8 +96,8 @@ class Family:
 
     The config's switches (``scale_embeddings``, ``norm_offset``, ``use_parallel_residual``, ``sandwich_norms``,
     ``tie_word_embeddings``, ``final_logit_softcapping``, ``attn_logit_softcapping``) complete the record
-    per model: :meth:`parts`. Registering a record also sets ``config_cls.FAMILY`` to it, which is how the
-    family's module finds its parts.
+    per model: :meth:`~geomjax.models.family.Family.parts`. Registering a record also sets ``config_cls.FAMILY``
+    to it, which is how the family's module finds its parts.
     """
 
     name: str

@@ -147,7 +147,8 @@ def _split_qkv(a, c: GPT2Config):
     return [(("attn", n, "bias"), a[i * d:(i + 1) * d].reshape(H, K)) for i, n in enumerate("qkv")]
 
 
-SPLIT_QKV = ht.Transform(_split_qkv, lambda c, n, look: (3 * c.n_embd,) if n.endswith("bias") else (c.n_embd, 3 * c.n_embd))
+SPLIT_QKV = ht.Transform(_split_qkv, lambda c, n, look: (3 * c.n_embd,) if n.endswith("bias")
+                         else (c.n_embd, 3 * c.n_embd))
 
 
 TOP_TABLE: dict[str, ht.Transform] = {

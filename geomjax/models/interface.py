@@ -131,7 +131,8 @@ class ModelInterface:
 
     def norm_affine(self, params: Params, *path: str) -> tuple[Float[Array, " d"], Float[Array, " d"] | None]:
         """The gain (d,) and bias (d,) or None of the norm module at ``path`` in the parameter tree, as the model
-        applies it: the gain is offset + scale (Gemma's 1 + w, :attr:`Parts.norm_offset`)."""
+        applies it: the gain is offset + scale (Gemma's 1 + w: ``norm_offset`` of
+        :class:`~geomjax.models.family.Parts`)."""
         p = params
         for key in path:
             p = p[key]

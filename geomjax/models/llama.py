@@ -509,5 +509,6 @@ def rotary_family(name: str, model_types: tuple[str, ...], config_cls: type, rea
 
 
 FAMILY = rotary_family("llama", ("llama", "mistral"), LlamaConfig, config_from_hf, prepends_bos=True, tiny={
-    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48,
-          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64})
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64})

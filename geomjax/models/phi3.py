@@ -87,7 +87,8 @@ def _split_gate_up(a: np.ndarray, c: Phi3Config) -> list:
     """gate_up_proj (2F, d): rows gate, then up -> kernels (d, F) each."""
     F = c.d_mlp
     ht.expect(a, (2 * F, c.d_model), "mlp.gate_up_proj.weight")
-    return [(("mlp", "gate", "kernel"), np.ascontiguousarray(a[:F].T)), (("mlp", "up", "kernel"), np.ascontiguousarray(a[F:].T))]
+    return [(("mlp", "gate", "kernel"), np.ascontiguousarray(a[:F].T)),
+            (("mlp", "up", "kernel"), np.ascontiguousarray(a[F:].T))]
 
 
 LAYER_TABLE: dict[str, ht.Transform] = {

@@ -75,8 +75,7 @@ def test_residual_decomposition_and_attribution_sum_exactly(model):
 
 
 def test_logit_lens_and_accumulated_residuals(model):
-    ids = _ids(model, seed=1)
-    _, cache = model.run_with_cache(ids)
+    cache = circuits.residual_decomposition(model, _ids(model, seed=1)).cache  # holds what the lens reads
     acc = circuits.accumulated_resid(model, cache)
     assert acc.shape == (model.facts.n_layers + 1, 2, T, model.facts.d_model)
     assert rel(acc[-1], cache["ln_final"]) < 1e-5
