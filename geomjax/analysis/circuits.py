@@ -13,8 +13,13 @@ the logits are linear in them::
     qk, ov = circuits.qk_circuits(model, 0), circuits.ov_circuits(model, 0)   # FactoredMatrix (H, d, d)
     comp = circuits.composition_scores(model, "K")            # (L, H, L, H)
 
-Post-LN models (BERT, post-LN toys) have no such sum (every block renormalises the stream): the
-decomposition raises for them. TransformerLens folds the norm gains into the weights (``fold_ln``)
+Every pre-norm family of :mod:`geomjax.models.registry` decomposes, exactly, from its family record
+(:class:`~geomjax.models.family.Parts`): GPT-NeoX's parallel blocks add attention and MLP to the same input
+(the same sum); Gemma's embedding component is E[ids] · √d (the stream entering block 0); Gemma 2/3's
+"sandwich" norms n(a) = g ⊙ a / s(a) on the attention output are linear in the heads once their divisor s
+is the run's, so head h contributes g ⊙ z_h W_o[h] / s. Post-LN models (BERT, post-LN toys) have no such sum
+(every block renormalises the stream): the decomposition raises for them, as for the toys (no per-head
+results recorded). TransformerLens folds the norm gains into the weights (``fold_ln``)
 before reading circuits; geomjax reads the checkpoint's weights as they are (W_q, W_k, W_v, W_o of
 :meth:`~geomjax.models.interface.ModelInterface.head_weights`), so a circuit here is the one the
 unnormalised input direction meets after the norm's gain (multiply by diag(g) to fold it).
@@ -44,21 +49,20 @@ __all__ = [
     "residual_decomposition",
 ]
 
-_FINAL_NORM = {"gpt2": "ln_f", "bloom": "ln_f", "llama": "norm", "mistral": "norm"}
-
-
 @with_compact_repr
 @dataclasses.dataclass(frozen=True)
 class ResidualComponents:
     """The residual stream split into what each part of the model wrote.
 
     Attributes:
-      labels: n names: ``embed`` (and ``pos_embed`` for GPT-2; BLOOM's ``embed`` is after its embedding
-        LayerNorm), then per block l ``L{l}H{h}`` (each head's z_h W_o[h]), ``L{l}.attn_bias`` (b_o) and
-        ``L{l}.mlp``.
+      labels: n names: ``embed`` (and ``pos_embed`` for learned positions; BLOOM's ``embed`` is after its
+        embedding LayerNorm, Gemma's after its √d scale), then per block l ``L{l}H{h}`` (each head's
+        z_h W_o[h]; sandwich norms: g ⊙ z_h W_o[h] / s), ``L{l}.attn_bias`` (b_o, likewise) and ``L{l}.mlp``
+        (after its output norm when the family has one).
       components: (n, B, T, d); their sum is ``resid`` to float rounding.
       resid: (B, T, d) the stream they sum to (the last block's output, before the final norm).
-      cache: the run's :class:`~geomjax.analysis.lens.ActivationCache` (with ``ln_final.scale``).
+      cache: the run's :class:`~geomjax.analysis.lens.ActivationCache` (with every ``hook_resid_pre``, the last
+        ``hook_resid_post``, ``ln_final`` and ``ln_final.scale``: what :func:`accumulated_resid` reads).
     """
 
     labels: tuple[str, ...]
@@ -68,53 +72,69 @@ class ResidualComponents:
 
 
 def _check_pre_norm(model: Model, what: str) -> None:
-    f = model.facts
-    if not f.pre_norm or f.family not in _FINAL_NORM:
-        raise GeomjaxError(f"{what} needs a pre-norm GPT-2 / BLOOM / Llama / Mistral model (its residual stream is a "
-                           f"sum of what each part writes); {model.name!r} is {f.family}"
-                           f"{'' if f.pre_norm else ' (post-norm)'}")
+    parts = model.interface.parts
+    if parts is None or not parts.pre_norm or parts.final_norm is None:
+        kind = "a toy model (no per-head results)" if parts is None else "post-norm"
+        raise GeomjaxError(f"{what} needs a pre-norm Hugging Face model (its residual stream is a sum of what each "
+                           f"part writes); {model.name!r} is {model.facts.family}, {kind}")
 
 
-def residual_decomposition(model: Model, text_or_ids) -> ResidualComponents:
+def residual_decomposition(model: Model, text_or_ids, *, attention_mask=None) -> ResidualComponents:
     """Run the model and split its final residual stream into embeddings, every head, every attention bias
     and every MLP (Elhage et al. 2021, §2: x_L = x_0 + Σ_l Σ_h z_h W_o[h] + b_o + mlp_l).
 
     Args:
-      model: a pre-norm :class:`~geomjax.analysis.lens.Model` (GPT-2, BLOOM, Llama, Mistral).
+      model: a pre-norm :class:`~geomjax.analysis.lens.Model` (every registered family but BERT).
       text_or_ids: a text or ids (T,) / (B, T).
+      attention_mask: (B, T) padding mask (:meth:`~geomjax.analysis.lens.Model.run_with_cache`); the
+        components at real tokens are the unpadded row's.
 
     Returns:
       :class:`ResidualComponents` with components (n, B, T, d), n = 1 (+1 for GPT-2's positions) + L (H + 2).
     """
     _check_pre_norm(model, "residual_decomposition")
-    f = model.facts
-    names = ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.*.attn.result", "blocks.*.mlp.out",
+    f, iface = model.facts, model.interface
+    learned = iface.parts.positions == "learned"
+    names = ["hook_embed", "hook_pos_embed", "blocks.*.hook_resid_pre", "blocks.*.attn.result", "blocks.*.mlp.out",
              f"blocks.{f.n_layers - 1}.hook_resid_post", "ln_final.scale", "ln_final"]
-    names = [n for n in names if n != "hook_pos_embed" or f.positions == "learned"]
-    _, cache = model.run_with_cache(text_or_ids, names=names)
-    if f.positions == "learned":
+    names = [n for n in names if n != "hook_pos_embed" or learned]
+    _, cache = model.run_with_cache(text_or_ids, names=names, attention_mask=attention_mask)
+    if learned and iface.parts.embed_norm is None and iface.parts.embed_scale is None:
         labels, parts = ["embed", "pos_embed"], [cache["hook_embed"], cache["hook_pos_embed"]]
     else:
         labels, parts = ["embed"], [cache["blocks.0.hook_resid_pre"]]
     for l in range(f.n_layers):
-        res = cache[f"blocks.{l}.attn.result"]  # (B, T, H, d)
-        b_o = model.interface.head_weights(model.params, l)["b_o"]
+        heads, bias = _attention_parts(model, l, cache[f"blocks.{l}.attn.result"])
         labels += [f"L{l}H{h}" for h in range(f.n_heads)] + [f"L{l}.attn_bias", f"L{l}.mlp"]
-        parts += [res[:, :, h] for h in range(f.n_heads)]
-        parts += [jnp.broadcast_to(b_o.astype(res.dtype), res.shape[:2] + res.shape[-1:]), cache[f"blocks.{l}.mlp.out"]]
+        parts += [heads[:, :, h] for h in range(f.n_heads)] + [bias, cache[f"blocks.{l}.mlp.out"]]
     return ResidualComponents(tuple(labels), jnp.stack(parts), cache[f"blocks.{f.n_layers - 1}.hook_resid_post"], cache)
 
 
+def _attention_parts(model: Model, layer: int, res: Float[Array, "B T H d"]
+                     ) -> tuple[Float[Array, "B T H d"], Float[Array, "B T d"]]:
+    """What each head and the output bias of block ``layer`` add to the stream: z_h W_o[h] and b_o, or through
+    a sandwich norm g ⊙ (·) / s with s = sqrt(mean(a²) + eps) of the whole output a = Σ_h z_h W_o[h] + b_o."""
+    iface = model.interface
+    b_o = jnp.broadcast_to(iface.head_weights(model.params, layer)["b_o"].astype(res.dtype),
+                           res.shape[:2] + res.shape[-1:])
+    parts = iface.parts
+    if parts.out_norms is None:
+        return res, b_o
+    a = (jnp.sum(res.astype(jnp.float32), axis=2) + b_o).astype(jnp.float32)
+    s = jnp.sqrt(jnp.mean(a * a, axis=-1, keepdims=True) + parts.norm_eps)
+    g, _ = iface.norm_affine(model.params, iface.layer_key(layer), parts.out_norms[0])
+    return (res / s[:, :, None] * g[None, None, None]).astype(res.dtype), (b_o / s * g[None, None]).astype(res.dtype)
+
+
 def _final_norm(model: Model) -> tuple[Array, Array | None]:
-    p = model.params[_FINAL_NORM[model.facts.family]]
-    return p["scale"], p.get("bias")
+    return model.interface.norm_affine(model.params, model.interface.parts.final_norm)
 
 
 def _frozen_norm(model: Model, x: Float[Array, "... T d"], scale: Float[Array, "... T 1"], bias: bool
                  ) -> Float[Array, "... T d"]:
     """The final norm with its divisor frozen at ``scale``: ((x − mean x) / s) g [+ b] (RMSNorm: x / s · g)."""
     g, b = _final_norm(model)
-    if model.facts.norm == "layernorm":
+    if model.interface.parts.norm == "layernorm":
         x = x - jnp.mean(x, axis=-1, keepdims=True)
     shape = (1,) * (x.ndim - 1) + (-1,)
     y = x / scale * g.reshape(shape)
@@ -131,6 +151,10 @@ def direct_logit_attribution(model: Model, parts: ResidualComponents, answer: In
     the norm's bias contributes b · u (label ``ln_final.bias``). The contributions sum to
     logits[answer] − logits[wrong] exactly (up to float rounding): the norm is affine in x once s is
     fixed, and s is what the run used.
+
+    A family whose logits are soft-capped (Gemma 2: logits = c · tanh(z / c), ``final_logit_softcapping``) is
+    attributed before the cap: the contributions sum to z[answer] − z[wrong] with z = ln_final @ W_U, the
+    logits before c · tanh(· / c), which is not additive.
 
     Args:
       model: the model of ``parts``.

@@ -103,10 +103,7 @@ from geomjax.train.toy_run import load_toy_run
 from geomjax.typing import Array, Float, Int
 
 __all__ = ["ActivationCache", "CacheSize", "Model", "PatchingSweep", "cache_size", "load", "logit_diff_metric",
-           "patching_sweep"]
-
-_BLOCK = re.compile(r"^(?:h|layer|layers|block)_(\d+)$")
-
+           "model_source", "patching_sweep"]
 
 def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
     """Load a model by name with its own tokenizer (the one loader of geomjax and its CLI).
@@ -138,10 +135,10 @@ def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
       ((1, 6, 384), 7)
     """
     name = os.fspath(name)
-    if name.startswith("toy:"):
-        run = load_toy_run(name[4:])
-        return Model(run, run.params, run.tokenizer, name, Path(name[4:]))
-    path = minilm_path() if name == "minilm" else resolve_checkpoint(name)
+    kind, path = model_source(name)
+    if kind == "toy":
+        run = load_toy_run(path)
+        return Model(run, run.params, run.tokenizer, name, path)
     module, params = load_pretrained(path, dtype=dtype)
     try:
         tok = model_tokenizer(path, module.config)
@@ -149,6 +146,20 @@ def load(name: str | os.PathLike, *, dtype: str | None = None) -> Model:
     except (GeomjaxError, FileNotFoundError, ValueError) as e:  # ids still work; to_tokens says why not
         tok = _NoTokenizer(str(e).splitlines()[0])
     return Model(module, params, tok, name, Path(path))
+
+
+def model_source(name: str | os.PathLike) -> tuple[str, Path]:
+    """What a model name names (the one reading of :func:`load`'s names, for every loader): ``("toy", run
+    directory)`` for ``"toy:RUN_DIR"`` (not checked here), else ``("hf", checkpoint directory)``: ``"minilm"``
+    the bundled MiniLM, a directory, cache entry or repo id (:func:`~geomjax.convert.resolve_checkpoint`: from
+    the cache, else downloaded unless offline).
+
+    Raises:
+      FileNotFoundError / GeomjaxError: as :func:`~geomjax.convert.resolve_checkpoint`."""
+    name = os.fspath(name)
+    if name.startswith("toy:"):
+        return "toy", Path(name[4:]).expanduser()
+    return "hf", minilm_path() if name == "minilm" else resolve_checkpoint(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,9 +294,10 @@ class Model:
         as the text it decodes to (GPT-2 ``' fox'``, not the byte-level symbol ``'Ġfox'``); BERT's
         WordPiece tokens keep their vocabulary form (``'##ing'``, ``'[CLS]'``)."""
         ids = self._ids(text_or_ids)
-        if self.facts.family == "toy":
+        fam = self.interface.family
+        if fam is None:  # a toy run's character tokenizer
             rows = [[self.tokenizer.chars[i] for i in row] for row in ids.tolist()]
-        elif self.facts.family == "bert":
+        elif fam.tokenizer == "wordpiece":
             rows = [[self.tokenizer.backend.id_to_token(int(i)) for i in row] for row in ids]
         else:
             rows = [[self.tokenizer.decode([int(i)]) for i in row] for row in ids]
@@ -295,7 +307,7 @@ class Model:
     def to_string(self, ids) -> str:
         """Decode ids (T,) back to text (special tokens kept)."""
         ids = np.asarray(ids).reshape(-1)
-        if self.facts.family == "toy":
+        if self.interface.family is None:
             return "".join(self.tokenizer.chars[int(i)] for i in ids)
         return self.tokenizer.decode(ids)
 
@@ -370,35 +382,49 @@ class Model:
             raise GeomjaxError(f"{what} needs a language-model head; geomjax's {self.config.display_name} is the "
                                "encoder only (its output is the last hidden state)")
         if not self.has_logits:
-            raise GeomjaxError(missing_head_message(self.config.display_name))
+            raise GeomjaxError(missing_head_message(self.config))
 
-    def logits(self, text_or_ids, hooks: Mapping[str, Callable] | None = None) -> Float[Array, "B T V"]:
-        """Logits (B, T, V); raises GeomjaxError naming the missing head for BERT and head-less checkpoints."""
+    def logits(self, text_or_ids, hooks: Mapping[str, Callable] | None = None, *, attention_mask=None
+               ) -> Float[Array, "B T V"]:
+        """Logits (B, T, V); raises GeomjaxError naming the missing head for BERT and head-less checkpoints.
+        ``attention_mask``: as :meth:`run_with_cache` (real tokens get the unpadded row's logits)."""
         self._require_logits("logits")
-        return self.run_with_hooks(text_or_ids, hooks or {})
+        return self.run_with_hooks(text_or_ids, hooks or {}, attention_mask=attention_mask)
 
-    def loss(self, text_or_ids, hooks: Mapping[str, Callable] | None = None) -> Float[Array, "B _"]:
+    def loss(self, text_or_ids, hooks: Mapping[str, Callable] | None = None, *, attention_mask=None
+             ) -> Float[Array, "B _"]:
         """Per-token language-model loss (B, T - 1): −log p(x_{t+1} | x_{≤t}) from the logits at t (the
         cross-entropy each next token pays; its mean is the usual LM loss, TransformerLens
-        ``loss_per_token=True``)."""
+        ``loss_per_token=True``). With a padding ``attention_mask`` (B, T) a prediction whose token t or
+        t + 1 is padding is excluded: its entry is 0 (as TransformerLens masks it); the mean loss is then
+        ``loss.sum() / (mask[:, 1:] * mask[:, :-1]).sum()``."""
         ids = self._ids(text_or_ids)
         if ids.shape[1] < 2:
             raise GeomjaxError("the loss needs at least two tokens (it predicts token t + 1 from t)")
-        logp = jax.nn.log_softmax(jnp.asarray(self.logits(ids, hooks), jnp.float32), axis=-1)
-        return -jnp.take_along_axis(logp[:, :-1], jnp.asarray(ids[:, 1:, None]), axis=-1)[..., 0]
+        mask = self._mask(attention_mask, ids)
+        logp = jax.nn.log_softmax(jnp.asarray(self.logits(ids, hooks, attention_mask=mask), jnp.float32), axis=-1)
+        nll = -jnp.take_along_axis(logp[:, :-1], jnp.asarray(ids[:, 1:, None]), axis=-1)[..., 0]
+        return nll if mask is None else jnp.where(jnp.asarray(mask[:, 1:] * mask[:, :-1]) != 0, nll, 0.0)
 
     def generate(self, text_or_ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-                 seed: int = 0) -> Int[Array, "B _"]:
+                 seed: int = 0, attention_mask=None) -> Int[Array, "B _"]:
         """Continue the ids (B, T) by ``max_new_tokens`` tokens: greedy (argmax) when ``temperature`` is 0,
         else sampled from softmax(logits / temperature) (over the ``top_k`` largest when given) with
         ``jax.random.key(seed)`` (the same seed gives the same tokens). One compiled program per
         (T, max_new_tokens, sampling kind): each step runs the causal model on the whole padded
         sequence (no key/value cache; later positions cannot affect earlier ones). Returns (B, T + n).
+
+        ``attention_mask`` (B, T): prompts of different lengths, left-padded (each row's padding before its
+        first real token); every row continues exactly as its unpadded prompt does (the new tokens are real).
         """
         self._require_logits("generate")
         if not self.facts.causal:
             raise GeomjaxError("generate needs a causal model")
         ids = self._ids(text_or_ids)
+        mask = self._mask(attention_mask, ids)
+        if mask is not None and (np.diff(mask, axis=1) < 0).any():
+            raise GeomjaxError("generate needs left padding (every row's 0s before its 1s): a right-padded row "
+                               "would continue after its padding")
         n = int(max_new_tokens)
         if n < 1:
             raise GeomjaxError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -409,7 +435,7 @@ class Model:
         if mp is not None and ids.shape[1] + n > mp:
             raise GeomjaxError(f"{ids.shape[1]} + {n} tokens exceed the model's {mp} positions")
         fn = _generator(self.interface, ids.shape[1], n, temperature > 0, top_k)
-        return fn(self.params, ids, np.float32(max(temperature, 1e-6)), jax.random.key(int(seed)))
+        return fn(self.params, ids, mask, np.float32(max(temperature, 1e-6)), jax.random.key(int(seed)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -510,8 +536,8 @@ def _check_fits(model: Model, keep, hooks: tuple, values: tuple, stop, shape, ma
 @compiled_cache(maxsize=16)
 def _generator(iface: ModelInterface, T: int, n: int, sample: bool, top_k: int | None):
     def step(i, carry):
-        buf, key, params, temp = carry
-        out, _ = _forward(iface, True, params, buf, {}, ())
+        buf, mask, key, params, temp = carry
+        out, _ = _forward(iface, True, params, buf, {}, (), mask=mask)
         logits = jax.lax.dynamic_index_in_dim(out, T - 1 + i, axis=1, keepdims=False).astype(jnp.float32)
         if sample:
             if top_k is not None:
@@ -521,11 +547,14 @@ def _generator(iface: ModelInterface, T: int, n: int, sample: bool, top_k: int |
         else:
             nxt = jnp.argmax(logits, axis=-1)
         buf = jax.lax.dynamic_update_index_in_dim(buf, nxt.astype(buf.dtype)[:, None], T + i, axis=1)
-        return buf, key, params, temp
+        return buf, mask, key, params, temp
 
-    def generate(params, ids, temp, key):
+    def generate(params, ids, mask, temp, key):
+        """``mask``: None, or the prompts' left padding (B, T), extended by the new (real) tokens."""
         buf = jnp.concatenate([ids, jnp.zeros((ids.shape[0], n), ids.dtype)], axis=1)
-        return jax.lax.fori_loop(0, n, step, (buf, key, params, temp))[0]
+        if mask is not None:
+            mask = jnp.concatenate([mask, jnp.ones((ids.shape[0], n), mask.dtype)], axis=1)
+        return jax.lax.fori_loop(0, n, step, (buf, mask, key, params, temp))[0]
 
     return jax.jit(generate)
 
@@ -696,9 +725,10 @@ def _order(name: str):
     return (int(m.group(1)), _FORWARD_ORDER.index(suffix) if suffix in _FORWARD_ORDER else 99, name)
 
 
-def _hook_name(module: HookPoint) -> str:
+def _hook_name(module: HookPoint, block: re.Pattern) -> str:
+    """``blocks.{l}.<hook_name>`` inside block l (``block`` matches the block's module name), else the name."""
     for part in module.path:
-        m = _BLOCK.match(part)
+        m = block.match(part)
         if m:
             return f"blocks.{m.group(1)}.{module.hook_name}"
     return module.hook_name
@@ -710,11 +740,12 @@ def _forward(iface: ModelInterface, logits: bool, params, ids, hooks: Mapping[st
     the hook-point names met); out is the logits, or the last hidden state when ``logits`` is False, or None
     with ``stop`` (blocks 0..stop−1 only). ``mask`` (B, T): the padding mask (None: no padding)."""
     kept: dict[str, Array] = {}
+    block = re.compile(rf"^{re.escape(iface.block_prefix)}_(\d+)$")
 
     def intercept(next_fun, args, kwargs, context):
         if not isinstance(context.module, HookPoint) or context.method_name != "__call__":
             return next_fun(*args, **kwargs)
-        name = _hook_name(context.module)
+        name = _hook_name(context.module, block)
         if seen is not None:
             seen.add(name)
         y = next_fun(*args, **kwargs)
@@ -783,7 +814,7 @@ _NO_POSITION_AXIS = ("attn.scores", "attn.pattern", "ln1.scale", "ln2.scale", "a
 
 
 def patching_sweep(model: Model, clean, corrupted, metric: Callable, *, name: str = "hook_resid_pre",
-                   per_head: bool = False, batch_size: int | None = 16) -> PatchingSweep:
+                   per_head: bool = False, batch_size: int | None = 16, attention_mask=None) -> PatchingSweep:
     """Activation patching over every (layer, position) of a prompt pair, as one compiled program.
 
     For each cell (l, t) (and head h with ``per_head``) the corrupted ids run with ``blocks.{l}.<name>``
@@ -802,6 +833,8 @@ def patching_sweep(model: Model, clean, corrupted, metric: Callable, *, name: st
         ``attn.q`` ..., ``mlp.post``).
       per_head: patch one head at a time (names with a head axis: ``attn.q/k/v/z``).
       batch_size: cells run together (memory ∝ batch_size forward passes); None runs them one by one.
+      attention_mask: padding masks (B, T) of the prompts: one for both, or a pair (clean's, corrupted's);
+        both runs see their real tokens as unpadded (a patch copies position t of the clean run to position t).
 
     Returns:
       :class:`PatchingSweep` with ``values`` (L, T) or (L, T, H).
@@ -814,6 +847,10 @@ def patching_sweep(model: Model, clean, corrupted, metric: Callable, *, name: st
         raise GeomjaxError(f"clean and corrupted ids must have the same shape, got {a.shape} and {b.shape}")
     if name in _NO_POSITION_AXIS:
         raise GeomjaxError(f"{name} has no position axis after the batch; patch one of hook_resid_pre, attn.z, ...")
+    pair = attention_mask if isinstance(attention_mask, tuple) else (attention_mask, attention_mask)
+    masks = tuple(model._mask(m, a) for m in pair)
+    if (masks[0] is None) != (masks[1] is None):
+        raise GeomjaxError("attention_mask: give both prompts' masks (or one mask for both), not one and None")
     f = model.facts
     n_heads = f.n_kv_heads if name in ("attn.k", "attn.v") else f.n_heads
     grid = np.indices((f.n_layers, a.shape[1], n_heads if per_head else 1)).reshape(3, -1).T.astype(np.int32)
@@ -824,7 +861,7 @@ def patching_sweep(model: Model, clean, corrupted, metric: Callable, *, name: st
     mkey, mvals = _split_hook(metric)
     names = tuple(f"blocks.{l}.{name}" for l in range(f.n_layers))
     fn = _sweep_program(model.interface, model.has_logits, names, bool(per_head), mkey, batch_size)
-    vals, c, k = fn(model.params, a, b, grid, mvals)
+    vals, c, k = fn(model.params, a, b, grid, mvals, masks)
     shape = (f.n_layers, a.shape[1]) + ((n_heads,) if per_head else ())
     return PatchingSweep(np.asarray(vals)[:n_cells].reshape(shape), float(c), float(k))
 
@@ -837,21 +874,21 @@ def _patch_at(x, src, on, pos, head):
 @compiled_cache(maxsize=32)
 def _sweep_program(iface: ModelInterface, logits: bool, names: tuple, per_head: bool, mkey: _HookKey,
                    batch_size: int | None):
-    def sweep(params, clean, corrupted, cells, mvals):
+    def sweep(params, clean, corrupted, cells, mvals, masks):
         metric = _rebuild(mkey, mvals)
-        clean_out, acts = _forward(iface, logits, params, clean, {}, names)
+        clean_out, acts = _forward(iface, logits, params, clean, {}, names, mask=masks[0])
         missing = [n for n in names if n not in acts]
         if missing:
             raise GeomjaxError(f"no activation named {missing[0]} in this model (geomjax.analysis.lens names them)")
         if per_head and acts[names[0]].ndim != 4:
             raise GeomjaxError(f"per_head needs a (B, T, H, K) activation; {names[0]} is {acts[names[0]].shape}")
-        corrupted_out, _ = _forward(iface, logits, params, corrupted, {}, ())
+        corrupted_out, _ = _forward(iface, logits, params, corrupted, {}, (), mask=masks[1])
 
         def one(cell):
             head = cell[2] if per_head else None
             hooks = {n: functools.partial(_patch_at, src=acts[n], on=cell[0] == l, pos=cell[1], head=head)
                      for l, n in enumerate(names)}
-            return metric(_forward(iface, logits, params, corrupted, hooks, ())[0])
+            return metric(_forward(iface, logits, params, corrupted, hooks, (), mask=masks[1])[0])
 
         return jax.lax.map(one, cells, batch_size=batch_size), metric(clean_out), metric(corrupted_out)
 

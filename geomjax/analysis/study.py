@@ -36,8 +36,8 @@ from geomjax.theory import geometry
 from geomjax.theory import smoothness
 
 from geomjax.theory import spectral
-from geomjax.convert import load_config, load_pretrained, minilm_path
-from geomjax.convert.safetensors_io import read_config, resolve_checkpoint
+from geomjax.convert import load_config, load_pretrained
+from geomjax.convert.safetensors_io import read_config
 from geomjax.convert.tokenizers import check_tokenizer, model_tokenizer
 from geomjax.base import timing
 from geomjax.base._checks import x64_context
@@ -45,7 +45,7 @@ from geomjax.theory.decomposition import DecompositionStats, class_scatter_init,
 from geomjax.theory.geometry import compactness_from_scatter, pca_from_scatter
 from geomjax.errors import GeomjaxError
 from geomjax.base.io import cache_root
-from geomjax.analysis.lens import load
+from geomjax.analysis.lens import load, model_source
 from geomjax.models import ToyRun, model_interface, toy_forward
 from geomjax.models.common import CausalLM
 from geomjax.models.interface import model_from_config
@@ -399,14 +399,13 @@ def token_cluster_metrics(h, labels, mean, pos) -> TokenClusters:
 
 def _model_config(name: str) -> dict | None:
     """config.json of a model name without loading weights (None for a toy run)."""
-    if name.startswith("toy:"):
-        root = Path(name[4:]).expanduser()
-        if not (root / "checkpoints").is_dir():
-            raise GeomjaxError(f"--model {name!r}: {str(root)!r} is not a `geomjax train` run directory "
-                               "(no checkpoints/); train one with `geomjax train shakespeare --out DIR`")
-        return None
     try:
-        path = minilm_path() if name == "minilm" else resolve_checkpoint(Path(name).expanduser())
+        kind, path = model_source(name)
+        if kind == "toy":
+            if not (path / "checkpoints").is_dir():
+                raise GeomjaxError(f"--model {name!r}: {str(path)!r} is not a `geomjax train` run directory "
+                                   "(no checkpoints/); train one with `geomjax train shakespeare --out DIR`")
+            return None
         return read_config(path)
     except GeomjaxError:
         raise  # e.g. a Hugging Face name neither cached nor reachable: its message says what to do
@@ -506,7 +505,7 @@ def load_model_and_tokenizer(name: str, *, param_dtype: str | None = None):
     model's vocabulary size.
     """
     m = load(name, dtype=param_dtype)
-    tok = m.tokenizer.encode if name.startswith("toy:") else m.tokenizer  # a toy run's CharTokenizer
+    tok = m.tokenizer.encode if m.interface.family is None else m.tokenizer  # a toy run's CharTokenizer
     return m.model, m.params, tok, m.path
 
 
@@ -807,10 +806,10 @@ class _Loaded:
 def _model_without_weights(name: str):
     """(model, tokenizer, path, params or None): a Hugging Face model built from its config.json and its
     tokenizer, no weights read; a toy run whole (it is small)."""
-    if name.startswith("toy:"):
+    kind, path = model_source(name)
+    if kind == "toy":
         model, params, tok, path = load_model_and_tokenizer(name)
         return model, tok, path, params
-    path = minilm_path() if name == "minilm" else resolve_checkpoint(name)
     config = load_config(path)
     tok = model_tokenizer(path, config)
     check_tokenizer(tok, config)

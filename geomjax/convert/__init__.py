@@ -6,10 +6,11 @@ GPT-2, BERT, Llama / Mistral, BLOOM, GPT-NeoX / Pythia, Qwen 2 / 3, Gemma 1 / 2 
     model, params = gj.convert.load_pretrained(path)      # a directory, cache entry or "org/name"
     out, inter = model.apply({"params": params}, ids)
     gj.convert.minilm_path()                              # the bundled all-MiniLM-L6-v2
+    gj.convert.save_checkpoint(dir, config_json, params)  # and back: a checkpoint transformers reads
     tok = gj.convert.tokenizers.gpt2_tokenizer()          # GPT-2 byte-level BPE
 
 See ``safetensors_io`` (locating and reading files), ``tables`` (config whitelists and the
-per-model name tables) and ``tokenizers``.
+per-model name tables), ``writer`` (the tables backwards) and ``tokenizers``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from geomjax.convert.tables import (
     gpt2_config_from_hf,
     llama_config_from_hf,
 )
+from geomjax.convert.writer import hf_tensors, random_params, save_checkpoint
 from geomjax.models.bert import Bert
 from geomjax.models.common import CausalLM, HFConfig
 from geomjax.models.interface import model_from_config
@@ -60,6 +62,7 @@ __all__ = [
     "expected_param_shapes",
     "gpt2_config_from_hf",
     "hf_cache_dir",
+    "hf_tensors",
     "hub_offline",
     "llama_config_from_hf",
     "load_config",
@@ -67,8 +70,10 @@ __all__ = [
     "load_tensors",
     "minilm_path",
     "model_from_config",
+    "random_params",
     "read_config",
     "resolve_checkpoint",
+    "save_checkpoint",
     "tokenizers",
 ]
 

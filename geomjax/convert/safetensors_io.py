@@ -64,7 +64,7 @@ def _snapshot_of_cache_entry(entry: Path, revision: str | None) -> Path:
     if not snaps.is_dir():
         raise FileNotFoundError(
             f"{entry} looks like a Hugging Face cache entry but has no snapshots/ directory; "
-            f"download the model into the cache first (huggingface-cli download) or pass a local "
+            f"download the model into the cache first (hf download NAME) or pass a local "
             "directory with config.json and model.safetensors"
         )
     ref = revision or "main"
@@ -126,9 +126,9 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
         )
     if p.exists():
         raise FileNotFoundError(f"{p} is a file; pass the directory that contains config.json")
-    s = str(path)
-    if not _REPO_ID.fullmatch(s):
-        raise FileNotFoundError(f"checkpoint directory {p} does not exist")
+    s = os.fspath(path)
+    if not looks_like_repo_id(path):
+        raise FileNotFoundError(f"checkpoint directory {s} does not exist")
     entry = hf_cache_dir() / ("models--" + s.replace("/", "--"))
     if entry.is_dir():
         return _resolve_snapshot_dir(_snapshot_of_cache_entry(entry, revision))
@@ -139,6 +139,14 @@ def resolve_checkpoint(path: str | os.PathLike, revision: str | None = None) -> 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _HUB_FILES = ["config.json", "*.safetensors", "model.safetensors.index.json", "tokenizer.json",
               "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"]
+
+
+def looks_like_repo_id(name: str | os.PathLike) -> bool:
+    """Whether a model name that is not an existing path is a Hub repo id (``"name"``, ``"org/name"``) rather
+    than a local path: a ``Path`` object, or a string starting with ``.``, ``/`` or ``~``, is a path."""
+    s = os.fspath(name)
+    return (not isinstance(name, os.PathLike) and not s.startswith((".", "/", "~"))
+            and _REPO_ID.fullmatch(s) is not None)
 
 
 def split_revision(name: str | os.PathLike) -> tuple[str, str | None]:
@@ -169,7 +177,7 @@ def download_checkpoint(repo_id: str, revision: str | None = None) -> Path:
     (``HF_HUB_OFFLINE``) or unreachable, or the repository is unknown / gated.
     """
     where = (f"{repo_id!r} is neither in the Hugging Face cache ({hf_cache_dir()}) nor reachable")
-    fix = ("download it where the hub is reachable (huggingface-cli download " + repo_id
+    fix = ("download it where the hub is reachable (hf download " + repo_id
            + ") and copy the cache, or pass --model a local directory holding config.json, "
            "model.safetensors and tokenizer.json")
     if hub_offline():

@@ -107,7 +107,7 @@ def convert_tensors(
     BloomForCausalLM, "bert." for BertFor*, "model." for LlamaForCausalLM / MistralForCausalLM).
     A tied model's ``lm_head.weight``, when saved, must equal the token embedding; an untied one's
     fills ``lm_head/kernel``. A checkpoint of an untied family saved without its head (the base
-    ``LlamaModel`` / ``MistralModel`` / ``BloomModel`` classes, as embedding models ship) converts
+    ``LlamaModel`` / ``GPTNeoXModel`` / ``BloomModel`` classes, as embedding models ship) converts
     to a tree without ``lm_head``: the model gives every hidden state, and asking it for logits
     raises :class:`~geomjax.errors.GeomjaxError` naming the missing head.
 
@@ -135,11 +135,11 @@ def convert_tensors(
     what = config.display_name
     names = _strip_prefix(tensors, fam.hf_prefix)
     table, buffers = fam.weight_table(config)
-    tied = getattr(config, "tie_word_embeddings", True)  # a config without the field (GPT-2) is tied
-    lm_head = names.pop("lm_head.weight", None) if (tied and not fam.bidirectional) else None
-    headless = "lm_head.weight" in table and "lm_head.weight" not in names
-    if headless:  # a base checkpoint (LlamaModel, MistralModel, BloomModel): every hidden state, no logits
-        del table["lm_head.weight"]
+    parts, head = fam.parts(config), fam.head_tensor
+    lm_head = names.pop(head, None) if (parts.tied and not fam.bidirectional) else None
+    headless = head in table and head not in names
+    if headless:  # a base checkpoint (LlamaModel, GPTNeoXModel, BloomModel): every hidden state, no logits
+        del table[head]
     kept = sorted(n for n in names if n not in buffers and not n.startswith(ignore))
     dtypes = getattr(tensors, "dtypes", None)
     target = _target_dtype({n: np.dtype(dtypes[names[n]] if dtypes is not None else tensors[names[n]].dtype)
@@ -160,7 +160,7 @@ def convert_tensors(
         emb = np.asarray(params[fam.embedding]["embedding"])
         if lm_head.shape != emb.shape or not np.array_equal(lm_head.astype(target), emb):
             raise GeomjaxError(
-                f"{what} checkpoint has an lm_head.weight different from its token embedding (an untied unembedding) but "
+                f"{what} checkpoint has an {head} different from its token embedding (an untied unembedding) but "
                 "config.json says the embeddings are tied (tie_word_embeddings); fix config.json or the weights"
             )
     return params

@@ -466,11 +466,14 @@ def corpus_kind(name: str) -> str:
         if not name[3:].split(":")[0]:
             raise GeomjaxError(f"corpus {name!r}: give a dataset name after 'hf:' (hf:NAME[:CONFIG[:SPLIT]])")
         return "hf"
-    if Path(name).expanduser().exists():
+    p = Path(name).expanduser()
+    if p.exists():
         return "path"
+    if str(name).startswith((".", "/", "~")) or "/" in str(name) or "\\" in str(name) or p.suffix:
+        raise GeomjaxError(f"corpus path {str(name)!r} does not exist; pass an existing text file or directory")
     raise GeomjaxError(
-        f"unknown corpus {name!r}: use 'shakespeare', 'wikitext2', 'wikitext2-test', 'stdlib', "
-        "'stdlib-live', 'pydoc', 'hf:NAME[:CONFIG[:SPLIT]]', or an existing file/directory path"
+        f"unknown corpus {name!r}: use wikitext2 | shakespeare | stdlib | pydoc, hf:NAME[:CONFIG[:SPLIT]], or a "
+        "text file or directory"
     )
 
 

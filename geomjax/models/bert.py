@@ -218,16 +218,6 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = (), add_poo
     return BertConfig(**kw, causal=bool(cfg.get("is_decoder", False)), add_pooling_layer=add_pooling_layer)
 
 
-def _heads_in_kernel(name: str) -> ht.Transform:
-    def f(a, c):  # Linear (out = H*K, in = d) -> (d, H, K)
-        return [(("attn", name, "kernel"), np.ascontiguousarray(a.T).reshape(-1, c.num_heads, c.head_dim))]
-    return f
-
-
-def _heads_bias(name: str) -> ht.Transform:
-    return lambda a, c: [(("attn", name, "bias"), a.reshape(c.num_heads, c.head_dim))]
-
-
 TOP_TABLE: dict[str, ht.Transform] = {
     "embeddings.word_embeddings.weight": ht.copy("word_embeddings", "embedding"),
     "embeddings.position_embeddings.weight": ht.copy("position_embeddings", "embedding"),
@@ -241,12 +231,12 @@ POOLER_TABLE: dict[str, ht.Transform] = {
 }
 LAYER_TABLE: dict[str, ht.Transform] = {
     # under "encoder.layer.{l}." -> under "layer_{l}/"
-    "attention.self.query.weight": _heads_in_kernel("q"),  # (HK, d) -> (d, H, K)
-    "attention.self.query.bias": _heads_bias("q"),
-    "attention.self.key.weight": _heads_in_kernel("k"),
-    "attention.self.key.bias": _heads_bias("k"),
-    "attention.self.value.weight": _heads_in_kernel("v"),
-    "attention.self.value.bias": _heads_bias("v"),
+    "attention.self.query.weight": ht.heads_in("q", kv=False, check=False),  # (HK, d) -> (d, H, K)
+    "attention.self.query.bias": ht.heads_in("q", kv=False, check=False),
+    "attention.self.key.weight": ht.heads_in("k", kv=False, check=False),
+    "attention.self.key.bias": ht.heads_in("k", kv=False, check=False),
+    "attention.self.value.weight": ht.heads_in("v", kv=False, check=False),
+    "attention.self.value.bias": ht.heads_in("v", kv=False, check=False),
     "attention.output.dense.weight": ht.heads_out_kernel(transpose=True),  # (d, HK) -> (H, K, d)
     "attention.output.dense.bias": ht.copy("attn", "o", "bias"),
     "attention.output.LayerNorm.weight": ht.copy("attn_ln", "scale"),
@@ -277,7 +267,10 @@ def with_pooler(config: BertConfig, tensors: Mapping) -> BertConfig:
 
 FAMILY = Family(
     name="bert", model_types=("bert",), config_cls=BertConfig, module_cls=Bert, config_from_hf=config_from_hf,
-    weight_table=weight_table, hf_prefix="bert.", layer_key="layer_{}", embedding="word_embeddings",
+    weight_table=weight_table, hf_prefix="bert.", blocks="layer", final_norm=None, embedding="word_embeddings",
     positions="learned", norm="layernorm", pre_norm=False, norms=(("attn_ln", "ln_attn"), ("out_ln", "ln_out")),
-    tokenizer_specials=True, study_final_norm=False, bidirectional=True, tokenizer="wordpiece",
-    from_weights=with_pooler)
+    tokenizer_specials=True, norm_eps="layer_norm_eps", study_final_norm=False, bidirectional=True,
+    tokenizer="wordpiece",
+    from_weights=with_pooler,
+    tiny={"model_type": "bert", "architectures": ["BertModel"], "vocab_size": 96, "hidden_size": 32,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48, "max_position_embeddings": 32})

@@ -87,7 +87,6 @@ class Bloom(CausalLM):
     cumulative-mask positions agree)."""
 
     config: BloomConfig
-    PARTS: ClassVar[dict[str, str]] = {"blocks": "h", "final_norm": "ln_f", "embedding": "word_embeddings"}
 
     def setup(self):
         c = self.config
@@ -177,6 +176,8 @@ def weight_table(c: BloomConfig) -> tuple[dict[str, ht.Transform], set[str]]:
 
 FAMILY = Family(
     name="bloom", model_types=("bloom",), config_cls=BloomConfig, module_cls=Bloom, config_from_hf=config_from_hf,
-    weight_table=weight_table, hf_prefix="transformer.", layer_key="h_{}", embedding="word_embeddings",
-    positions="alibi", norm="layernorm", pre_norm=True, norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")),
-    attention_norm=layer_norm_input)
+    weight_table=weight_table, hf_prefix="transformer.", blocks="h", final_norm="ln_f", embedding="word_embeddings",
+    embed_norm="word_embeddings_ln", positions="alibi", norm="layernorm", pre_norm=True,
+    norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")), attention_norm=layer_norm_input,
+    tiny={"model_type": "bloom", "architectures": ["BloomForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+          "n_layer": 2, "n_head": 4})

@@ -630,11 +630,15 @@ def run_blocks(blocks: Sequence, x: Float[Array, "B T d"], *args
     return tuple(states), tuple(probs)
 
 
-def missing_head_message(family: str) -> str:
-    """The one-line error of a base checkpoint (saved without ``lm_head``) asked for logits."""
-    return (f"this {family} checkpoint has no language-model head (lm_head.weight; it was saved from the base "
-            f"model class, e.g. {family}Model): it gives hidden states and activations, not logits; load the "
-            f"{family}ForCausalLM checkpoint for logits")
+def missing_head_message(config) -> str:
+    """The one-line error of a base checkpoint (saved without its untied read-out) asked for logits; it names
+    the family's head tensor and classes (its record's ``head_tensor`` and ``tiny["architectures"]``)."""
+    fam, name = config.FAMILY, config.display_name
+    head_cls = ((fam.tiny or {}).get("architectures") or [f"{name}ForCausalLM"])[0]
+    base_cls = head_cls.replace("ForCausalLM", "Model").replace("LMHeadModel", "Model")
+    return (f"this {name} checkpoint has no language-model head ({fam.head_tensor}; it was saved from the base "
+            f"model class, e.g. {base_cls}): it gives hidden states and activations, not logits; load the "
+            f"{head_cls} checkpoint for logits")
 
 
 class CausalLM(nn.Module):
@@ -650,13 +654,15 @@ class CausalLM(nn.Module):
       position ids :func:`positions_from_mask` derives from the attention mask (None without one: 0..T−1,
       computed as before masks existed, so the unpadded programs are unchanged);
     * a config with ``final_logit_softcapping`` c (Gemma 2) has its logits soft-capped, c · tanh(logits / c);
-    * ``PARTS``: the Hugging Face names of the ``blocks`` list, the ``final_norm`` and the token
-      ``embedding`` (the tied read-out is its ``attend``).
+    * the names of the ``blocks`` list, the ``final_norm`` and the token ``embedding`` (the tied read-out is its
+      ``attend``) are the family record's (``config.FAMILY``, :class:`geomjax.models.family.Family`).
 
     Error messages name the family by ``config.display_name``.
     """
 
-    PARTS: ClassVar[dict[str, str]] = {}
+    def part(self, role: str):
+        """The submodule the family record names for ``role`` (``blocks``, ``final_norm``, ``embedding``)."""
+        return getattr(self, getattr(self.config.FAMILY, role))
 
     def __call__(
         self,
@@ -697,14 +703,14 @@ class CausalLM(nn.Module):
         T = ids.shape[1]
         positions = None if am is None else positions_from_mask(am, T)
         x, block_args = self.embed(ids, attention_mask_4d(T, am, causal=True), positions)
-        blocks = getattr(self, self.PARTS["blocks"])
+        blocks = self.part("blocks")
         if stop_at_layer is not None:
             residual, probs = run_blocks(blocks[:stop_at_layer], x, *block_args)
             inter = Intermediates(hidden_states=residual, residual=residual,
                                   attentions=probs if return_attention else None)
             return None, inter
         residual, probs = run_blocks(blocks, x, *block_args)
-        final_norm = getattr(self, self.PARTS["final_norm"])
+        final_norm = self.part("final_norm")
         scale_hp = getattr(self, "hook_ln_final_scale", None)  # a family with its final norm's divisor
         norm_scale_hook({} if scale_hp is None else {"s": scale_hp}, "s", final_norm, residual[-1])
         final = self.hook_ln_final(final_norm(residual[-1]))
@@ -739,23 +745,22 @@ class CausalLM(nn.Module):
         """Unbound copies of one block and of the final norm, for a forward that scans stacked blocks.
 
         Every block of a causal decoder has the same configuration, so one module applied with each
-        layer's parameters (``block.apply({"params": params[f"{PARTS['blocks']}_{l}"]}, x, *block_args)``)
+        layer's parameters (``block.apply({"params": params[family.layer_key.format(l)]}, x, *block_args)``)
         computes block l; ``geomjax.tools.extraction.ScanForward`` scans it over the stacked layers so
         that one layer's weights are gathered at a time. Call on the unbound model (no parameters needed).
         """
         bound = self.bind({"params": {}})
-        blocks = getattr(bound, self.PARTS["blocks"])
-        return blocks[0].clone(parent=None), getattr(bound, self.PARTS["final_norm"]).clone(parent=None)
+        return bound.part("blocks")[0].clone(parent=None), bound.part("final_norm").clone(parent=None)
 
     def unembed(self, h: Float[Array, "B T d"]) -> Float[Array, "B T V"]:
         """Logits (B, T, V): h @ Eᵀ with the token embedding E when tied (a config without
         ``tie_word_embeddings``, as GPT-2's, always is), else ``lm_head(h)``."""
         if getattr(self.config, "tie_word_embeddings", True):
-            return getattr(self, self.PARTS["embedding"]).attend(h)
+            return self.part("embedding").attend(h)
         try:
             return self.lm_head(h)
         except ScopeParamNotFoundError:
-            raise GeomjaxError(missing_head_message(self.config.display_name)) from None
+            raise GeomjaxError(missing_head_message(self.config)) from None
 
 
 class PreLNBlock(nn.Module):

@@ -13,7 +13,46 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["Family"]
+__all__ = ["Family", "Parts"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What a model of a family is made of, for one config (:meth:`Family.parts`): what the lens, the
+    circuits, the study and the converters read instead of testing a family's name.
+
+    Attributes:
+      embedding: the token embedding's module (its ``embedding`` is W_E, the tied read-out).
+      embed_scale: x_0 = E[ids] · embed_scale (Gemma: √d), or None.
+      embed_norm: a norm on the embedding (BLOOM's ``word_embeddings_ln``), or None.
+      positions: ``learned`` (added to the embedding), ``rotary`` or ``alibi``.
+      norm: ``layernorm`` or ``rmsnorm``; norm_offset: the gain is offset + scale (Gemma: 1); norm_eps.
+      pre_norm: every branch reads norm(h) (else post-norm: BERT).
+      parallel: attention and MLP both read the block input (GPT-NeoX's parallel residual).
+      out_norms: the norms on the attention and MLP outputs ("sandwich", Gemma 2/3), or None.
+      blocks: the blocks' module name (block l's parameters are ``{blocks}_{l}``).
+      final_norm: the final norm's module, or None (BERT).
+      tied: the read-out is W_Eᵀ (else ``lm_head``, absent from a base checkpoint).
+      head_tensor: the Hugging Face name of the untied read-out (``lm_head.weight``, GPT-NeoX ``embed_out.weight``).
+      final_softcap, attn_softcap: c of c · tanh(· / c) on the logits / scores (Gemma 2), or None.
+    """
+
+    embedding: str
+    embed_scale: float | None
+    embed_norm: str | None
+    positions: str
+    norm: str
+    norm_offset: float
+    norm_eps: float
+    pre_norm: bool
+    parallel: bool
+    out_norms: tuple[str, str] | None
+    blocks: str
+    final_norm: str | None
+    tied: bool
+    head_tensor: str
+    final_softcap: float | None
+    attn_softcap: float | None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,7 +69,9 @@ class Family:
       weight_table: ``config -> ({Hugging Face tensor name: Transform}, {ignorable buffer names})``, names
         below ``hf_prefix``; every parameter of the module must be filled exactly once.
       hf_prefix: the prefix transformers' head model writes (``"model."``, ``"transformer."``, ...).
-      layer_key: the block's name in the parameter tree, a format string (``"layers_{}"``).
+      blocks: the blocks' module name (a list: block l's parameters are ``{blocks}_{l}``,
+        :attr:`~geomjax.models.family.Family.layer_key`).
+      final_norm: the final norm's module name (None: none, BERT).
       embedding: the token embedding's module name (its ``embedding`` is W_E; the tied read-out).
       positions: ``learned``, ``rotary`` or ``alibi``; norm: ``layernorm`` or ``rmsnorm``.
       pre_norm: the attention input is norm_1(h) (then the model also has a final norm).
@@ -46,6 +87,17 @@ class Family:
       tokenizer: where its tokenizer comes from: ``"tokenizer.json"`` (the checkpoint's), ``"wordpiece"``
         (BERT's vocab.txt) or ``"gpt2_bpe"`` (the tokenizer.json, else GPT-2's bundled byte-level BPE).
       from_weights: ``(config, tensors) -> config`` settling what only the weights say (BERT's pooler), or None.
+      norm_eps: the config field holding the norms' eps.
+      embed_norm: the embedding's norm module (BLOOM), or None.
+      out_norms: the branch-output norms' modules, present when the config's ``sandwich_norms`` is True.
+      head_tensor: the untied read-out's Hugging Face name (at the top level, not below ``hf_prefix``).
+      tiny: a tiny ``config.json`` (2 layers, d ≤ 64, vocab ≤ 128; ``architectures`` names the
+        transformers class) on which the family-parametrized tests run every tool.
+
+    The config's switches (``scale_embeddings``, ``norm_offset``, ``use_parallel_residual``, ``sandwich_norms``,
+    ``tie_word_embeddings``, ``final_logit_softcapping``, ``attn_logit_softcapping``) complete the record
+    per model: :meth:`~geomjax.models.family.Family.parts`. Registering a record also sets ``config_cls.FAMILY``
+    to it, which is how the family's module finds its parts.
     """
 
     name: str
@@ -55,7 +107,8 @@ class Family:
     config_from_hf: Callable[[Mapping, Iterable[str]], Any]
     weight_table: Callable[[Any], tuple[dict, set]]
     hf_prefix: str
-    layer_key: str
+    blocks: str
+    final_norm: str | None
     embedding: str
     positions: str
     norm: str
@@ -68,6 +121,32 @@ class Family:
     bidirectional: bool = False
     tokenizer: str = "tokenizer.json"
     from_weights: Callable[[Any, Mapping], Any] | None = None
+    norm_eps: str = "layer_norm_epsilon"
+    embed_norm: str | None = None
+    out_norms: tuple[str, str] | None = None
+    head_tensor: str = "lm_head.weight"
+    tiny: Mapping | None = None
+
+    def __post_init__(self):
+        self.config_cls.FAMILY = self  # the module's way to its record (models import no registry)
+
+    @property
+    def layer_key(self) -> str:
+        """Block l's name in the parameter tree, a format string (``"layers_{}"``)."""
+        return self.blocks + "_{}"
+
+    def parts(self, config: Any) -> Parts:
+        """The :class:`Parts` of a model of this family with ``config``."""
+        c = config
+        return Parts(
+            embedding=self.embedding, embed_scale=float(c.d_model) ** 0.5 if getattr(c, "scale_embeddings", False)
+            else None, embed_norm=self.embed_norm, positions=self.positions, norm=self.norm,
+            norm_offset=float(getattr(c, "norm_offset", 0.0)), norm_eps=float(getattr(c, self.norm_eps)),
+            pre_norm=self.pre_norm, parallel=bool(getattr(c, "use_parallel_residual", False)),
+            out_norms=self.out_norms if getattr(c, "sandwich_norms", False) else None, blocks=self.blocks,
+            final_norm=self.final_norm, tied=bool(getattr(c, "tie_word_embeddings", True)),
+            head_tensor=self.head_tensor, final_softcap=getattr(c, "final_logit_softcapping", None),
+            attn_softcap=getattr(c, "attn_logit_softcapping", None))
 
     def __repr__(self) -> str:
         return f"Family({self.name!r}: {self.config_cls.__name__}, {self.module_cls.__name__})"

@@ -73,4 +73,7 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> Gemm
     return build_config(GemmaConfig, "Gemma", **kw, hidden_act=activation(cfg, "hidden_act", "Gemma"))
 
 
-FAMILY = rotary_family("gemma", ("gemma",), GemmaConfig, config_from_hf, prepends_bos=True)
+FAMILY = rotary_family("gemma", ("gemma",), GemmaConfig, config_from_hf, prepends_bos=True, tiny={
+    "model_type": "gemma", "architectures": ["GemmaForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "max_position_embeddings": 64, "head_dim": 8})

@@ -80,4 +80,8 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> Gemm
     return build_config(Gemma2Config, "Gemma2", **kw)
 
 
-FAMILY = rotary_family("gemma2", ("gemma2",), Gemma2Config, config_from_hf, prepends_bos=True)
+FAMILY = rotary_family("gemma2", ("gemma2",), Gemma2Config, config_from_hf, prepends_bos=True, tiny={
+    "model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 12,
+    "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0})

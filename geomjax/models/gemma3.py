@@ -81,4 +81,8 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> Gemm
     return build_config(Gemma3Config, "Gemma3", **kw)
 
 
-FAMILY = rotary_family("gemma3", ("gemma3_text",), Gemma3Config, config_from_hf, prepends_bos=True)
+FAMILY = rotary_family("gemma3", ("gemma3_text",), Gemma3Config, config_from_hf, prepends_bos=True, tiny={
+    "model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "head_dim": 8, "sliding_window": 4, "query_pre_attn_scalar": 12,
+    "layer_types": ["sliding_attention", "full_attention"]})

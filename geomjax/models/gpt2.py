@@ -79,7 +79,6 @@ class GPT2(CausalLM):
     """GPT-2 language model (tied unembedding), returning ``(logits, Intermediates)`` (:class:`CausalLM`)."""
 
     config: GPT2Config
-    PARTS: ClassVar[dict[str, str]] = {"blocks": "h", "final_norm": "ln_f", "embedding": "wte"}
 
     def setup(self):
         c = self.config
@@ -148,6 +147,10 @@ def _split_qkv(a, c: GPT2Config):
     return [(("attn", n, "bias"), a[i * d:(i + 1) * d].reshape(H, K)) for i, n in enumerate("qkv")]
 
 
+SPLIT_QKV = ht.Transform(_split_qkv, lambda c, n, look: (3 * c.n_embd,) if n.endswith("bias")
+                         else (c.n_embd, 3 * c.n_embd))
+
+
 TOP_TABLE: dict[str, ht.Transform] = {
     "wte.weight": ht.copy("wte", "embedding"),
     "wpe.weight": ht.copy("wpe", "embedding"),
@@ -158,8 +161,8 @@ LAYER_TABLE: dict[str, ht.Transform] = {
     # under "h.{l}." -> under "h_{l}/"
     "ln_1.weight": ht.copy("ln_1", "scale"),
     "ln_1.bias": ht.copy("ln_1", "bias"),
-    "attn.c_attn.weight": _split_qkv,  # Conv1D (d, 3d) -> q, k, v (d, H, K)
-    "attn.c_attn.bias": _split_qkv,  # (3d,) -> q, k, v (H, K)
+    "attn.c_attn.weight": SPLIT_QKV,  # Conv1D (d, 3d) -> q, k, v (d, H, K)
+    "attn.c_attn.bias": SPLIT_QKV,  # (3d,) -> q, k, v (H, K)
     "attn.c_proj.weight": ht.heads_out_kernel(transpose=False),  # Conv1D (d, d) -> (H, K, d)
     "attn.c_proj.bias": ht.copy("attn", "o", "bias"),
     "ln_2.weight": ht.copy("ln_2", "scale"),
@@ -187,7 +190,9 @@ def layer_norm_input(c, blk, h):
 
 FAMILY = Family(
     name="gpt2", model_types=("gpt2",), config_cls=GPT2Config, module_cls=GPT2, config_from_hf=config_from_hf,
-    weight_table=weight_table, hf_prefix="transformer.", layer_key="h_{}", embedding="wte",
+    weight_table=weight_table, hf_prefix="transformer.", blocks="h", final_norm="ln_f", embedding="wte",
     positions="learned", norm="layernorm", pre_norm=True, norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")),
-    attention_norm=layer_norm_input, study_final_norm=False, tokenizer="gpt2_bpe")
+    attention_norm=layer_norm_input, study_final_norm=False, tokenizer="gpt2_bpe",
+    tiny={"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 96, "n_positions": 32,
+          "n_embd": 32, "n_layer": 2, "n_head": 4, "bos_token_id": 0, "eos_token_id": 0})
 

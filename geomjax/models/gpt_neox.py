@@ -135,7 +135,6 @@ class GPTNeoX(CausalLM):
     """GPT-NeoX / Pythia causal language model returning ``(logits, Intermediates)`` (:class:`CausalLM`)."""
 
     config: GPTNeoXConfig
-    PARTS: ClassVar[dict[str, str]] = {"blocks": "layers", "final_norm": "final_layer_norm", "embedding": "embed_in"}
 
     def setup(self):
         c = self.config
@@ -229,6 +228,10 @@ def weight_table(c: GPTNeoXConfig) -> tuple[dict[str, ht.Transform], set[str]]:
 
 FAMILY = Family(
     name="gpt_neox", model_types=("gpt_neox",), config_cls=GPTNeoXConfig, module_cls=GPTNeoX,
-    config_from_hf=config_from_hf, weight_table=weight_table, hf_prefix="gpt_neox.", layer_key="layers_{}",
+    config_from_hf=config_from_hf, weight_table=weight_table, hf_prefix="gpt_neox.", blocks="layers",
+    final_norm="final_layer_norm",
     embedding="embed_in", positions="rotary", norm="layernorm", pre_norm=True,
-    norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")), attention_norm=layer_norm_input)
+    norms=(("ln_1", "ln_1"), ("ln_2", "ln_2")), attention_norm=layer_norm_input, head_tensor="embed_out.weight",
+    tiny={"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+          "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "rotary_pct": 0.5,
+          "max_position_embeddings": 64})

@@ -9,13 +9,15 @@ initialisation, token ids, bookkeeping). Any other key is rejected by name (:fun
 variant the port does not implement can never load silently.
 
 Weights: a table maps every Hugging Face tensor name (below the family's prefix) to a
-:data:`Transform` ``(array, config) -> [(geomjax path, array), ...]`` that says where it goes and how its
+:class:`Transform` ``(array, config) -> [(geomjax path, array), ...]`` that says where it goes and how its
 layout changes (``nn.Linear`` weights are stored (out, in) and are transposed; per-head projections
-become (d, H, K) / (H, K, d)).
+become (d, H, K) / (H, K, d)), and the tensor's Hugging Face shape, so that a table also runs backwards
+(:func:`geomjax.convert.writer.save_checkpoint` writes a checkpoint transformers reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
@@ -23,8 +25,21 @@ import numpy as np
 from geomjax.errors import GeomjaxError
 from geomjax.theory.positional import ROPE_TYPES
 
-Transform = Callable[[np.ndarray, object], list[tuple[tuple[str, ...], np.ndarray]]]
-"""(Hugging Face array, config) -> [(geomjax parameter path, array)]."""
+Lookup = Callable[[tuple[str, ...]], tuple[int, ...]]
+"""geomjax parameter path -> its shape (the model's parameter tree)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+    """A table entry: ``fn(Hugging Face array, config) -> [(geomjax parameter path, array)]`` (pure reshapes,
+    transposes and slices of the array) and ``shape(config, Hugging Face name, lookup) -> the array's shape``
+    (``lookup``: a geomjax path's shape). Calling it runs ``fn``."""
+
+    fn: Callable[[np.ndarray, object], list[tuple[tuple[str, ...], np.ndarray]]]
+    shape: Callable[[object, str, Lookup], tuple[int, ...]]
+
+    def __call__(self, a: np.ndarray, c) -> list[tuple[tuple[str, ...], np.ndarray]]:
+        return self.fn(a, c)
 
 IGNORED_COMMON = frozenset(
     {
@@ -111,12 +126,12 @@ def expect(a: np.ndarray, shape: tuple, name: str) -> None:
 
 def copy(*path: str) -> Transform:
     """The tensor as is, at ``path``."""
-    return lambda a, c: [(path, a)]
+    return Transform(lambda a, c: [(path, a)], lambda c, n, look: look(path))
 
 
 def transpose(*path: str) -> Transform:
     """A ``nn.Linear`` weight (out, in) as a kernel (in, out) at ``path``."""
-    return lambda a, c: [(path, np.ascontiguousarray(a.T))]
+    return Transform(lambda a, c: [(path, np.ascontiguousarray(a.T))], lambda c, n, look: look(path)[::-1])
 
 
 def heads_out_kernel(transpose: bool) -> Transform:
@@ -124,25 +139,40 @@ def heads_out_kernel(transpose: bool) -> Transform:
     def f(a, c):
         w = a.T if transpose else a  # -> (in = H*K, out = d)
         return [(("attn", "o", "kernel"), np.ascontiguousarray(w).reshape(c.num_heads, c.head_dim, -1))]
-    return f
+
+    def shape(c, n, look):
+        hk = c.num_heads * c.head_dim
+        return (c.d_model, hk) if transpose else (hk, c.d_model)
+    return Transform(f, shape)
+
+
+def heads_in(name: str, kv: bool, check: bool = True) -> Transform:
+    """A Linear weight (H·K, d) as ``attn/{name}/kernel`` (d, H, K), its bias (H·K,) as ``attn/{name}/bias`` (H, K);
+    H_kv heads for k, v (``kv``); ``check``: the shape against the config, naming ``{name}_proj``."""
+    def f(a, c):
+        H = c.num_kv_heads if kv else c.num_heads
+        if a.ndim == 1:
+            if check:
+                expect(a, (H * c.head_dim,), f"{name}_proj.bias")
+            return [(("attn", name, "bias"), a.reshape(H, c.head_dim))]
+        if check:
+            expect(a, (H * c.head_dim, c.d_model), f"{name}_proj.weight")
+        return [(("attn", name, "kernel"), np.ascontiguousarray(a.T).reshape(c.d_model, H, c.head_dim))]
+
+    def shape(c, n, look):
+        hk = (c.num_kv_heads if kv else c.num_heads) * c.head_dim
+        return (hk,) if n.endswith("bias") else (hk, c.d_model)
+    return Transform(f, shape)
 
 
 def linear_heads_in(name: str, kv: bool) -> Transform:
     """``{name}_proj.weight`` (H·K, d) as ``attn/{name}/kernel`` (d, H, K); H_kv heads for k, v (``kv``)."""
-    def f(a, c):
-        H = c.num_kv_heads if kv else c.num_heads
-        expect(a, (H * c.head_dim, c.d_model), f"{name}_proj.weight")
-        return [(("attn", name, "kernel"), np.ascontiguousarray(a.T).reshape(c.d_model, H, c.head_dim))]
-    return f
+    return heads_in(name, kv)
 
 
 def linear_heads_bias(name: str, kv: bool) -> Transform:
     """``{name}_proj.bias`` (H·K,) as ``attn/{name}/bias`` (H, K); H_kv heads for k, v (``kv``)."""
-    def f(a, c):
-        H = c.num_kv_heads if kv else c.num_heads
-        expect(a, (H * c.head_dim,), f"{name}_proj.bias")
-        return [(("attn", name, "bias"), a.reshape(H, c.head_dim))]
-    return f
+    return heads_in(name, kv)
 
 
 def fused_qkv_per_head(name: str) -> Transform:
@@ -158,12 +188,17 @@ def fused_qkv_per_head(name: str) -> Transform:
         expect(a, (3 * H * K,), name + ".bias")
         b = a.reshape(H, 3, K)
         return [(("attn", n, "bias"), np.ascontiguousarray(b[:, i, :])) for i, n in enumerate("qkv")]
-    return f
+
+    def shape(c, n, look):
+        hk3 = 3 * c.num_heads * c.head_dim
+        return (hk3,) if n.endswith("bias") else (hk3, c.d_model)
+    return Transform(f, shape)
 
 
 def under(prefix: tuple[str, ...], t: Transform) -> Transform:
     """``t`` with its geomjax paths moved below ``prefix``."""
-    return lambda a, c: [(prefix + p, x) for p, x in t(a, c)]
+    return Transform(lambda a, c: [(prefix + p, x) for p, x in t(a, c)],
+                     lambda c, n, look: t.shape(c, n, lambda p: look(prefix + p)))
 
 
 def per_layer(table: dict[str, Transform], n_layers: int, hf: str, ours: str,

@@ -34,7 +34,7 @@ from geomjax.base._checks import compiled_cache
 from geomjax.errors import GeomjaxError
 from geomjax.models.bloom import alibi_bias
 from geomjax.models.common import HFConfig, layer_norm, missing_head_message
-from geomjax.models.family import Family
+from geomjax.models.family import Family, Parts
 from geomjax.models.llama import apply_rotary
 from geomjax.models.registry import FAMILIES, family_of
 from geomjax.models.toy import ToyTransformer
@@ -114,10 +114,30 @@ class ModelInterface:
         """The :class:`~geomjax.models.family.Family` record of a Hugging Face port (None for a toy model)."""
         return None if isinstance(self.module, ToyTransformer) else family_of(self.config)
 
+    @functools.cached_property
+    def parts(self) -> Parts | None:
+        """What the model is made of (:class:`~geomjax.models.family.Parts`: its family record with its config's
+        switches); None for a toy model."""
+        return None if self.family is None else self.family.parts(self.config)
+
+    @property
+    def block_prefix(self) -> str:
+        """The blocks' name in the parameter tree and the module path (block l is ``{block_prefix}_{l}``)."""
+        return "block" if self.family is None else self.family.blocks
+
     def layer_key(self, layer: int) -> str:
         """Name of block ``layer`` in the parameter tree."""
-        fam = self.family
-        return ("block_{}" if fam is None else fam.layer_key).format(layer)
+        return f"{self.block_prefix}_{layer}"
+
+    def norm_affine(self, params: Params, *path: str) -> tuple[Float[Array, " d"], Float[Array, " d"] | None]:
+        """The gain (d,) and bias (d,) or None of the norm module at ``path`` in the parameter tree, as the model
+        applies it: the gain is offset + scale (Gemma's 1 + w: ``norm_offset`` of
+        :class:`~geomjax.models.family.Parts`)."""
+        p = params
+        for key in path:
+            p = p[key]
+        off = 0.0 if self.parts is None else self.parts.norm_offset
+        return (p["scale"] + off if off else p["scale"]), p.get("bias")
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, params: Params, ids: Int[Array, "B T"], *, return_attention: bool = False,
@@ -258,7 +278,7 @@ class ModelInterface:
             return E, params["unembed"]["kernel"] if "unembed" in params else E.T
         E = params[self.family.embedding]["embedding"]
         if not self.family.bidirectional and not self.has_lm_head(params):  # a causal LM saved without its head
-            raise GeomjaxError(missing_head_message(self.config.display_name))
+            raise GeomjaxError(missing_head_message(self.config))
         return E, params["lm_head"]["kernel"] if "lm_head" in params else E.T
 
     def has_lm_head(self, params: Params) -> bool:

@@ -347,7 +347,6 @@ class Llama(CausalLM):
                    for layer in range(c.num_hidden_layers))
 
     config: RotaryConfig
-    PARTS: ClassVar[dict[str, str]] = {"blocks": "layers", "final_norm": "norm", "embedding": "embed_tokens"}
 
     def setup(self):
         c = self.config
@@ -496,16 +495,20 @@ def rms_norm_input(c: RotaryConfig, blk: Mapping, h: Float[Array, "*b d"]) -> Fl
     return rms_norm(h, scale + c.norm_offset if c.norm_offset else scale, c.rms_norm_eps)
 
 
-def rotary_family(name: str, model_types: tuple[str, ...], config_cls: type, reader, *, prepends_bos: bool
-                  ) -> Family:
+def rotary_family(name: str, model_types: tuple[str, ...], config_cls: type, reader, *, prepends_bos: bool,
+                  tiny: Mapping | None = None) -> Family:
     """The :class:`Family` record of a rotary decoder running on :class:`Llama` (module, table, layout)."""
     return Family(
         name=name, model_types=model_types, config_cls=config_cls, module_cls=Llama, config_from_hf=reader,
-        weight_table=weight_table, hf_prefix="model.", layer_key="layers_{}", embedding="embed_tokens",
+        weight_table=weight_table, hf_prefix="model.", blocks="layers", final_norm="norm", embedding="embed_tokens",
         positions="rotary", norm="rmsnorm", pre_norm=True,
         norms=(("input_norm", "rms_1"), ("post_norm", "rms_2"), ("attn_out_norm", "rms_attn_out"),
                ("mlp_out_norm", "rms_mlp_out")),
-        attention_norm=rms_norm_input, prepends_bos=prepends_bos)
+        attention_norm=rms_norm_input, prepends_bos=prepends_bos, norm_eps="rms_norm_eps",
+        out_norms=("attn_out_norm", "mlp_out_norm"), tiny=tiny)
 
 
-FAMILY = rotary_family("llama", ("llama", "mistral"), LlamaConfig, config_from_hf, prepends_bos=True)
+FAMILY = rotary_family("llama", ("llama", "mistral"), LlamaConfig, config_from_hf, prepends_bos=True, tiny={
+    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64})

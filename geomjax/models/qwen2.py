@@ -58,4 +58,7 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> Qwen
     return build_config(Qwen2Config, "Qwen2", **kw)
 
 
-FAMILY = rotary_family("qwen2", ("qwen2",), Qwen2Config, config_from_hf, prepends_bos=False)
+FAMILY = rotary_family("qwen2", ("qwen2",), Qwen2Config, config_from_hf, prepends_bos=False, tiny={
+    "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "tie_word_embeddings": False})

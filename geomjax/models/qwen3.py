@@ -46,4 +46,7 @@ def config_from_hf(cfg: Mapping, ignore_config_keys: Iterable[str] = ()) -> Qwen
     return build_config(Qwen3Config, "Qwen3", **rotary_config_kwargs(cfg, "Qwen3"))
 
 
-FAMILY = rotary_family("qwen3", ("qwen3",), Qwen3Config, config_from_hf, prepends_bos=False)
+FAMILY = rotary_family("qwen3", ("qwen3",), Qwen3Config, config_from_hf, prepends_bos=False, tiny={
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "max_position_embeddings": 64, "head_dim": 16, "tie_word_embeddings": True})

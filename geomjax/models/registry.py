@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from geomjax.errors import GeomjaxError
-from geomjax.models import bert, bloom, gemma, gemma2, gemma3, gpt2, gpt_neox, llama, qwen2, qwen3
+from geomjax.models import bert, bloom, gemma, gemma2, gemma3, gpt2, gpt_neox, llama, phi3, qwen2, qwen3
 from geomjax.models.family import Family
 
 __all__ = ["FAMILIES", "FAMILY_MODULES", "MODEL_TYPES", "family_of", "family_of_model_type"]
 
-FAMILY_MODULES = (gpt2, bert, llama, bloom, gpt_neox, qwen2, qwen3, gemma, gemma2, gemma3)
+FAMILY_MODULES = (gpt2, bert, llama, bloom, gpt_neox, qwen2, qwen3, gemma, gemma2, gemma3, phi3)
 """The family modules, each ending with its ``FAMILY`` record."""
 
 FAMILIES: tuple[Family, ...] = tuple(m.FAMILY for m in FAMILY_MODULES)

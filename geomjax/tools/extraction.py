@@ -127,7 +127,7 @@ class ScanForward:
 
     @property
     def prefix(self) -> str:
-        return self.model.PARTS["blocks"]
+        return self.model.config.FAMILY.blocks
 
     def stack(self, params: PyTree) -> dict:
         """``{"rest": the parameters outside the blocks (the untied read-out ``lm_head`` dropped: the study
@@ -167,7 +167,7 @@ class ScanForward:
 
     def norm(self, rest: PyTree, x):
         """The final norm of x (B, T', d)."""
-        return _parts(self.model)[1].apply({"params": rest[self.model.PARTS["final_norm"]]}, x)
+        return _parts(self.model)[1].apply({"params": rest[self.model.config.FAMILY.final_norm]}, x)
 
     def __call__(self, params: PyTree, ids: Int[Array, "B T"]) -> tuple:
         """forward(stacked params, ids) -> the L+1 states (B, T', d) as float32, scanned (no statistics)."""

@@ -47,6 +47,8 @@ def _one_line_error(capsys, argv, match):
     (["--ood-corpus", "no-such-corpus"], "unknown corpus"),
     (["--data-dir", "/nonexistent/data"], r"data folder .* does not exist"),
     (["--model", "/nonexistent/model"], r"--model '/nonexistent/model'"),
+    (["--model", "./no_such_dir"], r"--model './no_such_dir': checkpoint directory ./no_such_dir does not exist"),
+    (["--corpus", "./missing.txt"], r"corpus path './missing.txt' does not exist"),
     (["--n-docs", "0"], "--n-docs must be >= 1"),
     (["--windows-per-doc", "0"], "--windows-per-doc must be >= 1"),
     (["-T", "10"], r"-T 10 is too short: the study needs at least 10 positions.*-T >= 11"),

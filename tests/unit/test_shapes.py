@@ -74,9 +74,10 @@ NO_ARRAYS = {
     "geomjax.tools.extraction.plan_step": "parameter shapes (ShapeDtypeStructs) -> StepPlan of numbers",
     "geomjax.theory.decomposition.class_scatter_init": "(K, d, dtype) -> zero ClassScatter",
     "geomjax.analysis.lens.load": "name -> Model",
+    "geomjax.analysis.lens.model_source": "model name -> (kind, directory)",
     "geomjax.analysis.lens.cache_size": "(Model, batch shape, names) -> CacheSize (bytes, from eval_shape)",
     "geomjax.analysis.lens.patching_sweep": "(Model, texts or ids, metric) -> PatchingSweep (arrays inside)",
-    "geomjax.models.common.missing_head_message": "family -> message",
+    "geomjax.models.common.missing_head_message": "config -> message",
     "geomjax.theory.fourier.fourier_basis_names": "p -> the basis rows' names",
     "geomjax.tools.attention_probe.describe_model": "model -> AttentionModel (its sizes and conventions)",
     # models: configs, module factories, closures
