@@ -14,9 +14,10 @@ carry (uniform random integers) and no-carry (digit pairs summing to <= 9) setti
   distribution (99.80% on the validation set at step 12,000; 27.7% at the 3,000-step budget), carry 0.00%
   (validation loss 1.65 at 3,000 steps, 1.32 at 12,000: still falling); the 12,000-step runs trained 2,811 s
   (carry) and 1,108 s (no-carry) under that load.
-  Carry at another size: 4 layers × 4 heads, d 128 (0.8M parameters, twice the cpu model) for the 3,000-step
-  budget, beside the cpu model's own 3,000-step run: whether more capacity learns more of the carry in the same
-  steps (the carry row's "budget or capacity" reading).
+  Carry at another size: 2 layers × 4 heads, d 64 (0.1M parameters, a quarter of the cpu model) for the 3,000-step
+  budget, beside the cpu model's own 3,000-step run: whether a quarter of the capacity learns as much of the carry
+  in the same steps (the carry row's "budget or capacity" reading). (A model twice the cpu model's size, 4 layers,
+  was the first choice: about 100 minutes of the shared 2-core machine at its load of 18, too long for a companion.)
 * ``paper``: :func:`geomjax.train.addition_config` ``paper``: App. A as printed (8 layers, 8 heads, d 512, dropout
   0.1, AdamW weight decay 0.1, lr 5e-5 cosine after 1,000 warm-up steps, batch 64, 100K steps) on App. E's 100K
   training problems, 10K validation, 1K short problems (250 per length).
@@ -102,7 +103,7 @@ def get_config(preset: str = "cpu", *, seed: int = 0) -> AdditionExperimentConfi
         t = addition_train_config(10, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=2e-3, final_lr=2e-4,
                                   warmup_steps=100, batch_size=64, total_steps=12_000, steps_per_call=100,
                                   eval_every=500, eval_batches=16, ckpt_every=1000, n_train=100_000, seed=seed)
-        return AdditionExperimentConfig("cpu", t, budgets=(3000,), carry_sizes=((4, 4, 128, 512),), carry_size_steps=3000)
+        return AdditionExperimentConfig("cpu", t, budgets=(3000,), carry_sizes=((2, 4, 64, 256),), carry_size_steps=3000)
     if preset == "paper":
         return AdditionExperimentConfig("paper", addition_config("paper").replace(seed=seed), n_eval=10_000,
                                         n_short=250, n_basis=2048)

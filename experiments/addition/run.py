@@ -250,10 +250,10 @@ def train_carry_sizes(cfg: AdditionExperimentConfig, out: Path, *, progress: boo
 
 def carry_evidence(metrics: dict, cfg: AdditionExperimentConfig) -> tuple[str, str | None]:
     """The carry row's evidence (a sentence) and its reading: "budget" when the preset's model still improves with
-    steps (its validation loss falls by more than CURVE_TOL from the shorter budget to the preset's) and a larger model
-    at the shorter budget learns no more (per-token accuracy within SIZE_TOL of the preset model's), "capacity" when
-    the larger model at that budget is better by more than SIZE_TOL, None when neither is shown (no larger model, or
-    neither condition)."""
+    steps (its validation loss falls by more than CURVE_TOL from the shorter budget to the preset's) and the other
+    size at the shorter budget learns no more (a larger model) or as much (a smaller one: per-token accuracy within
+    SIZE_TOL of the preset model's); "capacity" when a larger model at that budget is better by more than SIZE_TOL;
+    None when neither is shown."""
     m = metrics["settings"].get("carry")
     sizes = metrics.get("carry_sizes") or {}
     if m is None:
@@ -275,9 +275,12 @@ def carry_evidence(metrics: dict, cfg: AdditionExperimentConfig) -> tuple[str, s
                      f"per-token {100 * last['accuracy']:.1f}%, exact match {100 * last['exact_match']:.2f}%"
                      + (f" (the preset's model at {x['steps']:,}: loss {ref['loss']:.3g}, per-token "
                         f"{100 * ref['accuracy']:.1f}%)" if ref else ""))
-        if ref is not None and x["n_params"] > count_params(cfg.train.model)[0]:  # only a larger model tests capacity
+        if ref is not None:
             gain = last["accuracy"] - ref["accuracy"]
-            reading = "capacity" if gain > SIZE_TOL else ("budget" if falling else reading)
+            if x["n_params"] > count_params(cfg.train.model)[0]:  # a larger model: better = capacity binds
+                reading = "capacity" if gain > SIZE_TOL else ("budget" if falling else reading)
+            elif abs(gain) <= SIZE_TOL and falling:  # a smaller model as good: size is not what binds
+                reading = "budget"
     return "; ".join(parts), reading
 
 
@@ -348,9 +351,10 @@ def sizes_section(metrics: dict) -> Section:
         "horizon), beside the preset's model at that budget (the table above): whether a larger model learns more of "
         "the carry in the same steps (capacity) or the preset's model is still improving with steps (budget). The "
         f"reading, in the source-vs-run table's carry row: capacity where a larger model's per-token accuracy at that "
-        f"budget exceeds the preset's model's by more than {100 * SIZE_TOL:.0f} points; budget where it does not and "
-        f"the preset's model's validation loss still falls by more than {CURVE_TOL:g} nats from that budget to the "
-        "preset's; otherwise neither is shown."])
+        f"budget exceeds the preset's model's by more than {100 * SIZE_TOL:.0f} points; budget where the preset's "
+        f"model's validation loss still falls by more than {CURVE_TOL:g} nats from that budget to the preset's and a "
+        f"larger model is not better, or a smaller one is as good (within {100 * SIZE_TOL:.0f} points); otherwise "
+        "neither is shown."])
     rows = [[label, f"{x['n_params'] / 1e6:.2f}M", e["step"], f"{100 * e['exact_match']:.2f}%",
              f"{100 * e['accuracy']:.2f}%", round(e["loss"], 4)] for label, x in metrics["carry_sizes"].items()
             for e in x["evals"]]
