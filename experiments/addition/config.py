@@ -14,9 +14,13 @@ carry (uniform random integers) and no-carry (digit pairs summing to <= 9) setti
   distribution (99.80% on the validation set at step 12,000; 27.7% at the 3,000-step budget), carry 0.00%
   (validation loss 1.65 at 3,000 steps, 1.32 at 12,000: still falling); the 12,000-step runs trained 2,811 s
   (carry) and 1,108 s (no-carry) under that load.
-* ``paper``: :func:`geomjax.train.addition_config` ``paper`` (the authors' released code: 8 layers, 8 heads, d 512,
-  fp32, 1M training problems as in the source code — the paper's App. E text says 100K — 10K
-  validation, 1K short problems).
+  Carry at another size: 2 layers × 4 heads, d 64 (0.1M parameters, a quarter of the cpu model) for the 3,000-step
+  budget, beside the cpu model's own 3,000-step run: whether a quarter of the capacity learns as much of the carry
+  in the same steps (the carry row's "budget or capacity" reading). (A model twice the cpu model's size, 4 layers,
+  was the first choice: about 100 minutes of the shared 2-core machine at its load of 18, too long for a companion.)
+* ``paper``: :func:`geomjax.train.addition_config` ``paper``: App. A as printed (8 layers, 8 heads, d 512, dropout
+  0.1, AdamW weight decay 0.1, lr 5e-5 cosine after 1,000 warm-up steps, batch 64, 100K steps) on App. E's 100K
+  training problems, 10K validation, 1K short problems (250 per length).
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ class AdditionExperimentConfig:
       budgets: shorter training budgets (total steps, each a multiple of ``train.steps_per_call`` and below
         ``train.total_steps``), trained as separate runs with their own cosine horizon
         (:func:`budget_config`) so that the report's exact-match curve shows the trend across budgets.
+      carry_sizes: other model sizes (n_layers, n_heads, d_model, d_mlp) at which the carry setting is trained for
+        ``carry_size_steps`` steps (one of ``budgets``, so the preset's model has the same run): budget or capacity.
     """
 
     preset: str
@@ -59,6 +65,8 @@ class AdditionExperimentConfig:
     n_basis: int = 512
     settings: tuple[str, ...] = ("carry", "no_carry")
     budgets: tuple[int, ...] = ()
+    carry_sizes: tuple[tuple[int, int, int, int], ...] = ()
+    carry_size_steps: int = 0
 
     def __post_init__(self):
         bad = [s for s in self.settings if s not in ("carry", "no_carry")]
@@ -71,6 +79,9 @@ class AdditionExperimentConfig:
         if bad:
             raise ValueError(f"AdditionExperimentConfig: budgets must be multiples of steps_per_call = {N} below "
                              f"total_steps = {self.train.total_steps}, got {bad}")
+        if self.carry_sizes and self.carry_size_steps not in self.budgets:
+            raise ValueError(f"AdditionExperimentConfig: carry_size_steps must be one of the budgets {list(self.budgets)} "
+                             f"(the preset's model trains that budget too), got {self.carry_size_steps}")
 
     @property
     def seq_len(self) -> int:
@@ -87,12 +98,12 @@ def get_config(preset: str = "cpu", *, seed: int = 0) -> AdditionExperimentConfi
                                   warmup_steps=5, batch_size=16, total_steps=30, steps_per_call=10, n_train=512,
                                   seed=seed)
         return AdditionExperimentConfig("smoke", t, n_eval=32, short_lengths=(1,), n_short=16, n_basis=32,
-                                        budgets=(20,))
+                                        budgets=(20,), carry_sizes=((1, 2, 16, 32),), carry_size_steps=20)
     if preset == "cpu":
         t = addition_train_config(10, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=2e-3, final_lr=2e-4,
                                   warmup_steps=100, batch_size=64, total_steps=12_000, steps_per_call=100,
                                   eval_every=500, eval_batches=16, ckpt_every=1000, n_train=100_000, seed=seed)
-        return AdditionExperimentConfig("cpu", t, budgets=(3000,))
+        return AdditionExperimentConfig("cpu", t, budgets=(3000,), carry_sizes=((2, 4, 64, 256),), carry_size_steps=3000)
     if preset == "paper":
         return AdditionExperimentConfig("paper", addition_config("paper").replace(seed=seed), n_eval=10_000,
                                         n_short=250, n_basis=2048)

@@ -114,7 +114,8 @@ def mechanism_table(rows: Sequence[dict], paper_heads: dict) -> tuple[list[str],
 
     Returns:
       (header, rows, findings): ``findings`` are sentences for the report — a warning when no head has any
-      type, and one per type whose heads' majority dominant part contradicts the paper's mechanism.
+      type, and one per type whose heads' majority dominant part differs from the paper's head (in a model that
+      is not the paper's GPT-2: whether the mechanism carries over).
     """
     header = ["type", "paper's head (GPT-2)", "paper's dominant part", "heads of this type here", "strongest here",
               "dominant parts here", "agrees with the paper"]
@@ -135,9 +136,10 @@ def mechanism_table(rows: Sequence[dict], paper_heads: dict) -> tuple[list[str],
             top = max(dom, key=dom.get)
             agree = "yes" if top == part else f"no: {COMPONENT_TITLES[top]} dominates"
             if top != part:
-                findings.append(f"Contrary to the paper's mechanism: {dom.get(part, 0)} of the {len(mine)} {t} heads "
+                findings.append(f"Unlike the paper's {head} in this model: {dom.get(part, 0)} of the {len(mine)} {t} heads "
                                 f"are {COMPONENT_TITLES[part]} dominated (paper: {head}); most are "
-                                f"{COMPONENT_TITLES[top]} dominated ({dom[top]}).")
+                                f"{COMPONENT_TITLES[top]} dominated ({dom[top]}). This model is not the paper's, so "
+                                "this says whether the mechanism carries over, not whether the paper's holds.")
         out.append([t, head, COMPONENT_TITLES.get(part, part), len(mine),
                     f"L{best['layer']}H{best['head']}" if best else "—",
                     ", ".join(f"{COMPONENT_TITLES[c]} {n}" for c, n in dom.items()) or "—", agree])

@@ -272,10 +272,17 @@ def _absent_note(m: dict, t: str, min_lift: float, name: str) -> str:
     return note
 
 
+STAND_IN = {"Toy GPT": "a character-level toy GPT trained on tiny Shakespeare",
+            "MiniLM": "MiniLM, a 6-layer BERT-architecture sentence encoder"}
+"""What each model of the comparison is, beside the paper's GPT-2 (model name in the rows -> description)."""
+
+
 def _contrary_note(m: dict, t: str, name: str) -> str:
     """A head type whose majority dominant part is not the paper's: and for the toy, the same type at the committed
     other setting (its head count and dominant parts)."""
-    note = "contradicts the paper's mechanism"
+    note = (f"differs from the paper's GPT-2 head in {STAND_IN.get(name, name)}, a stand-in for GPT-2 (not available "
+            "offline): the mechanism does not carry over to it, which neither confirms nor contradicts the paper's "
+            "mechanism in GPT-2")
     other = _other_toy(m, name)
     mech = {x["type"]: x for x in other[1]["mechanism"]} if other is not None else {}
     if t in mech:

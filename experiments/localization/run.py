@@ -7,7 +7,9 @@ iteration as heatmaps (Fig. 7), a table of final values per κ2, and which of th
 conclusions the run reproduces::
 
     .venv/bin/python -m experiments.localization.run --preset cpu --out runs/localization-cpu
-    .venv/bin/python -m experiments.localization.run --preset paper --out runs/localization-paper
+    .venv/bin/python -m experiments.localization.run --preset paper --out runs/localization-paper --data-dir DIR
+
+(``paper`` trains on WikiText-2's train split, ``DIR/wikitext-2/train.txt``, which geomjax does not ship.)
 """
 
 from __future__ import annotations
@@ -142,6 +144,32 @@ def source_rows(checks: list[list[str]]) -> list[Row]:
             for k, c in zip(keys, checks)]
 
 
+def departures(cfg: LocaterConfig) -> list[str]:
+    """Where ``cfg`` departs from §7's setting (the ``paper`` preset), one phrase each; [] for §7 itself."""
+    src, d = get_config("paper"), []
+    for name, unit in (("batch_size", "batch {}"), ("d_model", "d = {}"), ("steps", "{:,} iterations"),
+                       ("kappa1", "κ1 = {:g}"), ("seq_len", "T = {}")):
+        if getattr(cfg, name) != getattr(src, name):
+            d.append(f"{unit.format(getattr(cfg, name))} (source {unit.format(getattr(src, name))})")
+    if cfg.vocab_cap is not None:
+        d.append(f"the {cfg.vocab_cap - 1:,} most frequent words + <unk> (source: full vocabulary)")
+    if cfg.optim != src.optim:
+        d.append(f"Adam lr {cfg.optim.lr:g}, weight decay {cfg.optim.weight_decay:g} (source 2.5e-5, 0.01)")
+    if cfg.init != src.init:
+        d.append("GPT-2-style initialisation N(0, 0.02), residual projections N(0, 0.02/√2) (source: fairseq's, "
+                 "Xavier-uniform projections and N(0, 1/d) embeddings; companion cpu-fairseq)")
+    if cfg.gradient == "autodiff":
+        d.append("the penalty's exact gradient (§6 prints a mean-term derivative with a factor tr(W_QK) where the "
+                 "exact one has 2; companion cpu-printed trains with the printed one)")
+    if cfg.train_split != src.train_split:
+        d.append(f"trains on WikiText-2 {cfg.train_split}.txt (source: train.txt, not shipped: no train.txt offline) "
+                 f"and evaluates on {cfg.valid_split}.txt")
+    if cfg.eval_batches is not None:
+        d.append(f"validation on {cfg.eval_batches} batches (source: the whole split)")
+    return d + ["float32 (source: fairseq FP16)", "dropout also on the attention probabilities (fairseq's attention "
+                "dropout is 0)"]
+
+
 def penalty_minimum(kappa1: float, kappa2: float, d: int) -> tuple[float, float]:
     """(tr*, scale*) of the LocATER penalty alone, κ1·tr(WᵀW) + κ2·(tr W − 1)² over d×d W (Bao §6): its minimiser is
     W = c·I with tr* = κ2·d / (κ1 + κ2·d), and scale* = tr(WᵀW) = tr*² / d (Cauchy–Schwarz: every W of trace t has
@@ -220,22 +248,22 @@ def write_report(res: SweepResult, run: RunDir, preset: str, others: dict | None
         f"Preset {preset}: 1-layer, 1-head post-LN transformer LM (ReLU, sinusoidal positions, √d-scaled embeddings, "
         f"untied output embedding as fairseq's transformer_lm default), d = {cfg.d_model} (embedding, attention, FFN), "
         f"T = {cfg.seq_len}, batch {cfg.batch_size}, Adam lr {cfg.optim.lr:g} {cfg.optim.schedule} with decoupled weight decay {cfg.optim.weight_decay:g} "
-        f"on all parameters, dropout {cfg.dropout:g}, {cfg.steps} iterations, κ1 = {cfg.kappa1:g}, κ2 ∈ {k2} trained in one "
+        f"on all parameters, dropout {cfg.dropout:g}, {cfg.init} initialisation, the penalty's "
+        f"{'derivative as §6 prints it' if cfg.gradient == 'printed' else 'exact gradient'}, {cfg.steps} iterations, κ1 = {cfg.kappa1:g}, κ2 ∈ {k2} trained in one "
         f"vmapped job from the same initialisation and batches (seed {cfg.seed}). Vocabulary: {res.vocab_size} word types "
         f"({'all training words' if cfg.vocab_cap is None else f'the {cfg.vocab_cap - 1} most frequent training words'} + <unk>).")
     s1.paragraphs.append(
-        f"Data: WikiText-2 word level, lines split on whitespace with </s> appended (fairseq binarisation). Only valid.txt and "
-        f"test.txt exist offline (no train.txt), so the model trains on the '{cfg.train_split}' split and perplexity is measured "
+        f"Data: WikiText-2 word level, lines split on whitespace with </s> appended (fairseq binarisation). "
+        + ("" if cfg.train_split == "train" else "Only valid.txt and test.txt exist offline (no train.txt), so ")
+        + f"the model trains on the '{cfg.train_split}' split and perplexity is measured "
         f"on the '{cfg.valid_split}' split ({'all' if cfg.eval_batches is None else cfg.eval_batches} batches of non-overlapping "
         f"windows); batches are uniformly random windows of the training stream. W_QK = W_q W_kᵀ of the single head (no 1/√K "
         f"factor); ρ_i is the batch frequency of ⟨γ^i, ω⟩ + γ_0^i ∈ [0, 1] for the last query's attention row. "
         f"Training wall time: {res.seconds:.0f} s" + (f" (resumed at step {res.resumed_from})" if res.resumed_from else "")
         + f"; at the end, {machine_load()}.")
-    if preset != "paper":
-        s1.paragraphs.append("Differences from §7 in this preset: " + (
-            "batch 16 instead of 64, a 1,024-word vocabulary, lr 1e-3 instead of 2.5e-5 and 1,000 instead of 50,000 "
-            "iterations (to fit ~20 minutes on 2 shared CPU cores); float32 instead of fairseq's FP16." if preset == "cpu"
-            else "a tiny smoke configuration."))
+    dep = departures(cfg)
+    if dep:
+        s1.paragraphs.append(f"Differences from §7 in this preset: {'; '.join(dep)}.")
     s2 = Section("Fig. 6: training curves")
     s2.figure(rel6, "training loss, eigenspectrum scale, attention entropy, validation perplexity per κ2")
     d = cfg.d_model
@@ -258,13 +286,9 @@ def write_report(res: SweepResult, run: RunDir, preset: str, others: dict | None
     s3 = Section("Fig. 7: ρ_i per iteration")
     s3.figure(rel7, "ρ_i of the last query (batch frequency) at every iteration, largest κ2 (top) and κ2 = 0 (bottom)")
     rows = source_rows(checks)
-    dep = [] if preset == "paper" else (
-        ["batch 16 (source 64)", "the 1,023 most frequent words + <unk> (source: full vocabulary)",
-         "lr 1e-3 (source 2.5e-5)", "1,000 iterations (source 50,000)", "float32 (fairseq FP16)"] if preset == "cpu"
-        else ["a tiny smoke configuration"])
-    dep.append("trains on WikiText-2 test.txt and evaluates on valid.txt (no train.txt offline)")
     cmp = source_section(SOURCE, preset, f"d = {cfg.d_model}, T = {cfg.seq_len}, batch {cfg.batch_size}, lr {cfg.optim.lr:g}, "
-                         f"{cfg.steps} iterations, κ1 = {cfg.kappa1:g}, κ2 ∈ {k2}.", dep, rows)
+                         f"{cfg.steps} iterations, κ1 = {cfg.kappa1:g}, κ2 ∈ {k2}, {cfg.init} initialisation, the "
+                         f"penalty's {'printed' if cfg.gradient == 'printed' else 'exact'} gradient.", departures(cfg), rows)
     sched = schedule_section({SWEEP: cfg.effective_schedule()})
     metrics |= {"preset": preset, "seconds": res.seconds, "vocab_size": res.vocab_size, "plumbing_only": plumbing,
                 "d_model": d, "kappa1": cfg.kappa1, "steps": cfg.steps, "load": machine_load()}

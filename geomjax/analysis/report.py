@@ -19,10 +19,12 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 
 from geomjax.errors import GeomjaxError
 from geomjax.base.io import SCHEDULE_KEY, to_jsonable
-from geomjax.analysis.study import LayerMetrics
+from geomjax.analysis.study import LayerMetrics, screenot_k_caution
 
 __all__ = ["Section", "RunDir", "SCHEDULE_HEADING", "schedule_section", "check_reusable", "read_run_marker",
            "to_jsonable", "render_markdown", "render_html", "render_run", "sections", "PAPER_TABLE1", "PAPER_TABLE2",
@@ -460,12 +462,15 @@ def _fmt_ms(na: dict | None, summary: dict, key: str) -> str:
 def _cell(m, key: str, na: dict):
     """A table cell: the value of the per-layer metric ``key`` (an attribute of ``m``, a
     :class:`~geomjax.analysis.study.LayerMetrics` or ``TokenClusters``), or the reason it is not available."""
+    if key in na:  # the study's reason, or the report's (a singular Σ_W): the reason, never an unreliable value
+        return na[key]
     v = None if m is None else getattr(m, key)
-    return na.get(key, "n/a") if v is None else v
+    return "n/a" if v is None else v
 
 
-def _departure_sentence(summary: dict, arch: str) -> str:
-    """One sentence: where this run's layer means depart from the paper's closest Table 1 row."""
+def _departure_sentence(summary: dict, arch: str, incoherence_caveat: str = "") -> str:
+    """One sentence: where this run's layer means depart from the paper's closest Table 1 row; ``incoherence_caveat``
+    follows it when the incoherence is among the compared metrics (:func:`_incoherence_caveat`)."""
     row = paper_row(arch)
     if row is None:
         return ""
@@ -479,10 +484,35 @@ def _departure_sentence(summary: dict, arch: str) -> str:
     if not parts:
         return ""
     parts.sort(reverse=True)
+    caveat = f" {incoherence_caveat}" if incoherence_caveat and any("incoherence" in p for _, p in parts) else ""
     return (f"Against the paper's {row[0]} row on {row[1]} (Table 1 means across layers), this run "
             f"departs most in " + "; then ".join(p for _, p in parts[:2])
             + ("; the other compared metrics: " + "; ".join(p for _, p in parts[2:]) if parts[2:] else "")
-            + ".")
+            + "." + caveat)
+
+
+def _incoherence_caveat(r) -> str:
+    """Why this run's incoherence max and the paper's are not like for like (sample sizes, the column's definition)."""
+    n = r.n_positions * r.n_contexts
+    mean = r.summary.get("incoherence_mean", {}).get("mean") if isinstance(r.summary.get("incoherence_mean"), dict) else None
+    return (f"The incoherence gap is not like for like: a maximum grows with the number of pairs it is taken over, "
+            f"here T·C = {r.n_positions} × {r.n_contexts} = {n:,} (for random directions in d = {r.d_model} its "
+            f"expectation at these sizes is {r.incoherence_max_baseline:.3f}), while the paper's Table 1 is based on "
+            "6.4K samples and its caption calls 'incoh' an averaged cosine similarity (§4 defines it as the maximum)"
+            + (f"; this run's mean |cos(pos, ctx)| is {mean:.3g}" if mean is not None else "") + ".")
+
+
+def _singular_scatter(n_points: int, n_classes: int, d: int) -> str | None:
+    """The reason Tr(Σ_B Σ_W⁺) is not a finding at these sizes (Σ_W singular: fewer than d + K points), or None."""
+    if n_points - n_classes >= d:
+        return None
+    return f"n/a: Σ_W singular ({n_points} points < d + K = {d + n_classes}); see the caution"
+
+
+def _report_na(r) -> dict:
+    """The study's "n/a" reasons plus the report's own: the context-level compactness where Σ_W is singular."""
+    why = _singular_scatter(r.n_contexts, r.config.n_docs, r.d_model)
+    return r.not_available | ({"cluster_compactness": why} if why and "cluster_compactness" not in r.not_available else {})
 
 
 def _setup_section(r) -> Section:
@@ -512,7 +542,7 @@ def _setup_section(r) -> Section:
 
 
 def _layers_section(r, figure_paths: dict) -> Section:
-    na = r.not_available
+    na = _report_na(r)
     columns = metric_columns(type(r.layers[0].metrics))
     rows = [[ly.name] + [_cell(ly.metrics, f.name, na) for f in columns] for ly in r.layers]
     s = Section("Per-layer geometry (Song & Zhong Tables 1, 3, 4, 5; App. C)")
@@ -523,6 +553,8 @@ def _layers_section(r, figure_paths: dict) -> Section:
         "max_{t,c}|cos(pos_t, ctx_c)| (exact, over all T·C pairs) and its mean; mean |cos| of ctx "
         "within / between documents; share of the normalized pos Gram's DCT energy in the first 10×10 "
         "frequencies; Tr(Σ_B Σ_W⁺) of ctx.")
+    if caution := screenot_k_caution(r.config.screenot_k):
+        s.paragraphs.append(caution)
     s.figure(figure_paths["metrics_by_layer"], "Per-layer metrics (layer 0 = embedding output).")
     return s
 
@@ -539,12 +571,24 @@ def _summary_section(r) -> Section:
             f"Caution: the context-level compactness uses C = {C} windows in d = {d} "
             f"dimensions (fewer than d + K = {d + cfg.n_docs}), so Σ_W is singular and its "
             "pseudo-inverse inflates Tr(Σ_B Σ_W⁺); use more windows for a reliable value.")
-    s.paragraphs.append(
-        "For scale: two independent isotropic directions in d = %d dimensions have "
-        "E|cos| = %.3f, so an incoherence near or below that means pos and ctx are as "
-        "unrelated as random directions (the `song_zhong.incoherence_baseline` claims check this "
-        "baseline by Monte Carlo)." % (d, r.incoherence_baseline))
+    s.paragraphs.append(_scale_sentence(r))
     return s
+
+
+def _scale_sentence(r) -> str:
+    """The random-direction scale of the incoherence, like with like: the max over T·C pairs against the expected max
+    over as many random pairs, the mean against E|cos| of one pair."""
+    n = r.n_positions * r.n_contexts
+    if r.incoherence_max_baseline is None:
+        return (f"For scale: two independent isotropic directions in d = {r.d_model} have E|cos| = "
+                f"{r.incoherence_baseline:.3f}, the scale of the incoherence mean.")
+    return (f"For scale, like with like: the incoherence max is the largest |cos| over T·C = {n:,} (pos_t, ctx_c) pairs; "
+            f"over {n:,} independent pairs of isotropic directions in d = {r.d_model} the expected largest |cos| is "
+            f"{r.incoherence_max_baseline:.3f} (`geometry.expected_max_abs_cos_isotropic`; this run's pairs share their "
+            "T and C vectors, so independent pairs are the reference), so an incoherence max near or below it means pos "
+            "and ctx are as unrelated as random directions. The incoherence mean compares with E|cos| of one random "
+            f"pair, {r.incoherence_baseline:.3f} (the `song_zhong.incoherence_baseline` claims check this baseline by "
+            "Monte Carlo).")
 
 
 def _theorem1_section(r, figure_paths: dict) -> Section:
@@ -562,12 +606,18 @@ def _theorem1_section(r, figure_paths: dict) -> Section:
              t.max_ratio_corrected, t.lhs_k10_over_opnorm] for name, t in zip(r.layer_names, thm1)]
     s.table(["layer", "max LHS/RHS (printed)", "at (k, m)", "certified violations (printed)",
              "max LHS/RHS (corrected)", "LHS(k=10) / (‖G‖op/T)"], rows)
+    worst = max(float(t.max_ratio_printed) for t in thm1)
+    s.paragraphs.append(
+        (f"On these Grams eq. (6) as printed holds at every (k, m): the largest ratio is {worst:.2g}. " if worst <= 1 else
+         f"On these Grams eq. (6) as printed fails somewhere (largest ratio {worst:.3g}). ")
+        + "The claim `song_zhong.theorem1.printed` is decided on synthetic Grams, not on these; its verdict and the "
+        "erratum's class of it (a typo or a refutation) are in the demo's claims section and docs/ERRATA.md.")
     if "theorem1_mid_layer" in figure_paths:
         s.figure(figure_paths["theorem1_mid_layer"], "Eq. (6) on the middle layer's pos Gram: LHS vs RHS per m.")
     return s
 
 
-def _cluster_row(ly, na: dict) -> list:
+def _cluster_row(ly, na: dict) -> list:  # na: _report_na's, so a singular Σ_W shows its reason
     """One layer's App. C row: ctx, token-level cvec and raw compactness, and their ratio."""
     tc = ly.token_clusters
     ratio = tc.compactness_cvec / tc.compactness_raw if tc is not None and tc.compactness_raw else None
@@ -591,7 +641,7 @@ def _clusters_section(r, tok_figs: list) -> Section:
             f"{d_model + cfg.n_docs}, so Σ_W is singular and its pseudo-inverse inflates "
             "the token-level values; use more --cluster-windows.")
     s.table(["layer", "ctx", "cvec (tokens)", "raw (tokens)", "cvec / raw"],
-            [_cluster_row(ly, na) for ly in r.layers])
+            [_cluster_row(ly, _report_na(r)) for ly in r.layers])
     for name, rel in tok_figs:
         s.figure(rel, f"Figs. 24-26: cvec (left) vs raw states (right), {name}.")
     return s
@@ -627,7 +677,8 @@ def _paper_section(r, has_ood: bool) -> Section:
     arch = ("BERT" if r.model_desc.startswith("Bert") else
             "toy GPT-2-like" if r.model_desc.startswith("Toy") else "GPT-2")
     departure = _departure_sentence(summary, "BERT" if arch == "BERT" else
-                                    "NanoGPT" if arch.startswith("toy") else "GPT-2")
+                                    "NanoGPT" if arch.startswith("toy") else "GPT-2",
+                                    _incoherence_caveat(r) if r.incoherence_max_baseline is not None else "")
     if departure:
         s.paragraphs.append(departure)
     ours = [f"this run: {'MiniLM' if cfg.model == 'minilm' else Path(cfg.model).name} ({arch} arch.)",
@@ -659,8 +710,53 @@ def _figures_section(r, figure_paths: dict) -> Section:
     return s
 
 
+def _range(values) -> str:
+    """"mean m (lo–hi)" of per-layer values (None skipped); "n/a" without any."""
+    v = [float(x) for x in values if x is not None]
+    return "n/a" if not v else f"{np.mean(v):.3g} ({min(v):.3g}–{max(v):.3g})"
+
+
+def _findings_section(r) -> Section:
+    """The opening summary: what the run found, layer means and ranges with their scales, and its cautions."""
+    ms = [ly.metrics for ly in r.layers]
+    get = lambda key: [getattr(m, key) for m in ms]
+    s = Section("Summary: what this run found", [
+        f"{r.model_desc} on {r.config.corpus}, C = {r.n_contexts} windows × T = {r.n_positions} positions; per layer, mean "
+        "across layers (range):"])
+    lines = [
+        f"Positional basis P: rank {_range(get('screenot_rank'))} (ScreeNOT, k = {r.config.screenot_k}) in d = "
+        f"{r.d_model}, stable rank {_range(get('stable_rank'))}; relative norm {_range(get('relative_norm'))}; "
+        f"share of the variance {_range(get('share_pos'))} (ctx {_range(get('share_ctx'))}).",
+        f"Smoothness: {_range(get('dct_low_freq_energy'))} of the normalised pos Gram's DCT energy in its lowest "
+        f"{r.options.n_freq}×{r.options.n_freq} frequencies.",
+    ]
+    inc = [v for v in get("incoherence_max") if v is not None]
+    if inc and r.incoherence_max_baseline is not None:
+        below = sum(v <= r.incoherence_max_baseline for v in inc)
+        lines.append(f"Incoherence max |cos(pos, ctx)| {_range(inc)}: {below} of {len(inc)} layers at or below "
+                     f"{r.incoherence_max_baseline:.3f}, the expected max for as many random pairs; mean |cos| "
+                     f"{_range(get('incoherence_mean'))} against {r.incoherence_baseline:.3f} for one random pair.")
+    intra, inter = get("intra_similarity"), get("inter_similarity")
+    if any(v is not None for v in intra):
+        lines.append(f"Context clusters: mean |cos| of ctx within documents {_range(intra)}, between documents "
+                     f"{_range(inter)}.")
+    if r.layers[0].theorem1 is not None:
+        worst = max(float(ly.theorem1.max_ratio_printed) for ly in r.layers)
+        lines.append(f"Theorem 1, eq. (6) as printed on the real pos Grams: largest LHS/RHS {worst:.2g} "
+                     + ("(≤ 1: holds at every k, m tested)." if worst <= 1 else "(> 1 somewhere)."))
+    if r.layers[0].ood is not None:
+        lines.append(f"Out of distribution ({r.config.ood_corpus}): rank {_range([o.screenot_rank for o in (ly.ood for ly in r.layers)])}, "
+                     f"relative norm {_range([o.relative_norm for o in (ly.ood for ly in r.layers)])}.")
+    s.paragraphs += [f"- {x}" for x in lines]
+    cautions = [c for c in (screenot_k_caution(r.config.screenot_k),
+                            "Caution: the context-level compactness is not reported (Σ_W singular at these sizes)."
+                            if _report_na(r).get("cluster_compactness", "").startswith("n/a: Σ_W") else None) if c]
+    s.paragraphs += cautions
+    return s
+
+
 def sections(result, figure_paths: dict[str, str]) -> list[Section]:
-    """The report of a geometry study: setup, per-layer Tables 1/3-5, Table 1's means, Theorem 1
+    """The report of a geometry study: a summary of what it found, setup, per-layer Tables 1/3-5, Table 1's means, Theorem 1
     on the real pos Grams, App. C token clusters, Table 2 (OOD), the paper's own Table 1-2 rows
     beside ours, and the figures.
 
@@ -673,7 +769,8 @@ def sections(result, figure_paths: dict[str, str]) -> list[Section]:
     has_ood = layers[0].ood is not None
     tok_figs = [(ly.name, figure_paths[f"cvec_vs_raw_{ly.name}"]) for ly in layers
                 if f"cvec_vs_raw_{ly.name}" in figure_paths]
-    out = [_setup_section(result), _layers_section(result, figure_paths), _summary_section(result)]
+    out = [_findings_section(result), _setup_section(result), _layers_section(result, figure_paths),
+           _summary_section(result)]
     if layers[0].theorem1 is not None:
         out.append(_theorem1_section(result, figure_paths))
     if tok_figs or any(ly.token_clusters is not None for ly in layers):

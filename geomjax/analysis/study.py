@@ -56,7 +56,25 @@ __all__ = ["StudyOptions", "LayerMetrics", "Theorem1OnPos", "layer_metrics", "su
            "theorem1_on_pos_layers",
            "token_cluster_metrics", "top_singular_values", "GeometryConfig", "PRESETS", "GeometryInputs",
            "validate_geometry", "check_topic_capacity", "load_model_and_tokenizer", "model_conventions",
-           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run", "StudyPlan", "plan"]
+           "prepare_inputs", "status_line", "TokenClusters", "LayerResult", "StudyResult", "run", "StudyPlan", "plan",
+           "SOURCE_SCREENOT_K", "screenot_k_caution"]
+
+
+SOURCE_SCREENOT_K = 20
+"""ScreeNOT's k in Song & Zhong's code (Tables 1 and 3): the rank estimates are comparable with theirs at this k."""
+
+
+def screenot_k_caution(k: int) -> str | None:
+    """The warning a study with ScreeNOT's ``k`` below the source's :data:`SOURCE_SCREENOT_K` carries (None at or
+    above it): ScreeNOT's imputation takes σ_{k+1}..σ_{2k+1} as the noise bulk, so a k below the signal's rank
+    counts signal as noise, raises the threshold and lowers every rank estimate."""
+    if k >= SOURCE_SCREENOT_K:
+        return None
+    return (f"Warning: ScreeNOT ran with k = {k}, below the source's k = {SOURCE_SCREENOT_K} (--screenot-k). k is "
+            f"ScreeNOT's upper bound on the rank and its imputation takes σ_{k + 1}..σ_{2 * k + 1} as the noise bulk, so "
+            "where P's signal rank exceeds k those singular values are signal counted as noise: the threshold rises and "
+            "every rank estimate falls. These ranks are not comparable with the paper's (Tables 1-3, k = "
+            f"{SOURCE_SCREENOT_K}); use --screenot-k {SOURCE_SCREENOT_K} where T and d allow it (2k + 1 < min(T, d)).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -725,6 +743,9 @@ class StudyResult:
       corpora: corpus name -> which text it read (:func:`geomjax.data.corpus_source`: the shipped
         file and its hash, or the Python version of an interpreter-dependent corpus), for the
         corpus and the OOD corpus.
+      incoherence_max_baseline: E max|cos| over n_positions · n_contexts independent pairs of isotropic
+        directions in R^d (:func:`geometry.expected_max_abs_cos_isotropic`), the like-for-like scale of the
+        incoherence max over all T·C pairs (None: not computed).
     """
 
     config: GeometryConfig
@@ -747,6 +768,7 @@ class StudyResult:
     seconds_forward: float
     seconds_total: float
     corpora: dict = dataclasses.field(default_factory=dict)
+    incoherence_max_baseline: float | None = None
 
     @property
     def layer_names(self) -> list[str]:
@@ -1250,7 +1272,8 @@ def run(cfg: GeometryConfig, progress: bool = True, before_ood=None) -> StudyRes
         not_available=_unavailable(cfg, multi_doc, T, d),
         incoherence_baseline=geometry.mean_abs_cos_isotropic(X.shape[1]), ood_dropped=inputs.ood_dropped,
         seconds_forward=t_extract, seconds_total=0.0,
-        corpora={name: data.corpus_source(name, cfg.data_dir) for name in (cfg.corpus, cfg.ood_corpus) if name})
+        corpora={name: data.corpus_source(name, cfg.data_dir) for name in (cfg.corpus, cfg.ood_corpus) if name},
+        incoherence_max_baseline=geometry.expected_max_abs_cos_isotropic(X.shape[1], T * cfg.n_contexts))
     if before_ood is not None:
         before_ood(result)
     with timing.stage("OOD (Table 2)"):

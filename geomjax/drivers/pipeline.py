@@ -13,6 +13,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import shutil
+from collections.abc import Mapping
 
 import jax
 import matplotlib.pyplot as plt
@@ -147,6 +148,29 @@ def tally_summary(tally: dict) -> str:
     return out
 
 
+def erratum_cells(verdicts: Mapping[str, str]) -> dict[str, str]:
+    """claim id -> the erratum's class of a claim that does not hold (its registered ``error_kind``, e.g.
+    "typo/notation"), with the intended statement's claim and its verdict where the claim names one
+    (``intended_by``); "" for a claim that holds or has no class. ``verdicts``: claim id -> verdict of a table."""
+    by_id = {c.id: c for c in claims.all_claims()}
+    out = {}
+    for cid, v in verdicts.items():
+        c = by_id.get(cid)
+        if v != "does not hold" or c is None or not c.error_kind:
+            out[cid] = ""
+            continue
+        intended = (f"; the intended statement `{c.intended_by}`: {verdicts.get(c.intended_by, 'not in this table')}"
+                    if c.intended_by else "")
+        out[cid] = c.error_kind + intended
+    return out
+
+
+ERRATUM_COLUMN = "erratum class (of a 'does not hold')"
+ERRATUM_NOTE = ("The erratum column gives docs/ERRATA.md's class of each claim that does not hold: a 'typo/notation' "
+                "is a misprint (the printed symbols say something false) whose evident intended statement is checked "
+                "beside it; only 'wrong statement', 'wrong constant' and 'over-general statement' refute the source.")
+
+
 def recorded_claims(source: str, flag: str) -> tuple[list[Section], dict]:
     """The recorded ``full`` verdicts of ``source``'s claims (``geomjax/claims/full_verdicts.json``) as a report
     section that names ``flag``, the option that checks them in the run instead (``geomjax demo`` without
@@ -166,9 +190,10 @@ def recorded_claims(source: str, flag: str) -> tuple[list[Section], dict]:
         f"checks were recorded at {sum(quick.get(k, 0.0) for k in recs):.0f} s in all, geomjax/claims/quick_seconds.json, "
         f"compiling and loading not counted); `geomjax verify --source {source}` checks them alone. Below are the verdicts "
         "recorded at budget full (geomjax/claims/full_verdicts.json), each with the date and commit of its run; "
-        "docs/ERRATA.md gives the witnesses of those that do not hold.")
-    s.table(["id", "recorded verdict (full)", "date", "commit"],
-            [[k, r["verdict"], r.get("date", ""), r.get("commit", "")] for k, r in recs.items()])
+        "docs/ERRATA.md gives the witnesses of those that do not hold. " + ERRATUM_NOTE)
+    erratum = erratum_cells({k: r["verdict"] for k, r in recs.items()})
+    s.table(["id", "recorded verdict (full)", ERRATUM_COLUMN, "date", "commit"],
+            [[k, r["verdict"], erratum[k], r.get("date", ""), r.get("commit", "")] for k, r in recs.items()])
     return [s], {"claims": {"checked": False, "recorded_counts": counts, "recorded_tally": parts,
                             "recorded": {k: r["verdict"] for k, r in recs.items()}}}
 
@@ -193,12 +218,13 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
     if on_results is not None:
         on_results(results)
     rows = []
+    erratum = erratum_cells({r.id: r.verdict for r in results})
     for r in results:
         d = r.to_dict()
         seq = r.details.get("sequential") or {}
         sampling = (f"n = {seq['samples']}, {seq['rounds']} round(s), {seq['cpu_seconds']:.3g} CPU s, {seq['stopped']}"
                     if seq else "")
-        rows.append([d["id"], d["source"], d.get("verdict"), _short(d.get("predicted")),
+        rows.append([d["id"], d["source"], d.get("verdict"), erratum[r.id], _short(d.get("predicted")),
                      _short(d.get("estimate")), _short(d.get("sem")), _short(d.get("z_score")), sampling])
     counts = {v: sum(r.verdict == v for r in results) for v in ("holds", "does not hold", "inconclusive")}
     parts = claims.tally({r.id: r.verdict for r in results})
@@ -211,8 +237,8 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         "doubling rounds until it decides, 5.46 per look (the 5σ error split over its 12 looks). claims.md gives the margins and their "
         "origin, the detectable error, the witnesses and the corrected forms. For inequality claims "
         "(lhs ≤ rhs on every instance) the 'predicted' column is the right side and 'estimate' the left "
-        "side, at the worst instance.")
-    s.table(["id", "source", "verdict", "predicted", "estimate", "sem", "z", "sampling (Monte Carlo rounds)"], rows)
+        "side, at the worst instance. " + ERRATUM_NOTE)
+    s.table(["id", "source", "verdict", ERRATUM_COLUMN, "predicted", "estimate", "sem", "z", "sampling (Monte Carlo rounds)"], rows)
     sections = [s]
     extra = {}
     for name, hook in _claim_report_hooks(results):

@@ -89,8 +89,10 @@ class ToyConfig:
       unembed_bias: bias in the (untied) unembedding.
       scale_embeddings: multiply token embeddings by √d (fairseq / Vaswani et al.).
       causal: causal self-attention mask.
-      init: ``"gpt2"`` (N(0, 0.02); o and MLP-out N(0, 0.02/√(2L)) as NanoGPT/GPT-2) or
-        ``"nanda"`` (randn/√d_model everywhere, W_U randn/√vocab_out, biases 0).
+      init: ``"gpt2"`` (N(0, 0.02); o and MLP-out N(0, 0.02/√(2L)) as NanoGPT/GPT-2),
+        ``"nanda"`` (randn/√d_model everywhere, W_U randn/√vocab_out, biases 0) or ``"fairseq"``
+        (fairseq's ``transformer_lm``: embeddings and output embedding N(0, 1/d); q, k, v Xavier-uniform
+        with gain 1/√2, o and the MLP Xavier-uniform; biases 0).
     """
 
     vocab_size: int = 65
@@ -134,8 +136,8 @@ class ToyConfig:
             bad(f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
             bad(f"dropout must lie in [0, 1), got {self.dropout}")
-        if self.init not in ("gpt2", "nanda"):
-            bad(f"init must be 'gpt2' or 'nanda', got {self.init!r}")
+        if self.init not in ("gpt2", "nanda", "fairseq"):
+            bad(f"init must be 'gpt2', 'nanda' or 'fairseq', got {self.init!r}")
         if self.tie_embeddings and self.n_out != self.vocab_size:
             bad(f"tie_embeddings needs vocab_out == vocab_size, got {self.vocab_out} vs {self.vocab_size}")
 
@@ -220,6 +222,12 @@ def _inits(cfg: ToyConfig) -> dict[str, nn.initializers.Initializer]:
         s = 1.0 / math.sqrt(cfg.d_model)
         return dict(embed=_normal(s), pos=_normal(s), qkv=_normal(s), o=_normal(s), fc=_normal(s),
                     proj=_normal(s), unembed=_normal(1.0 / math.sqrt(cfg.n_out)))
+    if cfg.init == "fairseq":  # fairseq MultiheadAttention.reset_parameters, Embedding, Linear (transformer_lm)
+        s = cfg.d_model ** -0.5
+        # flax's DenseGeneral draws its kernel as the flattened (fan_in, fan_out) matrix, so the fans are fairseq's
+        xavier = lambda gain: nn.initializers.variance_scaling(gain ** 2, "fan_avg", "uniform")
+        return dict(embed=_normal(s), pos=_normal(s), qkv=xavier(2 ** -0.5), o=xavier(1.0), fc=xavier(1.0),
+                    proj=xavier(1.0), unembed=_normal(s))
     s, s_res = 0.02, 0.02 / math.sqrt(2 * cfg.n_layers)
     return dict(embed=_normal(s), pos=_normal(s), qkv=_normal(s), o=_normal(s_res), fc=_normal(s),
                 proj=_normal(s_res), unembed=_normal(s))

@@ -27,6 +27,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.integrate
+import scipy.special
 
 from geomjax.base._checks import (
     HIGHEST as _HIGHEST,
@@ -53,6 +55,7 @@ __all__ = [
     "pca_from_scatter",
     "pca_projections",
     "mean_abs_cos_isotropic",
+    "expected_max_abs_cos_isotropic",
 ]
 
 def _labels(labels: ArrayLike, n: int, name: str = "labels") -> jax.Array:
@@ -575,3 +578,33 @@ def mean_abs_cos_isotropic(d: int) -> float:
     if d < 1:
         raise ValueError(f"mean_abs_cos_isotropic: d must be >= 1, got {d}")
     return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+def expected_max_abs_cos_isotropic(d: int, n: int) -> float:
+    """E max_i |cos(u_i, v_i)| over n independent pairs of independent isotropic directions in R^d.
+
+    The like-for-like scale of Song & Zhong's incoherence max_{t,c}|cos(pos_t, ctx_c)| (§4, Table 1)
+    for n = T·C pairs of random directions: |cos|² of one pair is Beta(1/2, (d−1)/2), so
+    P(|cos| ≤ x) = I_{x²}(1/2, (d−1)/2) (regularised incomplete beta) and
+    E max = ∫_0^1 (1 − I_{x²}(1/2, (d−1)/2)^n) dx, evaluated by adaptive quadrature (scipy) in float64.
+    n = 1 gives :func:`mean_abs_cos_isotropic`. (The T·C pairs of a study share their T and C vectors, so
+    they are not independent; independent pairs are the reference.)
+
+    Args:
+      d: the dimension (a positive integer).
+      n: the number of pairs (a positive integer).
+
+    Returns:
+      the expectation as a Python float.
+
+    Raises:
+      ValueError: d < 1 or n < 1.
+    """
+    d, n = int(d), int(n)
+    if d < 1 or n < 1:
+        raise ValueError(f"expected_max_abs_cos_isotropic: d and n must be >= 1, got d={d}, n={n}")
+    if d == 1:
+        return 1.0
+    tail = lambda x: -math.expm1(n * math.log(max(scipy.special.betainc(0.5, (d - 1) / 2, x * x), 1e-300)))
+    val, _ = scipy.integrate.quad(tail, 0.0, 1.0, limit=400, epsabs=1e-12, epsrel=1e-10)
+    return float(val)

@@ -38,8 +38,10 @@ from geomjax.train.loop import History, check_cadences, train_loop
 from geomjax.train.losses import token_cross_entropy
 from geomjax.train.optim import OptimConfig, check_length_change, check_run_length, effective_schedule, make_optimizer
 from geomjax.train.state import TrainState, step_keys
+from geomjax.typing import Array, Float
 
-__all__ = ["LocaterConfig", "WordData", "fairseq_adam", "load_wikitext_words", "build", "run_sweep", "SweepResult"]
+__all__ = ["LocaterConfig", "WordData", "fairseq_adam", "load_wikitext_words", "build", "run_sweep", "SweepResult",
+           "mean_penalty"]
 
 
 def fairseq_adam(lr: float = 2.5e-5, weight_decay: float = 0.01) -> OptimConfig:
@@ -75,6 +77,14 @@ class LocaterConfig:
       steps_per_call: steps per jitted scan chunk.
       ckpt_every: checkpoint period in steps (0: only at the end; else dividing ``steps``).
       seed: seed of initialisation, batches and dropout.
+      init: the model's initialisation (:class:`geomjax.models.toy.ToyConfig` ``init``): ``"gpt2"``
+        (N(0, 0.02), geomjax's default) or ``"fairseq"`` (the source's toolkit: Xavier-uniform
+        projections, N(0, 1/d) embeddings).
+      gradient: the penalty's gradient: ``"autodiff"`` (∇ of the penalty, :func:`locater_penalty`) or
+        ``"printed"``: the §6 derivative formulae exactly as printed
+        (:func:`geomjax.theory.localization.locater_grads_printed`): the scale term's gradient is the
+        true one, the mean term's is κ2·(tr W_QK − 1)·tr(W_QK)·∇tr(W_QK) (the true one has 2 in place of
+        tr(W_QK)). The logged penalty is the printed objective's value either way.
     """
 
     kappa1: float = 100.0
@@ -94,6 +104,8 @@ class LocaterConfig:
     steps_per_call: int = 50
     ckpt_every: int = 5000
     seed: int = 0
+    init: str = "gpt2"
+    gradient: str = "autodiff"
 
     def __post_init__(self):
         if self.steps < 1:
@@ -105,6 +117,8 @@ class LocaterConfig:
             raise ValueError(f"LocaterConfig: κ1 and every κ2 must be >= 0 (and at least one κ2), got {self.kappa1}, {self.kappa2s}")
         if self.seq_len < 2:
             raise ValueError(f"LocaterConfig: seq_len (T) must be >= 2, got {self.seq_len}")
+        if self.gradient not in ("autodiff", "printed"):
+            raise ValueError(f"LocaterConfig: gradient must be 'autodiff' or 'printed', got {self.gradient!r}")
         if self.vocab_cap is not None and self.vocab_cap < 3:
             raise ValueError(f"LocaterConfig: vocab_cap must be >= 3 or None, got {self.vocab_cap}")
 
@@ -165,9 +179,22 @@ def load_wikitext_words(cfg: LocaterConfig, data_dir: str | None = None) -> Word
 
 def model_config(cfg: LocaterConfig, vocab_size: int):
     """The §7 model: :func:`bao_config` (1 layer, 1 head, post-LN, ReLU, sinusoidal positions, √d-scaled
-    embeddings), width ``d_model`` everywhere, fairseq's untied output embedding and dropout."""
+    embeddings), width ``d_model`` everywhere, fairseq's untied output embedding and dropout, the
+    config's initialisation."""
     return bao_config(vocab_size, max_len=cfg.seq_len, d_model=cfg.d_model, d_mlp=cfg.d_model,
-                      tie_embeddings=cfg.tie_embeddings, dropout=cfg.dropout)
+                      tie_embeddings=cfg.tie_embeddings, dropout=cfg.dropout, init=cfg.init)
+
+
+def mean_penalty(trace: Float[Array, " *H"], kappa2, gradient: str = "autodiff") -> Float[Array, ""]:
+    """κ2·Σ(tr W_QK − 1)² (Bao §6's mean term) as a differentiable objective whose value is that sum and whose
+    gradient is the true one (``gradient="autodiff"``) or the printed formula's κ2·(tr − 1)·tr·∇tr
+    (``"printed"``: the factor (tr − 1)·tr is held constant under differentiation, so ∇ is that factor
+    times ∇tr, which is W_K for W_Q and W_Q for W_K as §6 prints)."""
+    value = jnp.sum((trace - 1.0) ** 2)
+    if gradient == "autodiff":
+        return kappa2 * value
+    surrogate = jnp.sum(jax.lax.stop_gradient((trace - 1.0) * trace) * trace)
+    return kappa2 * (surrogate - jax.lax.stop_gradient(surrogate) + jax.lax.stop_gradient(value))
 
 
 @dataclasses.dataclass
@@ -208,8 +235,8 @@ def build(cfg: LocaterConfig, vocab_size: int) -> Programs:
 
     def objective(params, ids, drop_key, kappa2):
         ce, probs = task_loss(params, ids, drop_key)
-        pen = loc.locater_penalty(params, k1, 0.0) + kappa2 * sum(
-            jnp.sum((t["trace"] - 1.0) ** 2) for t in loc.locater_terms(params).values())
+        pen = loc.locater_penalty(params, k1, 0.0) + sum(
+            mean_penalty(t["trace"], kappa2, cfg.gradient) for t in loc.locater_terms(params).values())
         return ce + pen, (ce, pen, probs)
 
     def one_update(params, opt_state, ids, drop_key, kappa2):

@@ -233,12 +233,13 @@ def shakespeare_config(variant: str = "smoke", vocab_size: int = 65) -> TrainCon
 
 def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_model: int, d_mlp: int, lr: float,
                           final_lr: float, warmup_steps: int, n_train: int, carry: bool = True,
-                          optim: dict | None = None, **run) -> TrainConfig:
+                          optim: dict | None = None, dropout: float = 0.0, **run) -> TrainConfig:
     """A TrainConfig for L-digit addition (Song & Zhong §5): "a+b=c" with the answer reversed, operands
     of ⌊L/2⌋..L digits, padded to 3L + 4 characters, so the model reads T = 3L + 3 positions; the
     task options are ``AdditionOptions(max_digits, carry, n_train)``.
 
-    The toy model has the 13-character vocabulary (``geomjax.data.ADDITION_VOCAB``) and T positions;
+    The toy model has the 13-character vocabulary (``geomjax.data.ADDITION_VOCAB``), T positions and
+    ``dropout`` on the embeddings, attention probabilities and residual branches;
     the optimizer is :func:`geomjax.train.optim.nanogpt_adamw` over the whole run (its horizon follows
     ``total_steps``; ``optim``: fields that differ from it).
     ``run``: the rest of the TrainConfig (``batch_size``, ``total_steps``, ``steps_per_call``,
@@ -246,7 +247,7 @@ def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_mod
     """
     T = 3 * max_digits + 3
     model = ToyConfig(vocab_size=len(ADDITION_VOCAB), n_layers=n_layers, n_heads=n_heads, d_model=d_model,
-                      d_mlp=d_mlp, max_len=T)
+                      d_mlp=d_mlp, max_len=T, dropout=dropout)
     optim_config = nanogpt_adamw(lr, final_lr, warmup_steps, **(optim or {}))
     options = AdditionOptions(max_digits, carry, n_train)
     return TrainConfig("addition", model, optim_config, seq_len=T, options=options, **run)
@@ -255,19 +256,22 @@ def addition_train_config(max_digits: int, *, n_layers: int, n_heads: int, d_mod
 def addition_config(variant: str = "smoke", carry: bool = True) -> TrainConfig:
     """Addition presets (Song & Zhong §5), built by :func:`addition_train_config`.
 
-    * ``paper``: 8 layers, 8 heads, d 512, float32, 5–10 digit operands, reversed answer, loss after
-      "=", 1M training problems, 10k validation. The source's block of 32 cannot hold the longest
-      problem (10+1+10+1+11+1 = 34 characters), so geomjax pads each problem to 34 and the model
-      reads 33 positions. Optimizer settings are not in the authors' released code; NanoGPT defaults are used
-      (lr 1e-3 cosine to 1e-4, 100 warm-up, β (0.9, 0.99), weight decay 0.1, clip 1.0).
+    * ``paper``: App. A's addition model and training, as printed: 8 layers, 8 heads, d 512 (MLP 4d),
+      residual/embedding/attention dropout 0.1, AdamW with weight decay 0.1, batch 64, 100K iterations,
+      cosine schedule with 1,000 warm-up steps up to lr 5e-5; App. E's data: 5–10 digit operands,
+      reversed answer, loss after "=", 100K training problems (the authors' released code draws 1M),
+      10K validation. Not printed, so NanoGPT's (the authors' code base): the cosine's floor lr/10 = 5e-6,
+      β (0.9, 0.99), weight decay on the matrices, clip 1.0. float32. App. A's block of 32 cannot hold the
+      longest problem (10+1+10+1+11+1 = 34 characters), so geomjax pads each problem to 34 and the model
+      reads 33 positions.
     * ``cpu``: 2 layers, d 128, 3–6 digits, 3000 steps. ``smoke``: 1 layer, d 32, 2–4 digits, 40 steps
       (Adam β (0.9, 0.999), no weight decay, no clipping).
     """
     if variant == "paper":
-        return addition_train_config(10, n_layers=8, n_heads=8, d_model=512, d_mlp=2048, lr=1e-3, final_lr=1e-4,
-                                     warmup_steps=100, carry=carry, batch_size=256, total_steps=20_000,
-                                     steps_per_call=100, eval_every=1000, eval_batches=40, ckpt_every=2000,
-                                     n_train=1_000_000)
+        return addition_train_config(10, n_layers=8, n_heads=8, d_model=512, d_mlp=2048, lr=5e-5, final_lr=5e-6,
+                                     warmup_steps=1000, carry=carry, dropout=0.1, batch_size=64, total_steps=100_000,
+                                     steps_per_call=100, eval_every=2000, eval_batches=40, ckpt_every=5000,
+                                     n_train=100_000)
     if variant == "cpu":
         return addition_train_config(6, n_layers=2, n_heads=4, d_model=128, d_mlp=512, lr=1e-3, final_lr=1e-4,
                                      warmup_steps=100, carry=carry, batch_size=64, total_steps=3000,

@@ -257,3 +257,49 @@ def test_figures_do_not_draw_the_ood_metrics():
         return out
 
     assert pngs(partial) == pngs(full)
+
+
+def test_report_opens_with_a_summary_and_reads_the_paper_like_for_like():
+    """The report's summary comes first; the incoherence max is set against the expected max over as many random
+    pairs (not E|cos| of one pair); a context compactness whose Σ_W is singular (C − K < d) shows its reason, not a
+    number; a ScreeNOT k below the source's 20 is warned about, k = 20 is not."""
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    from geomjax import plots, report, study
+    from geomjax.theory import geometry
+
+    base = _synthetic_result(True, True, True)  # C = 4 windows of K = 2 documents in d = 5: Σ_W singular (2 < 5)
+    r = dataclasses.replace(base, incoherence_max_baseline=geometry.expected_max_abs_cos_isotropic(5, 12 * 4))
+    paths = {name: f"figures/{name}.png" for name in plots.study_figures(r)}
+    plt.close("all")
+
+    def text(result):
+        secs = report.sections(result, paths)
+        return secs, " ".join(p for s in secs for p in s.paragraphs)
+
+    secs, words = text(r)
+    assert secs[0].heading.startswith("Summary")
+    assert f"{r.incoherence_max_baseline:.3f}" in words and "48 independent pairs" in words
+    layers = next(s for s in secs if s.heading.startswith("Per-layer"))
+    col = layers.tables[0]["header"].index("compactness")
+    assert all(str(row[col]).startswith("n/a: Σ_W singular") for row in layers.tables[0]["rows"])
+    assert study.screenot_k_caution(20) is None and "below the source's k" not in words
+    _, low = text(dataclasses.replace(r, config=dataclasses.replace(r.config, screenot_k=5)))
+    assert study.screenot_k_caution(5) in low
+
+
+def test_claims_tables_give_the_erratum_class_of_a_refutation():
+    """The demo's claims table shows beside a 'does not hold' the erratum's class of it: theorem1.printed is a
+    typo/notation whose intended statement (proof_basis) is named with its verdict; a claim that holds has none."""
+    from geomjax.drivers import pipeline
+
+    cells = pipeline.erratum_cells({"song_zhong.theorem1.printed": "does not hold",
+                                    "song_zhong.theorem1.proof_basis": "holds"})
+    assert cells["song_zhong.theorem1.printed"] == ("typo/notation; the intended statement "
+                                                    "`song_zhong.theorem1.proof_basis`: holds")
+    assert cells["song_zhong.theorem1.proof_basis"] == ""
+    secs, _ = pipeline.recorded_claims("song_zhong", "--claims")
+    row = next(r for r in secs[0].tables[0]["rows"] if r[0] == "song_zhong.theorem1.printed")
+    assert row[1] == "does not hold" and row[2].startswith("typo/notation")

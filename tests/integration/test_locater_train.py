@@ -103,3 +103,32 @@ def test_single_kappa2_run_equals_its_entry_in_a_sweep():
         np.testing.assert_allclose(np.asarray(m_one[k])[:, 0], np.asarray(m_sweep[k])[:, 1], rtol=1e-5, atol=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(one.params), jax.tree_util.tree_leaves(sweep.params)):
         np.testing.assert_allclose(np.asarray(a)[0], np.asarray(b)[1], rtol=1e-5, atol=1e-6)
+
+
+def test_fairseq_init_matches_fairseqs_formulas():
+    """init="fairseq" (the LocATER paper's toolkit): q/k/v Xavier-uniform with gain 1/√2, o and the MLP
+    Xavier-uniform (bound gain·√(6/(fan_in + fan_out))), embeddings and output embedding N(0, 1/d), biases 0;
+    the closed forms of fairseq's reset_parameters, checked by the bounds and standard deviations of a draw."""
+    from geomjax.models.toy import ToyTransformer, bao_config
+
+    d, V = 64, 500
+    cfg = bao_config(V, max_len=8, d_model=d, d_mlp=d, tie_embeddings=False, init="fairseq")
+    p = ToyTransformer(cfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    flat = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(x)
+            for path, x in jax.tree_util.tree_flatten_with_path(p)[0]}
+    xavier = {"q/kernel": 2 ** -0.5, "k/kernel": 2 ** -0.5, "v/kernel": 2 ** -0.5, "o/kernel": 1.0,
+              "fc/kernel": 1.0, "proj/kernel": 1.0}
+    seen = set()
+    for name, x in flat.items():
+        for suffix, gain in xavier.items():
+            if name.endswith(suffix):
+                bound = gain * np.sqrt(6 / (2 * d))  # fan_in = fan_out = d for every one of these (1 head, d_mlp = d)
+                assert np.abs(x).max() <= bound and np.abs(x).max() > 0.95 * bound, name
+                assert np.std(x) == pytest.approx(bound / np.sqrt(3), rel=0.05), name
+                seen.add(suffix)
+        if name.endswith("bias") and "ln" not in name and "norm" not in name.lower():
+            assert not np.any(x), name
+    assert seen == set(xavier)
+    for name in ("embed/embedding", "unembed/kernel"):
+        x = next(v for k, v in flat.items() if k.endswith(name))
+        assert np.std(x) == pytest.approx(d ** -0.5, rel=0.03), name

@@ -290,3 +290,19 @@ def test_geometry_bad_input():
         geometry.pca_projections(pos, [np.ones((3, 5))])
     with pytest.raises(ValueError, match="chunk_size"):
         geometry.incoherence(pos, ctx, chunk_size=0)
+
+
+def test_expected_max_abs_cos_isotropic_against_monte_carlo():
+    """E max over n independent pairs: n = 1 is E|cos| (closed form); larger n against a NumPy Monte Carlo of
+    Gaussian directions (4,000 draws of n pairs; the tolerance is 5 standard errors of the draws' mean)."""
+    assert geometry.expected_max_abs_cos_isotropic(384, 1) == pytest.approx(geometry.mean_abs_cos_isotropic(384), rel=1e-8)
+    assert geometry.expected_max_abs_cos_isotropic(1, 7) == 1.0
+    rng = np.random.default_rng(0)
+    for d, n in ((8, 5), (64, 200)):
+        u, v = rng.normal(size=(2, 4000, n, d))
+        c = np.abs(np.sum(u * v, -1)) / (np.linalg.norm(u, axis=-1) * np.linalg.norm(v, axis=-1))
+        m = c.max(-1)
+        assert geometry.expected_max_abs_cos_isotropic(d, n) == pytest.approx(m.mean(), abs=5 * m.std() / np.sqrt(m.size))
+    assert geometry.expected_max_abs_cos_isotropic(384, 127 * 256) > 3 * geometry.mean_abs_cos_isotropic(384)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        geometry.expected_max_abs_cos_isotropic(4, 0)

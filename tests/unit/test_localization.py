@@ -326,3 +326,23 @@ def test_bad_input_errors():
         loc.variance_profile(0.5, "other")
     with pytest.raises(ValueError, match="κ1 and κ2"):
         loc.locater_penalty({"attn": {"q": {"kernel": jnp.ones((2, 1, 2))}, "k": {"kernel": jnp.ones((2, 1, 2))}}}, -1.0, 0.0)
+
+
+def test_mean_penalty_gradient_is_the_printed_or_the_true_formula():
+    """geomjax.train.locater.mean_penalty: the value is (tr W_QK − 1)² either way; its gradient is §6's printed
+    formula (gradient="printed") or the true one (autodiff), against the formulas evaluated directly."""
+    from geomjax.train.locater import mean_penalty
+
+    rng = np.random.default_rng(6)
+    with jax.enable_x64(True):
+        W_Q, W_K = jnp.asarray(rng.normal(size=(4, 4))), jnp.asarray(rng.normal(size=(4, 4)))
+        tr = float(np.trace(np.asarray(W_Q).T @ np.asarray(W_K)))
+        for form, ref in (("printed", loc.locater_grads_printed(W_Q, W_K)),
+                          ("autodiff", loc.locater_grads_corrected(W_Q, W_K))):
+            f = lambda a, b: mean_penalty(jnp.trace(a.T @ b)[None], 0.3, form)
+            assert float(f(W_Q, W_K)) == pytest.approx(0.3 * (tr - 1) ** 2, rel=1e-12)
+            gq, gk = jax.grad(f, (0, 1))(W_Q, W_K)
+            np.testing.assert_allclose(np.asarray(gq), 0.3 * np.asarray(ref["mean_Q"]), rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(gk), 0.3 * np.asarray(ref["mean_K"]), rtol=1e-12)
+        # the two differ (tr ≠ 2): the printed factor tr(W_QK) stands where the true gradient has 2
+        assert abs(tr - 2) > 0.1

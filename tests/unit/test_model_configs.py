@@ -110,8 +110,12 @@ def test_addition_train_config():
     # the cosine's horizon follows the run (issue 37): not pinned, so it is total_steps
     assert (c.optim.decay_steps, c.optim.horizon(c.total_steps), c.optim.grad_clip, c.optim.weight_decay) == (
         None, 50, None, 0.1)
-    paper = addition_config("paper")
-    assert (paper.seq_len, paper.model.n_layers, paper.model.d_model, paper.options.n_train) == (33, 8, 512, 1_000_000)
+    paper = addition_config("paper")  # App. A as printed (issue 43): 8 layers, 8 heads, d 512, dropout 0.1, ...
+    assert (paper.seq_len, paper.model.n_layers, paper.model.n_heads, paper.model.d_model, paper.model.dropout,
+            paper.options.n_train) == (33, 8, 8, 512, 0.1, 100_000)
+    o = paper.optim  # ... AdamW weight decay 0.1, lr 5e-5 cosine after 1,000 warm-up steps, batch 64, 100K steps
+    assert (o.lr, o.schedule, o.warmup_steps, o.weight_decay, paper.batch_size, paper.total_steps) == (
+        5e-5, "cosine", 1000, 0.1, 64, 100_000)
 
 
 def test_train_config_options_belong_to_their_task():

@@ -49,6 +49,7 @@ NO_ARRAYS = {
     "geomjax.tools.clock_probe.key_series": "GrokkingResult -> per-snapshot dicts of frequency lists and numbers",
     "geomjax.theory.decomposition.stream_merge": "StreamState -> StreamState (annotated dataclasses)",
     "geomjax.theory.geometry.mean_abs_cos_isotropic": "d -> float",
+    "geomjax.theory.geometry.expected_max_abs_cos_isotropic": "(d, n) -> float",
     "geomjax.theory.smoothness.corrected_constant": "(T, k, m) -> float",
     "geomjax.theory.gaussian.xavier_variance": "(n_in, n_out) -> float",
     "geomjax.theory.gaussian.mp_edges": "(n, m, sigma2) -> (float, float)",
