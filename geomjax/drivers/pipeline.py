@@ -141,11 +141,11 @@ def claims_summary(counts: dict) -> str:
 def tally_summary(tally: dict) -> str:
     """The sources' statements apart from geomjax's own readings (:func:`geomjax.claims.tally`), e.g.
     "statements: 22 hold, 9 do not hold, 0 inconclusive; geomjax's own readings: 9 hold, 1 do not hold, 0
-    inconclusive" (the second part only when there are such readings)."""
-    out = f"statements: {claims_summary(tally['statements'])}"
-    if sum(tally["readings"].values()):
-        out += f"; geomjax's own readings: {claims_summary(tally['readings'])}"
-    return out
+    inconclusive" (each part only when it counts something)."""
+    parts = [f"geomjax's own readings: {claims_summary(tally['readings'])}"] if sum(tally["readings"].values()) else []
+    if sum(tally["statements"].values()) or not parts:
+        parts.insert(0, f"statements: {claims_summary(tally['statements'])}")
+    return "; ".join(parts)
 
 
 def erratum_cells(verdicts: Mapping[str, str]) -> dict[str, str]:

@@ -192,3 +192,47 @@ def test_verify_full_records_verdicts_before_the_report(tmp_path, monkeypatch):
     assert set(rec) == {"song_zhong.theorem1.proof_basis"}
     assert rec["song_zhong.theorem1.proof_basis"]["verdict"] in ("holds", "does not hold", "inconclusive")
     assert not out.exists()  # the run directory is complete or absent
+
+
+# What the referee settled (issue 45): each entry's reading, kind of error and recorded verdict.
+REFEREE = {
+    # (5.17) is equivalent to the Conjecture: a wrong statement, as the Conjecture is, not a proof gap
+    "wertich.s5_2_4.eq5_17_same_frequency": ("literal", "wrong statement", "does not hold"),
+    "wertich.s5_2_4.conjecture_ce_exact": ("literal", "wrong statement", "does not hold"),
+    # a missing √d is a wrong constant (the chain holds entrywise, and ‖W‖₂ ≤ ‖W‖₁ for symmetric W)
+    "bao.eq7.norm_chain.induced": ("literal", "wrong constant", "does not hold"),
+    "bao.eq7.norm_chain.induced_corrected": ("corrected", "", "holds"),
+    "bao.eq7.norm_chain": ("extension", "", "holds"),
+    # a word is not a refuted statement: the printed formulas hold; the mixture reading is geomjax's
+    "wertich.s7_1_1.weighted_sum_moments": ("literal", "", "holds"),
+    "wertich.s7_1_1.mixture_reading": ("extension", "", "holds"),
+    # the paper states no accuracy for '≈': the allowance is geomjax's reading; each case is reported apart
+    "bao.rho.gaussian_approx.anisotropic": ("extension", "", "holds"),
+    # the union bound read with geomjax's constants is geomjax's reading, not the paper's
+    "song_zhong.theorem2.union_bound.printed": ("extension", "proof gap", "does not hold"),
+    "song_zhong.theorem2.union_bound.intended": ("intended", "", "holds"),
+    # the Jensen bound does not hold; Var ≤ σ⁴/16 per component is its valid, tight correction
+    "wertich.s5_3_2.noise_var_jensen_bound": ("literal", "wrong statement", "does not hold"),
+    "wertich.s5_3_2.noise_var_bound_corrected": ("corrected", "", "holds"),
+    "wertich.s6_3_3.eq6_49_printed": ("literal", "wrong statement", "does not hold"),
+}
+
+
+def test_referee_settled_kinds_and_verdicts(recorded):
+    by_id = {c.id: c for c in claims.all_claims()}
+    for cid, (reading, kind, verdict) in REFEREE.items():
+        c = by_id[cid]
+        assert (c.reading, c.error_kind) == (reading, kind), cid
+        if verdict is not None:
+            assert recorded[cid]["verdict"] == verdict, cid
+    assert by_id["wertich.s5_3_2.noise_var_jensen_bound"].corrected_by == "wertich.s5_3_2.noise_var_bound_corrected"
+    # the label names the refuted Statement, not its proof's true step (6.49)
+    assert "Statement" in by_id["wertich.s6_3_3.eq6_49_printed"].source
+    # the anisotropic ρ claim reports each case of W_QK apart (its observations) and says the paper states no accuracy
+    aniso = by_id["bao.rho.gaussian_approx.anisotropic"]
+    assert "no accuracy" in aniso.margin_origin and "N(0, 1)-eigenvalue case" in aniso.notes
+    text = ERRATA.read_text()
+    own = _section(text, "geomjax's own readings that do not hold")
+    for cid in ("song_zhong.theorem2.union_bound.printed",):
+        assert f"#### `{cid}`" in own, cid
+    assert "#### `wertich.s7_1_1.mixture_reading`" not in text

@@ -616,6 +616,7 @@ register(
         rule=Inequality(),
         witness=_union_printed_witness,
         corrected_by="song_zhong.theorem2.union_bound.corrected",
+        reading="extension",  # the constants √2, 2e^{−x}, 12 are geomjax's: the paper leaves them to exist
         error_kind="proof gap",
         intended_by="song_zhong.theorem2.union_bound.intended",
         printed=("Moreover, Equation 12 holds with probability at least 1 − O((|B_1⁰|·|B_2⁰|) exp(−incoh²·d)) if each "

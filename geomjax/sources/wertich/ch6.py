@@ -318,8 +318,11 @@ mc_claim("s6_2_5.aligned_trace_printed", f"{SOURCE} §6.2.5 (statement and eqs. 
           "(s6_2_5.step_6_28_printed), and W = V_BᵀV_A is Haar, so E Tr(AᵀB) = (E Σ_iσ_i)²/n "
           "(s6_2_5.aligned_trace_corrected): ≈ 0.70·n²σ² at n = 8, → (8/(3π))²·n²σ² ≈ 0.72·n²σ² as n → ∞. (6.29): "
           "E[σ_i] = √nσ is false (Jensen; MP limit 8/(3π) ≈ 0.849, s6_2_5.mean_singular_value_corrected). No other "
-          "choice attains n²σ² either: the supremum over U_A, U_B is at most Σ_i σ_(i)σ_(i) (von Neumann), whose mean "
-          "is n²σ² − Σ_i Var(σ_(i)) (s6_2_5.trace_supremum)")
+          "choice attains n²σ² either: with V_A, V_B given, as the Statement has them, Tr(AᵀB) = Tr(D_AQD_BW) with "
+          "Q = U_AᵀU_B free and W = V_BᵀV_A fixed, so the best U_A, U_B reach E‖D_BWD_A‖_* = 0.727, 0.739, 0.745, "
+          "0.747·n²σ² at n = 8, 16, 32, 64 (NumPy, 1,000-4,000 pairs): about 25% short, not an O(1/n) deficit. Only "
+          "with V_A, V_B free too does the von Neumann bound Σ_i σ_(i)σ_(i), of mean n²σ² − Σ_i Var(σ_(i)) "
+          "(s6_2_5.trace_supremum), come within O(1/n)")
 
 
 def _step_628_eval(budget, key):
@@ -537,7 +540,10 @@ mc_claim("s6_3_2.eq6_48_printed", f"{SOURCE} eqs. (6.45)-(6.48)",
     exact=lambda: np.full(len(_XAVIER_C_COS), G.sphere_bilinear_var(_XAVIER_C_N)), corrected_by="s6_3_2.eq6_48_corrected",
     notes=f"n={_XAVIER_C_N}, k ∈ {_XAVIER_C_COS}; E[vᵀCw] = 0 so estimate = E[(vᵀCw)²]. Does not hold: given v, w, "
           "Var_C(vᵀCw) = (1/n)Σ_lm v_l²w_m² = ‖v‖²‖w‖²/n = 1/n for every k (eq. 6.45 confuses Σ Var(v_lw_l) with "
-          "E[⟨v,w⟩]²). The angle does not enter; for mixtures μ_X = Σλ_iv_i it enters only through ‖μ_X‖²‖μ_Y‖²/n. "
+          "E[⟨v,w⟩]²). The v–w angles do not enter at all. For the mixtures of (6.42), Var_C(μ_XᵀCμ_Y) = "
+          "‖μ_X‖²‖μ_Y‖²/n exactly, while (6.42) drops the covariances between its terms and keeps Σ_ij λ_i²λ̃_j²/n (unit "
+          "v_i, w_j): off by the factor (Σλ_i²)(Σλ̃_j²)/(‖μ_X‖²‖μ_Y‖²), −89% for three equal weights on one vector, "
+          "exact for orthonormal v_i and w_j, without bound above as a mixture's vectors cancel. "
           "Corrected: s6_3_2.eq6_48_corrected")
 mc_claim("s6_3_2.eq6_48_corrected", f"{SOURCE} eq. (6.48)",
     "corrected: Var_C(vᵀCw) = ‖v‖²‖w‖²/n = 1/n, independent of k = ⟨v, w⟩",
@@ -591,14 +597,16 @@ def _e649_counterexample() -> Evaluation:
 
 
 register(Claim(
-    id="wertich.s6_3_3.eq6_49_printed", source=f"{SOURCE} §6.3.3, eq. (6.49)",
+    id="wertich.s6_3_3.eq6_49_printed", source=f"{SOURCE} §6.3.3, the Statement (its proof's eq. (6.49), ‖W_qᵀW_k‖ ≤ ‖W_q‖‖W_k‖, holds)",
     statement="|⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖·|cos∠(x, y)| for all x, y, W_q, W_k",
     predicted="rhs", evaluate=x64(_ev_649(True)), rule=Inequality(),
     witness=lambda budget, key: _e649_counterexample(),
     corrected_by="wertich.s6_3_3.eq6_49_corrected",
     notes="Xavier W_q, W_k (n=8) and Gaussian x, y, half of them with y ⟂ x. Does not hold: for x ⟂ y the rhs is 0 "
           "while ⟨W_qx, W_ky⟩ = xᵀW_qᵀW_ky ≠ 0; the proof bounds ‖W_qᵀW_k‖ but then multiplies by |⟨x, y⟩| instead of "
-          "‖x‖‖y‖. Corrected (Cauchy–Schwarz): |⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖ (s6_3_3.eq6_49_corrected)"))
+          "‖x‖‖y‖. Corrected (Cauchy–Schwarz): |⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖ (s6_3_3.eq6_49_corrected); the angle "
+          "can be kept: with M = W_qᵀW_k and any scalar c, |⟨W_qx, W_ky⟩| = |c⟨x, y⟩ + xᵀ(M − cI)y| ≤ "
+          "|c||⟨x, y⟩| + ‖M − cI‖‖x‖‖y‖ (the cosine counts as far as M is a multiple of I)"))
 register(Claim(
     id="wertich.s6_3_3.eq6_49_corrected", source=f"{SOURCE} §6.3.3",
     statement="corrected: |⟨W_qx, W_ky⟩| ≤ ‖W_q‖‖W_k‖‖x‖‖y‖ (no cosine factor)",
