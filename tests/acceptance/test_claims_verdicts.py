@@ -215,6 +215,8 @@ REFEREE = {
     "wertich.s5_3_2.noise_var_jensen_bound": ("literal", "wrong statement", "does not hold"),
     "wertich.s5_3_2.noise_var_bound_corrected": ("corrected", "", "holds"),
     "wertich.s6_3_3.eq6_49_printed": ("literal", "wrong statement", "does not hold"),
+    # |tr W_QK| ≥ ‖W_QK‖₂ holds for semidefinite W_QK and fails for indefinite: over-general, not wrong outright
+    "bao.eq10.right": ("literal", "over-general statement", "does not hold"),
 }
 
 

@@ -1022,7 +1022,8 @@ register_table(
          _ineq_eval(_eq10_right),
          _eq10_witness,
          "bao.eq10.corrected",
-         ("Does not hold for indefinite W_QK (eigenvalues ±1: trace 0, norm 1); true only for semidefinite W_QK. "
+         ("Does not hold for some indefinite W_QK (eigenvalues ±1: trace 0, norm 1); true for every semidefinite symmetric "
+          "W_QK (|tr W_QK| = Σ|λ_i| ≥ max|λ_i|), so over-general. "
           "Corrected chain without the trace: bao.eq10.corrected.")),
         ("bao.eq10.corrected",
          f"{_PAPER} eq. (10) (corrected)",
@@ -1093,7 +1094,8 @@ register(
                "'Asymptotically for large T' does not save it: for T e^{−ν} ≫ 1 it is ≈ ln T − ν + ν e^{ν/2} > ln T, an "
                "excess that does not shrink as T grows; the paper uses its unimodal shape (§5), which the correct bound "
                "(monotone in ν) does not have. "
-               "The form without the typo (e^{−ν} for e^{−ν/2}) is the entropy of one logit ν above T − 1 equal ones; "
+               "The form without the typo (e^{−ν} for e^{−ν/2}) is the entropy of one logit ν above T equal ones (T + 1 tokens; "
+               "Zhai's form has T − 1); "
                "it decreases monotonically in ν (it is not unimodal, unlike the printed Fig. 4). Corrected: bao.eq9.corrected "
                "(Zhai et al.'s bound with g = 2ν), which holds through the ℓ2-ball argument (bao.eq9.l2_ball: holds), not "
                "through the logit-span argument geomjax first gave (bao.eq9.one_vs_rest_span: does not hold)."),
@@ -1400,7 +1402,7 @@ for _id, _kind, _printed in (
     ("bao.eq9.printed", "wrong statement",
      "In Zhai et al. [31, Theorem 3.1], the attention entropy is asymptotically lower-bounded for large T by "
      "ln(1 + T exp(−ν)) + ν exp(−ν/2)/(T⁻¹ + exp(−ν)), (9) where ν := ‖XXᵀ‖₂‖W_QK‖₂. This lower bound is unimodal in ν"),
-    ("bao.eq10.right", "wrong statement",
+    ("bao.eq10.right", "over-general statement",
      "it is natural to decrease tr(W²) under fixed tr(W) […] because of the bound ‖Σ⁻¹‖_F √tr(W²) ≥ |tr(W_QK)| ≥ "
      "‖W_QK‖₂, (10)"),
     ("bao.locater.grad_mean_Q", "wrong statement", _DERIVATIVES),

@@ -391,8 +391,8 @@ register(
         printed="Let γ_t be defined by Equation 15. For positive integer 1 < t ≤ N/2, we have |γ_{N−t+2}| = |γ_t| ≤ 1/(8(t−1)).",
         notes=(
             "|1 − e^{iθ}| = 2|sin(θ/2)| ≥ 2|θ|/π, not 4|θ|/π as the proof states, so |γ_t| ≤ 1/(4(t−1)); "
-            "|γ_2| → 1/(2π) ≈ 0.159 > 1/8. Theorem 1, which the lemma serves, still holds with its printed constant "
-            "(song_zhong.theorem1.proof_basis)."
+            "|γ_2| → 1/(2π) ≈ 0.159 > 1/8. Theorem 1's intended form was not violated on geomjax's synthetic Grams "
+            "(song_zhong.theorem1.proof_basis); the printed proof with the corrected Lemma 2 gives only 6/(4k)^m."
         ),
     )
 )

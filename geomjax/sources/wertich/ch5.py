@@ -100,7 +100,7 @@ mc_claim("s5_3_1.ratio_mean_printed", f"{SOURCE} eq. (5.20)",
     lambda: G.softmax_ratio_mean_printed(**_RATIO_PARAMS), _s_ratio,
     exact=lambda: G.softmax_ratio_mean(**_RATIO_PARAMS), corrected_by="s5_3_1.ratio_mean_corrected",
     notes=f"{_RATIO_PARAMS}; p = softmax of 4 jointly Gaussian logits. Wrong for μ_i ≠ μ_j: the mean difference is halved; "
-          "corrected: exp(μ_i − μ_j + (σ_i² + σ_j² − 2σ_ij)/2) (s5_3_1.ratio_mean_corrected). The special case μ = 0 is right")
+          "corrected: exp(μ_i − μ_j + (σ_i² + σ_j² − 2σ_ij)/2) (s5_3_1.ratio_mean_corrected). The print is right whenever μ_i = μ_j")
 mc_claim("s5_3_1.ratio_mean_corrected", f"{SOURCE} eq. (5.20)",
     "corrected: E[p_i/p_j] = exp(μ_i − μ_j + (σ_i² + σ_j² − 2σ_ij)/2)",
     lambda: G.softmax_ratio_mean(**_RATIO_PARAMS), _s_ratio, notes=f"{_RATIO_PARAMS}")
@@ -287,8 +287,9 @@ det_claim("s5_2_4.conjecture_ce_exact", f"{SOURCE} §5.2.4 (conjecture, eqs. 5.5
      0.0, _ev_slerp_exact("ce"), Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT_ORIGIN), witness=_slerp_exact_witness("ce"),
      notes="value = max|curve − best a·cos(πt/2+b)+c| / range(curve) on 101 t, per (n, l) ∈ "
            f"{_SLERP_CASES}. Not exact, and not an effect of l: over 50 NumPy pairs per (n, l), l from 0.01 to 2, the "
-           "largest residual is 0.66–0.69 of the curve's range at n = 2, 0.25–0.41 at n = 3, 0.03–0.06 at n = 8, "
-           "0.004–0.007 at n = 64; it does not shrink as l → 0 and falls with n")
+           "largest residual is 0.66–0.69 of the curve's range at n = 2 (a maximum over the 50 sampled pairs; the supremum "
+           "over angles at n = 2 is ≈ 1.0 of the range: 1.00–1.03 over 2,000 angles for l = 0.01, 0.5, 1, 2), 0.25–0.41 at n = 3, "
+           "0.03–0.06 at n = 8, 0.004–0.007 at n = 64; it does not shrink as l → 0 and falls with n")
 det_claim("s5_2_4.conjecture_kl_exact", f"{SOURCE} §5.2.4 (corollary)",
      "v ⟂ w on S^{n−1}: D_KL(Sm(w) ‖ Sm(SLERP(v, w, t))) = a·cos(πt/2 + b) + c exactly",
      0.0, _ev_slerp_exact("kl"), Tolerance(rtol=0.0, atol=1e-9, origin=_EXACT_FIT_ORIGIN), witness=_slerp_exact_witness("kl"),
@@ -556,7 +557,9 @@ register(Claim(
     predicted="printed bound", evaluate=x64(_ev_noise_bound), rule=Inequality(),
     witness=lambda budget, key: _jensen_witness(), corrected_by="wertich.s5_3_2.noise_var_bound_corrected",
     notes="lhs = σ⁴Σ_{i<j}λ_i²λ_j² (closed form, checked by s5_3_2.noise_var_corrected) over λ = softmax(βg), β ∈ {0.1, 1, 3, 10}, and λ = (½, ½, 0, …). "
-          "Does not hold: uniform λ MINIMISES Σ_{i<j}λ_i²λ_j² among spread-out weights; concentrated weights exceed the bound"))
+          "Does not hold: uniform λ does not maximise Σ_{i<j}λ_i²λ_j² (n ≥ 3): its value (n−1)/(2n³) is exceeded near "
+          "λ = (½, ½, 0, …), where the maximum 1/16 is attained (λ_i ≥ 0; the print states only Σλ_i = 1). The bound is "
+          "O(l²/n²), not the printed O(l²/n⁴)."))
 
 # Readings (issue 33): the printed statement, the kind of error a refutation is, the intended statement's claim.
 _LOGNORMAL = "X ∈ N(μ, σ²), E[exp(X)] = exp((μ + σ²)/2)  Var(exp(X)) = (exp(σ²) − 1)·exp(2μ + σ²)"

@@ -348,8 +348,9 @@ det_claim("s6_2_5.step_6_28_printed", f"{SOURCE} §6.2.5 (eqs. 6.27-6.28)",
              "orthonormal, we obtain with ⟨σ_aiw_i, σ_biw_i⟩ = σ_aiσ_bi: E[Tr(D_AWᵀD_BW)] = E[Σ_i ⟨σ_aiw_i, σ_biw_i⟩] "
              "= Σ_i E[σ_aiσ_bi] (6.28)"),
     notes="value = relative error for random spectra in [0.1, 2] and Haar W. Does not hold: D_AWᵀ has columns σ_ai·(column i "
-          "of Wᵀ), so Tr(D_AWᵀD_BW) = Σ_ij σ_aiσ_bj W_ji², equal to Σ_i σ_aiσ_bi only when W is a signed permutation "
-          "matching the orders of the two spectra")
+          "of Wᵀ), so Tr(D_AWᵀD_BW) = Σ_ij σ_aiσ_bj W_ji², equal to Σ_i σ_aiσ_bi for generic (distinct, non-flat) "
+          "spectra only when W is a signed permutation matching the orders of the two spectra; for any orthogonal W when "
+          "either spectrum is flat")
 
 def _ev_aligned_corrected(budget, key):
     """(E[Tr(AᵀB) − (Σ_iσ_ai)(Σ_jσ_bj)/n])/(n²σ²) under (6.24) by Monte Carlo (n = 8, σ² = 1/n), with its sem."""
@@ -472,7 +473,8 @@ mc_claim("s6_2_5.random_orientation_printed", f"{SOURCE} §6.2.5 (eq. 6.34)",
     corrected_by="s6_2_5.random_orientation_corrected",
     notes=f"n={_ORIENT_N}, σ̂_a = {_ORIENT_SPECTRUM_A.tolist()}, σ̂_b = {_ORIENT_SPECTRUM_B.tolist()}. Does not hold: Tr = Σ_ij σ_aiσ_bj (W_U)_ji(W_V)_ji "
           "involves all pairs (i, j), not only i = j as in eq. (6.31); Var = (Σσ_ai²)(Σσ_bj²)/n² "
-          "(s6_2_5.random_orientation_corrected)")
+          "(s6_2_5.random_orientation_corrected). The print agrees when one spectrum is flat (in general exactly when "
+          "σ_ai² and σ_bi² are uncorrelated over i)")
 mc_claim("s6_2_5.random_orientation_corrected", f"{SOURCE} §6.2.5",
     "corrected: E[Tr(ÂᵀB̂)] = 0, Var = (Σσ̂_ai²)(Σσ̂_bj²)/n² for independent Haar U_A, V_A, U_B, V_B",
     lambda: np.array([0.0, float(G.random_orientation_trace_var(jnp.asarray(_ORIENT_SPECTRUM_A), jnp.asarray(_ORIENT_SPECTRUM_B)))]),
@@ -541,9 +543,10 @@ mc_claim("s6_3_2.eq6_48_printed", f"{SOURCE} eqs. (6.45)-(6.48)",
     notes=f"n={_XAVIER_C_N}, k ∈ {_XAVIER_C_COS}; E[vᵀCw] = 0 so estimate = E[(vᵀCw)²]. Does not hold: given v, w, "
           "Var_C(vᵀCw) = (1/n)Σ_lm v_l²w_m² = ‖v‖²‖w‖²/n = 1/n for every k (eq. 6.45 confuses Σ Var(v_lw_l) with "
           "E[⟨v,w⟩]²). The v–w angles do not enter at all. For the mixtures of (6.42), Var_C(μ_XᵀCμ_Y) = "
-          "‖μ_X‖²‖μ_Y‖²/n exactly, while (6.42) drops the covariances between its terms and keeps Σ_ij λ_i²λ̃_j²/n (unit "
-          "v_i, w_j): off by the factor (Σλ_i²)(Σλ̃_j²)/(‖μ_X‖²‖μ_Y‖²), −89% for three equal weights on one vector, "
-          "exact for orthonormal v_i and w_j, without bound above as a mixture's vectors cancel. "
+          "‖μ_X‖²‖μ_Y‖²/n exactly. (6.42)'s printed '≈' drops the covariances between its terms and keeps "
+          "Σ_ij λ_i²λ̃_j²/n (unit v_i, w_j): off by the factor (Σλ_i²)(Σλ̃_j²)/(‖μ_X‖²‖μ_Y‖²), −89% when μ_X and μ_Y are "
+          "each three equal weights on a single vector (−67% if only one is), exact when the v_i are mutually "
+          "orthonormal and the w_j are mutually orthonormal, without bound above as a mixture's vectors cancel. "
           "Corrected: s6_3_2.eq6_48_corrected")
 mc_claim("s6_3_2.eq6_48_corrected", f"{SOURCE} eq. (6.48)",
     "corrected: Var_C(vᵀCw) = ‖v‖²‖w‖²/n = 1/n, independent of k = ⟨v, w⟩",
