@@ -34,7 +34,7 @@ Registered on import (ids ``bao.*``; computations in float64 unless said otherwi
   the ℓ2-ball argument (``eq9.l2_ball``), not because one-vs-rest minimises entropy at a given logit span
   (``eq9.one_vs_rest_span`` **does not hold**).
 * ``eq10.left`` holds (symmetric W_QK); ``eq10.right`` (|tr W_QK| ≥ ‖W_QK‖₂) **does not hold** for
-  indefinite W_QK; ``eq10.corrected``: ‖Σ⁻¹‖₂·√tr(W²) ≥ ‖W_QK‖_F ≥ ‖W_QK‖₂ holds.
+  some indefinite W_QK (over-general: it holds for semidefinite W_QK); ``eq10.corrected``: ‖Σ⁻¹‖₂·√tr(W²) ≥ ‖W_QK‖_F ≥ ‖W_QK‖₂ holds.
 * ``locater.grad_scale_Q`` / ``grad_scale_K`` hold; ``locater.grad_mean_Q`` / ``grad_mean_K``
   (∇(tr W_QK − 1)² = (tr W_QK − 1)·tr(W_QK)·W_K) **do not hold**; ``locater.grad_mean.corrected``
   (2(tr W_QK − 1)·W_K, 2(tr W_QK − 1)·W_Q) holds.
