@@ -288,8 +288,6 @@ def _run(args) -> int:
         models = _sweep(args, cfg)
         for name in models:
             pipeline.validate_geometry(dataclasses.replace(cfg, model=name))
-        if caution := pipeline.study.screenot_k_caution(cfg.screenot_k):  # said before the run, and in the report
-            print(f"geomjax: {caution[0].lower()}{caution[1:]}", file=sys.stderr)
         if args.dry_run:  # the plan of the checkpoint (of a sweep: its first)
             from geomjax.analysis import study  # command dispatch: imported on use
 
@@ -325,6 +323,9 @@ def _run(args) -> int:
         if summary:
             print(summary)
         print(f"run directory: {final}\nreport: {final / 'report.html'}")
+        caution = pipeline.study.screenot_k_caution(cfg.screenot_k) if args.command in ("demo", "geometry") else None
+        if caution:  # also in the report; said after a finished run, so that a refused one stays one error line
+            print(f"geomjax: {caution[0].lower()}{caution[1:]}", file=sys.stderr)
     return 0
 
 

@@ -355,6 +355,10 @@ def sizes_section(metrics: dict) -> Section:
         f"model's validation loss still falls by more than {CURVE_TOL:g} nats from that budget to the preset's and a "
         f"larger model is not better, or a smaller one is as good (within {100 * SIZE_TOL:.0f} points); otherwise "
         "neither is shown."])
+    s.paragraphs.append("Training: " + "; ".join(f"{label} {x['train_seconds']:.0f} s" for label, x in
+                                                 metrics["carry_sizes"].items())
+                        + (f" (added to the finished run later; at the end, {metrics['carry_sizes_load']})"
+                           if "carry_sizes_load" in metrics else "") + ".")
     rows = [[label, f"{x['n_params'] / 1e6:.2f}M", e["step"], f"{100 * e['exact_match']:.2f}%",
              f"{100 * e['accuracy']:.2f}%", round(e["loss"], 4)] for label, x in metrics["carry_sizes"].items()
             for e in x["evals"]]

@@ -185,7 +185,8 @@ def model_config(cfg: LocaterConfig, vocab_size: int):
                       tie_embeddings=cfg.tie_embeddings, dropout=cfg.dropout, init=cfg.init)
 
 
-def mean_penalty(trace: Float[Array, " *H"], kappa2, gradient: str = "autodiff") -> Float[Array, ""]:
+def mean_penalty(trace: Float[Array, " *H"], kappa2: float | Float[Array, ""],
+                 gradient: str = "autodiff") -> Float[Array, ""]:
     """κ2·Σ(tr W_QK − 1)² (Bao §6's mean term) as a differentiable objective whose value is that sum and whose
     gradient is the true one (``gradient="autodiff"``) or the printed formula's κ2·(tr − 1)·tr·∇tr
     (``"printed"``: the factor (tr − 1)·tr is held constant under differentiation, so ∇ is that factor
