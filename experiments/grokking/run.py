@@ -188,14 +188,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-relu-free", action="store_true", help="skip the ReLU-free variant")
     ap.add_argument("--checkpoint", default="last-stable", help="'last-stable' (default), 'final' or a snapshot epoch")
     ap.add_argument("--second-setting", default=None, choices=SECOND_SETTINGS,
-                    help="the second setting of the W_L and two-coprime rows: the clock claims' ReLU model of that budget "
-                         "(50%% split; trained once, then read from the geomjax cache: quick stops at grokking, ~20 s of "
-                         "training on a quiet 2-core machine; full trains 3,000 epochs, ~3.5 min); default full (the "
-                         "committed cpu report's), none for the smoke preset")
+                    help="the second setting of the W_L and two-coprime rows: seed --seed of the clock claims' ReLU "
+                         "models of that budget (the blog's model; trained once as vmapped seeds, then read from the "
+                         "geomjax cache: quick 2 seeds stopped at grokking, full 32 seeds of 10,000 epochs, ~2 CPU-hours); "
+                         "default full for the cpu preset, none for smoke and blog (the blog preset IS the blog's setting)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     if args.second_setting is None:
-        args.second_setting = "none" if args.preset == "smoke" else "full"
+        args.second_setting = "none" if args.preset in ("smoke", "blog") else "full"
     if args.checkpoint not in ("last-stable", "final") and not args.checkpoint.isdigit():
         raise GeomjaxError(f"--checkpoint must be 'last-stable', 'final' or an epoch, got {args.checkpoint!r}")
     out = Path(args.out or f"runs/grokking-{args.preset}")
@@ -208,9 +208,9 @@ def _run(args, out: Path, cache_dir: str | None, load_start: str, rec) -> int:
     """Train (or load) both runs, analyse and write the report (``main``'s body, inside its timing record)."""
     run = RunDir(out, command="grokking")
     cfg = get_config(args.preset, seed=args.seed)
-    n_runs = 1 if args.no_relu_free else 2
-    print(f"{n_runs} run(s) of {cfg.epochs} epochs, one after another: "
-          + toy_training_cost(cfg.train.replace(total_steps=cfg.epochs * n_runs)).describe())  # before training
+    epochs = [cfg.epochs] + ([] if args.no_relu_free else [get_config(args.preset, relu=False, seed=args.seed).epochs])
+    print(f"{len(epochs)} run(s) of {' + '.join(map(str, epochs))} epochs, one after another: "
+          + toy_training_cost(cfg.train.replace(total_steps=sum(epochs))).describe())  # before training
     if args.second_setting != "none":
         print(second_setting_cost(args.second_setting, args.seed))
     t0 = time.perf_counter()
@@ -285,7 +285,9 @@ def _departures(cfg) -> list[str]:
                  f"about {t.optim.lr / 1e-3:g}× shorter)")
     if cfg.epochs < 10_000:
         d.append(f"{cfg.epochs} epochs (blog 10,000–20,000: less time for weight decay to clean up the spectrum)")
-    d.append("learned positional embeddings (Nanda's code; the blog's text says none)")
+    if t.model.pos_embedding != "none":
+        d.append("learned positional embeddings (Nanda's code; the blog's text, §3, says none): a second setting, "
+                 "not the blog's model")
     return d
 
 

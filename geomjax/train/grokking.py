@@ -17,8 +17,9 @@ interrupted and resumed run reproduces the uninterrupted run bit-for-bit. A conf
 logs: grokked) ends the run at the first chunk whose logs meet it; the epoch count is then the cap, and
 the run records where and why it stopped (``history.json``'s ``stopped``, :attr:`GrokkingResult.stopped`).
 
-Presets (:func:`grokking_config`): ``paper`` (50,000 epochs, Nanda et al.), ``blog`` (20,000 epochs,
-the blog's main run), ``cpu`` (a run that groks within minutes on a 2-core CPU), ``smoke`` (tests).
+Presets (:func:`grokking_config`): ``paper`` (50,000 epochs, Nanda et al., learned positions), ``blog`` (the
+blog's model: no positional embeddings; 10,000 epochs with ReLU, 20,000 ReLU-free), ``cpu`` (learned positions,
+lr 2e-3: a run that groks within minutes on a 2-core CPU; the labelled second setting), ``smoke`` (tests).
 ``relu=False`` gives the blog's ReLU-free variant.
 """
 
@@ -41,7 +42,7 @@ import numpy as np
 from geomjax.base._checks import bounded_cache, compiled_cache
 from geomjax.data import modular_addition_data
 from geomjax.models.common import gelu_erf
-from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer
+from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer, clock_positions
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy
 from geomjax.train.loop import StopRule, make_train_step, train_loop
@@ -63,9 +64,12 @@ __all__ = [
     "grokking_data",
     "grokking_init",
     "grokking_milestones",
+    "init_program",
+    "metrics_program",
     "last_position_logits",
     "check_one_layer",
     "load_grokking_run",
+    "chunk_program",
     "make_run_chunk",
     "param_snapshots",
     "train_grokking",
@@ -160,10 +164,11 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     """Preset of a grokking run (Nanda et al. / the clock blog; hyperparameters of the authors' released code).
 
     * ``paper``: Nanda et al.: p 113, 30% train, 50,000 epochs; metrics every 100, checkpoints every 2,500.
-    * ``blog``: the blog's main run: the same model and optimizer, 20,000 epochs (the blog says "no
-      positional embeddings"; Nanda's code — and this preset — learn them; the blog's own code
-      inspects ``model.embed.W_E`` of Nanda's architecture).
-    * ``cpu``: the same model and p = 113 at the blog's 30% training split, lr 2e-3 (the blog: 1e-3)
+    * ``blog``: the clock blog's model and run, as its text states them (§3: "There is no layer norm", "There
+      are no positional embeddings", ReLU MLP; §2.2: 30% split; the optimizer of Nanda et al.'s code: AdamW
+      lr 1e-3, weight decay 1, β (0.9, 0.98), full batch): 10,000 epochs with ReLU (§4), 20,000 for the
+      ReLU-free variant (§8); metrics every 100 epochs, chunks of 1,000.
+    * ``cpu``: Nanda's model (learned positions) and p = 113 at the blog's 30% split, lr 2e-3 (the blog: 1e-3)
       so that the plateau between memorisation and generalisation fits a 2-core CPU;
       :data:`CPU_EPOCHS` epochs; train loss/accuracy every epoch, test metrics every 10 epochs,
       snapshots every 100. (The clock claims' ``full`` budget keeps its own 50% / 3,000-epoch recipe:
@@ -181,7 +186,7 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     if preset == "paper":
         return GrokkingConfig(t, log_every=100, chunk_epochs=2500, preset=preset)
     if preset == "blog":
-        return GrokkingConfig(t, log_every=100, chunk_epochs=2000, preset=preset)
+        return GrokkingConfig(t, log_every=100, chunk_epochs=1000, preset=preset)
     if preset == "cpu":
         t = t.replace(options=dataclasses.replace(t.options, train_frac=0.3), total_steps=CPU_EPOCHS,
                       steps_per_call=100)
@@ -246,7 +251,7 @@ def last_position_logits(params: Params, x: Int[Array, "B T"], mcfg: ToyConfig) 
     act = {"relu": jax.nn.relu, "none": lambda v: v, "gelu": gelu_erf,
            "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True)}[mcfg.activation]
     T = x.shape[1]
-    E, pos = params["embed"]["embedding"], params["pos_embed"]["embedding"][:T]
+    E, pos = params["embed"]["embedding"], clock_positions(params, mcfg, T)
     a = params["block_0"]["attn"]
     # Every (position, token) pair has one residual vector, so q/k/v are tables (T, V, H, K) gathered
     # per example: the same products as projecting each example's rows, V/B times fewer FLOPs.
@@ -306,7 +311,9 @@ def _programs(cfg: GrokkingConfig):
 
 
 @compiled_cache(maxsize=8)
-def _init_fn(cfg: GrokkingConfig):
+def init_program(cfg: GrokkingConfig) -> Callable:
+    """Jitted ``init(k_params, k_run) -> TrainState`` of ``cfg``'s model and optimizer (the seed enters only
+    through the keys: :func:`grokking_init`)."""
     model, tx, _, _ = _programs(cfg)
 
     @jax.jit
@@ -318,7 +325,8 @@ def _init_fn(cfg: GrokkingConfig):
 
 
 @compiled_cache(maxsize=8)
-def _metrics_fn(cfg: GrokkingConfig):
+def metrics_program(cfg: GrokkingConfig) -> Callable:
+    """Jitted ``metrics(params, data) -> {name: scalar}``: :data:`METRICS` on the full train and test sets."""
     _, _, loss_fn, _ = _programs(cfg)
 
     @jax.jit
@@ -335,7 +343,7 @@ def grokking_init(cfg: GrokkingConfig) -> TrainState:
     """Fresh state: parameters from ``fold_in(key(seed), 0)``, run key ``fold_in(key(seed), 2)``
     (the same convention as :func:`geomjax.train.tasks.init_state`)."""
     base = jax.random.key(cfg.train.seed)
-    return _init_fn(cfg)(jax.random.fold_in(base, 0), jax.random.fold_in(base, 2))
+    return init_program(cfg)(jax.random.fold_in(base, 0), jax.random.fold_in(base, 2))
 
 
 @compiled_cache(maxsize=8)
@@ -350,6 +358,13 @@ def make_run_chunk(cfg: GrokkingConfig, n_epochs: int) -> Callable:
     train loss and accuracy, computed on the parameters before that step's update (no extra cost).
     The state is donated.
     """
+    return jax.jit(chunk_program(cfg, n_epochs), donate_argnums=0)
+
+
+@compiled_cache(maxsize=8)
+def chunk_program(cfg: GrokkingConfig, n_epochs: int) -> Callable:
+    """The unjitted ``run(state, data) -> (state, metrics)`` of :func:`make_run_chunk` (one seed): jitted there,
+    vmapped over seeds by :func:`geomjax.train.grokking_seeds.make_seeds_chunk`."""
     if n_epochs % cfg.log_every:
         raise ValueError(f"make_run_chunk: n_epochs {n_epochs} is not a multiple of log_every {cfg.log_every}")
     _, _, loss_fn, step = _programs(cfg)
@@ -368,7 +383,7 @@ def make_run_chunk(cfg: GrokkingConfig, n_epochs: int) -> Callable:
     def run(state, data):
         return jax.lax.scan(lambda s, _: interval(s, data), state, None, length=n_logs)
 
-    return jax.jit(run, donate_argnums=0)
+    return run
 
 
 @dataclasses.dataclass
@@ -401,7 +416,7 @@ class GrokkingResult:
 
 
 def _initial_metrics(cfg: GrokkingConfig, state: TrainState, data: GrokkingData) -> dict[str, float]:
-    return {k: float(v) for k, v in jax.device_get(_metrics_fn(cfg)(state.params, data)).items()}
+    return {k: float(v) for k, v in jax.device_get(metrics_program(cfg)(state.params, data)).items()}
 
 
 def _save_params(run_dir: Path, params, epoch: int) -> None:
