@@ -2,7 +2,8 @@
 
 The model, optimizer and data are those of :func:`geomjax.train.tasks.modular_config` (the authors' released code):
 inputs (a, b, "=") with "=" = token p, a 1-layer transformer (d 128, 4 heads of 32, d_mlp 512,
-ReLU or none, learned positions, no LayerNorm, untied, 114 in and out with the last logit dropped),
+ReLU or none, learned positions or none (the clock blog's model), no LayerNorm, untied, 114 in and out with
+the last logit dropped),
 AdamW lr 1e-3, weight decay 1.0 on every parameter, β (0.9, 0.98), 10-step linear warm-up, full
 batch (one step = one epoch), 30% of the p² pairs for training, cross-entropy on the last position.
 
@@ -171,8 +172,7 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     * ``cpu``: Nanda's model (learned positions) and p = 113 at the blog's 30% split, lr 2e-3 (the blog: 1e-3)
       so that the plateau between memorisation and generalisation fits a 2-core CPU;
       :data:`CPU_EPOCHS` epochs; train loss/accuracy every epoch, test metrics every 10 epochs,
-      snapshots every 100. (The clock claims' ``full`` budget keeps its own 50% / 3,000-epoch recipe:
-      :func:`geomjax.claims.clock.claim_config`.)
+      snapshots every 100. (The clock claims train the ``blog`` preset's model: :func:`geomjax.claims.clock.claim_config`.)
     * ``smoke``: p 23, d 32, 2 heads, d_mlp 64, lr 3e-3, 300 epochs (tests); metrics every 10, chunks of 100.
 
     Args:
