@@ -73,6 +73,7 @@ __all__ = [
     "chunk_program",
     "make_run_chunk",
     "param_snapshots",
+    "resume_state",
     "train_grokking",
 ]
 
@@ -457,6 +458,22 @@ def param_snapshots(run_dir: str | os.PathLike, template: Params) -> list[tuple[
 _COMPILED = bounded_cache(__name__ + "._COMPILED", 8)  # (config, chunk) -> compiled executable (shapes fixed by the config)
 
 
+def resume_state(run_path: Path, state: TrainState, meta: dict, where: str, resume: bool = True
+                 ) -> tuple[TrainState, int | None]:
+    """(state, the epoch resumed from or None): the latest checkpoint under ``run_path/checkpoints`` loaded into
+    ``state``'s structure (when ``resume`` and one exists), after checking it was written with metadata ``meta``.
+
+    Raises:
+      ValueError: the checkpoint was written by a different config (``where`` names the caller)."""
+    last = latest_checkpoint(run_path / "checkpoints") if resume else None
+    if last is None:
+        return state, None
+    state, m = load_checkpoint(last, state)
+    if m.get("config") != meta:
+        raise ValueError(f"{where}: {last} was written by a different config; use another run_dir or resume=False")
+    return state, int(m["step"])
+
+
 def train_grokking(
     cfg: GrokkingConfig,
     run_dir: str | os.PathLike | None = None,
@@ -499,13 +516,8 @@ def train_grokking(
     cfg_json = run_json(cfg)
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=True)
-        last = latest_checkpoint(run_path / "checkpoints") if resume else None
-        if last is not None:
-            state, meta = load_checkpoint(last, state)
-            if meta.get("config") != cfg_json:
-                raise ValueError(f"train_grokking: {last} was written by a different config; use another run_dir "
-                                 "or resume=False")
-            resumed = int(meta["step"])
+        state, resumed = resume_state(run_path, state, cfg_json, "train_grokking", resume)
+        if resumed is not None:
             old = json.loads((run_path / "history.json").read_text())
             keep = [i for i, e in enumerate(old["epoch"]) if e <= resumed]
             hist = {k: [old[k][i] for i in keep] for k in ("epoch", *METRICS)}

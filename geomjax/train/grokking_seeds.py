@@ -26,7 +26,8 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +36,7 @@ import numpy as np
 from geomjax.base._checks import bounded_cache, compiled_cache
 from geomjax.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.grokking import (METRICS, GrokkingConfig, GrokkingData, GrokkingResult, chunk_program, grokking_data,
-                                    init_program, metrics_program, run_json)
+                                    init_program, metrics_program, resume_state, run_json)
 from geomjax.train.loop import train_loop
 from geomjax.train.state import TrainState
 
@@ -53,14 +54,14 @@ def _check_seeds(seeds) -> tuple[int, ...]:
     return seeds
 
 
-def seeds_data(cfg: GrokkingConfig, seeds) -> GrokkingData:
+def seeds_data(cfg: GrokkingConfig, seeds: Iterable[int]) -> GrokkingData:
     """The K seeds' train/test splits stacked: x (K, n, 3), y (K, n) (seed s's split is
     :func:`~geomjax.train.grokking.grokking_data` of ``cfg.replace(seed=s)``)."""
     parts = [grokking_data(cfg.replace(seed=s)) for s in _check_seeds(seeds)]
     return GrokkingData(*(jnp.stack(v) for v in zip(*parts)))
 
 
-def seeds_init(cfg: GrokkingConfig, seeds) -> TrainState:
+def seeds_init(cfg: GrokkingConfig, seeds: Iterable[int]) -> TrainState:
     """Fresh stacked state of the K seeds (seed s's is :func:`~geomjax.train.grokking.grokking_init` of
     ``cfg.replace(seed=s)``), built by one vmapped call of the init program."""
     base = [jax.random.key(s) for s in _check_seeds(seeds)]
@@ -132,8 +133,9 @@ def _read_history(run_path: Path, upto: int) -> tuple[dict, float]:
     return {k: list(v) for k, v in out.items()}, secs
 
 
-def train_grokking_seeds(cfg: GrokkingConfig, seeds, run_dir=None, *, resume: bool = True, progress: bool = True,
-                         stop_at: int | None = None, log_file=None) -> GrokkingSeeds:
+def train_grokking_seeds(cfg: GrokkingConfig, seeds: Iterable[int], run_dir: str | os.PathLike | None = None, *,
+                         resume: bool = True, progress: bool = True, stop_at: int | None = None,
+                         log_file: str | os.PathLike | None = None) -> GrokkingSeeds:
     """Train K seeds of ``cfg`` as one vmapped program (see the module docstring); resume from ``run_dir``.
 
     Args:
@@ -151,13 +153,9 @@ def train_grokking_seeds(cfg: GrokkingConfig, seeds, run_dir=None, *, resume: bo
     run_path, meta, prior = (Path(run_dir) if run_dir is not None else None), _meta(cfg, seeds), 0.0
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=True)
-        last = latest_checkpoint(run_path / "checkpoints") if resume else None
-        if last is not None:
-            state, m = load_checkpoint(last, state)
-            if m.get("config") != meta:
-                raise ValueError(f"train_grokking_seeds: {last} was written by a different config or seeds; use "
-                                 "another run_dir or resume=False")
-            hist, prior = _read_history(run_path, int(m["step"]))
+        state, resumed = resume_state(run_path, state, meta, "train_grokking_seeds (config or seeds)", resume)
+        if resumed is not None:
+            hist, prior = _read_history(run_path, resumed)
         (run_path / "seeds_config.json").write_text(json.dumps(meta, indent=2))
     start = int(jax.device_get(state.step))
     if start == 0:
@@ -203,7 +201,7 @@ def train_grokking_seeds(cfg: GrokkingConfig, seeds, run_dir=None, *, resume: bo
     return GrokkingSeeds(cfg, seeds, state, history, prior + loop_hist.seconds, compile_s, run_path, loop_hist.stopped)
 
 
-def load_grokking_seeds(run_dir, cfg: GrokkingConfig, seeds) -> GrokkingSeeds:
+def load_grokking_seeds(run_dir: str | os.PathLike, cfg: GrokkingConfig, seeds: Iterable[int]) -> GrokkingSeeds:
     """A finished :func:`train_grokking_seeds` run (at ``cfg.epochs``, or stopped by ``cfg.stop``).
 
     Raises:
@@ -215,7 +213,7 @@ def load_grokking_seeds(run_dir, cfg: GrokkingConfig, seeds) -> GrokkingSeeds:
         raise FileNotFoundError(f"load_grokking_seeds: no checkpoint in {run_path / 'checkpoints'}; train first")
     state, m = load_checkpoint(last, seeds_init(cfg, seeds))
     if m.get("config") != _meta(cfg, seeds):
-        raise ValueError(f"load_grokking_seeds: {last} was written by a different config or seeds")
+        raise ValueError(f"load_grokking_seeds: {last} was written by a different config (or seeds)")
     with np.load(run_path / "history.npz") as z:
         stopped = json.loads(str(z["stopped"])) if "stopped" in z.files else None
     step = int(m["step"])
