@@ -1,13 +1,13 @@
 """Cost of the clock claims at ``--budget quick`` (issue 28): wall and CPU seconds of
 ``geomjax verify --source clock --budget quick`` as on a clean clone, then with its trained models cached.
 
-Since issue 28 the quick budget trains the real p = 113 model (the full budget's model, recipe, 50% split
-and seed) and its ReLU-free variant until they grok (``geomjax.sources.clock.claims.GROK_STOP``: test accuracy
->= 99% at 2 consecutive logs, cap ``QUICK_CAP`` epochs). Each run is a child process (CPU seconds from
+Since issue 43 the quick budget trains 2 seeds of the clock blog's model (p = 113, no positional embeddings,
+30% split) and of its ReLU-free variant as one vmapped program each, until every seed groks
+(``geomjax.sources.clock.claims.GROK_STOP``: test accuracy >= 99% at 2 consecutive logs; cap: the blog's lengths). Each run is a child process (CPU seconds from
 ``RUSAGE_CHILDREN``: user + system), with a fresh ``$GEOMJAX_CACHE`` and JAX's persistent compilation
 cache off (``GEOMJAX_NO_COMPILE_CACHE=1``), so the first run costs what a clean clone pays; the second reads
 the cached models (analyses, claims and the report only). The training part is first − second. The stop
-epochs and the trainer's own wall seconds come from the cached runs (``history.json``, ``timings.jsonl``).
+epochs and the trainer's own wall seconds come from the cached runs (``history.npz``).
 
 On a loaded machine the wall times stretch with the load (reported); the CPU seconds are the better
 estimate of a quiet machine's cost (an upper bound on its wall time when XLA keeps both cores busy).
@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _common as C  # noqa: E402
@@ -50,14 +52,16 @@ def run_verify(cache: str, out: str) -> dict[str, float]:
 
 
 def trained_runs(cache: str) -> list[dict]:
-    """Per cached run: activation, stop record, the trainer's wall seconds (compile included)."""
+    """Per cached vmapped run of seeds: activation, stop record, the trainer's wall seconds (all seeds, compile
+    included)."""
     rows = []
-    for d in sorted((Path(cache) / "grokking").iterdir()):
-        cfg = json.loads((d / "grokking_config.json").read_text())
-        hist = json.loads((d / "history.json").read_text())
-        secs = [json.loads(line) for line in (d / "timings.jsonl").read_text().splitlines()]
-        rows.append({"activation": cfg["train"]["model"]["activation"], "stopped": hist.get("stopped"),
-                     "train_wall": sum(t["seconds"] for t in secs), "compile": sum(t["compile_seconds"] for t in secs)})
+    for d in sorted((Path(cache) / "grokking-seeds").iterdir()):
+        meta = json.loads((d / "seeds_config.json").read_text())
+        with np.load(d / "history.npz") as z:
+            stopped = json.loads(str(z["stopped"])) if "stopped" in z.files else None
+            wall = float(z["seconds"])
+        rows.append({"activation": meta["config"]["train"]["model"]["activation"], "stopped": stopped,
+                     "seeds": len(meta["seeds"]), "train_wall": wall})
     return rows
 
 
@@ -92,7 +96,7 @@ def main() -> None:
     for r in runs:
         st = r["stopped"] or {}
         lines.append(f"- {'ReLU' if r['activation'] == 'relu' else 'ReLU-free'} run: stopped at epoch {st.get('step')} ({st.get('by')}: {st.get('reason')}); "
-                     f"trainer wall {r['train_wall']:.0f} s (compile {r['compile']:.0f} s)")
+                     f"{r['seeds']} seeds, trainer wall {r['train_wall']:.0f} s")
     text = "\n".join(lines) + "\n\n" + C.machine_block(info)
     print(text)
     C.write_section(args.out, text)

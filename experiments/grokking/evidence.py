@@ -3,10 +3,10 @@ as W_E") and §11.2 ("two circles of coprime frequencies suffice") measured over
 
 * over training: :func:`geomjax.tools.clock_probe.key_series` at every parameter snapshot of the report's ReLU run
   (its key frequencies of W_E and W_L, and its logits restricted to its best coprime pair of key frequencies);
-* a second setting: the clock claims' ReLU model (:func:`geomjax.sources.clock.claims.claim_config`: the same model and
-  recipe at the 50% split; ``quick`` stops once it has grokked, ``full`` trains 3,000 epochs), trained once and
-  cached under the geomjax cache (:func:`geomjax.sources.clock.claims.trained_run`), analysed by
-  :func:`geomjax.tools.clock_probe.analyze` at its last stable snapshot and over its snapshots too.
+* a second setting: one seed of the clock claims' ReLU models (:func:`geomjax.sources.clock.claims.claim_config`: the
+  blog's model; ``quick`` 2 seeds stopped once they have grokked, ``full`` 32 seeds of 10,000 epochs), trained once
+  as one vmapped program and cached under the geomjax cache (:func:`geomjax.sources.clock.claims.budget_seeds`), analysed by
+  :func:`geomjax.tools.clock_probe.analyze` at its final epoch (the seeds' runs keep no snapshots).
 
 :func:`evidence_section` draws both; :func:`w_l_why` and :func:`two_coprime_why` are the two rows' last column.
 """
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from geomjax.analysis import plots
 from geomjax.analysis.report import Section
-from geomjax.sources.clock.claims import claim_config, trained_run
-from geomjax.tools.clock_probe import analyze, key_series
+from geomjax.sources.clock.claims import SEEDS, budget_seeds, claim_config
+from geomjax.train.grokking_seeds import seed_result
+from geomjax.tools.clock_probe import analyze
 from geomjax.train.cost import toy_training_cost
 
 SECOND_SETTINGS = ("quick", "full", "none")
@@ -48,24 +49,25 @@ def _best_pair(pairs: dict) -> str | None:
 def second_setting_cost(which: str, seed: int) -> str:
     """The expected training cost of :func:`second_setting`'s model (printed before training; nothing is trained
     when it is cached): at most its epoch cap (``quick`` stops earlier, once it has grokked)."""
-    c = claim_config(which, True, seed)
-    return (f"second setting (the claims' {which} ReLU model, trained only if not cached), at most {c.epochs} epochs: "
-            + toy_training_cost(c.train.replace(total_steps=c.epochs)).describe())
+    c, k = claim_config(which, True, seed), SEEDS[which]
+    return (f"second setting (the claims' {which} ReLU models, {k} seeds, trained only if not cached), at most "
+            f"{c.epochs} epochs each: " + toy_training_cost(c.train.replace(total_steps=c.epochs * k)).describe())
 
 
 def second_setting(which: str, seed: int, choose, progress: bool = False) -> dict | None:
-    """The clock claims' ReLU model of budget ``which`` ("quick" / "full"; None for "none"), trained or loaded from
-    the geomjax cache: ``{"name", "budget", "seed", "train_frac", "epochs", "checkpoint", "why", "an", "series"}`` with ``an`` its
-    :func:`analyze` at the checkpoint ``choose(res)`` returns ((epoch, result at that epoch, reason), as the
-    report's own :func:`experiments.grokking.run.choose_checkpoint`) and ``series`` its :func:`key_series`."""
+    """Seed ``seed`` of the clock claims' ReLU models of budget ``which`` ("quick" / "full"; None for "none"), trained
+    or loaded from the geomjax cache: ``{"name", "budget", "seed", "train_frac", "epochs", "checkpoint", "why", "an",
+    "series"}`` with ``an`` its :func:`analyze` at the checkpoint ``choose(res)`` returns ((epoch, result at that
+    epoch, reason), as the report's own :func:`experiments.grokking.run.choose_checkpoint`; the seeds' runs keep no
+    snapshots, so that is the final epoch) and ``series`` its :func:`key_series` (empty: no snapshots)."""
     if which == "none":
         return None
-    res = trained_run(claim_config(which, True, seed), progress=progress)
+    res = seed_result(budget_seeds(which, True, progress=progress), seed)
     ck, res_an, why = choose(res)
     return {"name": f"the claims' {which} ReLU model", "budget": which, "seed": seed,
             "train_frac": res.config.train.options.train_frac, "epochs": int(res.history["epoch"][-1]), "checkpoint": ck,
             "why": why,
-            "an": analyze(res_an, seed=seed, with_snapshots=False), "series": key_series(res)}
+            "an": analyze(res_an, seed=seed, with_snapshots=False), "series": []}
 
 
 def _label(name: str, frac: float) -> str:
@@ -94,8 +96,9 @@ def _second_w_l(sec: dict) -> str:
     ok = w_l_same(an["key_W_E"], an["key_W_L"])
     only_E = f", W_E-only {an['key_W_E_only']}" if an["key_W_E_only"] else ""
     return (f"at the {sec['train_frac']:.0%} split ({sec['name']}, epoch {sec['checkpoint']}): W_E {an['key_W_E']}, W_L "
-            f"{an['key_W_L']} — W_L ⊆ W_E {'holds' if ok else 'does not hold'}{only_E}; over its training the test holds at "
-            + _holds_at(sec["series"], lambda q: w_l_same(q["key_W_E"], q["key_W_L"])))
+            f"{an['key_W_L']} — W_L ⊆ W_E {'holds' if ok else 'does not hold'}{only_E}"
+            + ("; over its training the test holds at " + _holds_at(sec["series"], lambda q: w_l_same(q["key_W_E"], q["key_W_L"]))
+               if sec["series"] else ""))
 
 
 def w_l_why(an: dict, series: list[dict], sec: dict | None, fig: str) -> str:
@@ -151,7 +154,7 @@ def two_coprime_why(an: dict, series: list[dict], sec: dict | None, fig: str) ->
                    f"(embedding-restricted) — {'reproduced' if s2['pairs'][b] >= SUFFICIENT else 'not reproduced'}")
         else:
             at += "no coprime pair"
-        parts.append(at + "; over its training: " + _best_over(sec["series"]))
+        parts.append(at + ("; over its training: " + _best_over(sec["series"]) if sec["series"] else ""))
     parts.append("the blog's §11.2 is an in-principle condition, which holds (ideal circles: "
                  "clock.two_coprime_sufficient.in_principle); this row reads it on the trained logits")
     return "; ".join(parts)
@@ -169,7 +172,7 @@ def evidence_section(run, tag: str, an: dict, series: list[dict], sec: dict | No
         "suffice. Both are read at every parameter snapshot (geomjax.tools.clock_probe.key_series: each snapshot's "
         f"own key frequencies by the §5 rule on W_E and W_L; its logits restricted to its best coprime pair, Nanda et "
         "al. §5.1) and at a second setting: " + (
-            f"{sec['name']} (--second-setting {sec['budget']}; the same model and recipe at the claims' "
+            f"{sec['name']} (--second-setting {sec['budget']}; the claims' models, the blog's model at the "
             f"{sec['train_frac']:.0%} split, {sec['epochs']} epochs, seed {sec['seed']}: geomjax.sources.clock.claims.claim_config), analysed "
             f"at epoch {sec['checkpoint']}: {sec['why']}." if sec else
             "none (--second-setting none).")])

@@ -10,9 +10,10 @@ from geomjax.analysis.comparison import Source, SourceNumber
 
 SOURCE = Source(
     citation="the clock blog (§4–§11) and Nanda et al., Progress measures for grokking (§3, §5)",
-    setting="p = 113, 1-layer transformer (d 128, 4 heads, d_mlp 512, ReLU, no LayerNorm), AdamW lr 1e-3, weight "
-            "decay 1.0, β (0.9, 0.98), full batch, 30% of the p² pairs for training; the blog trains 10,000–20,000 "
-            "epochs, Nanda et al. 50,000.",
+    setting="p = 113, 1-layer transformer (d 128, 4 heads, d_mlp 512, ReLU, no LayerNorm; the blog §3: no "
+            "positional embeddings, Nanda et al.'s code: learned ones), AdamW lr 1e-3, weight decay 1.0, β (0.9, 0.98), "
+            "full batch, 30% of the p² pairs for training; the blog trains 10,000 epochs (§4; and 20,000, §5) and its "
+            "ReLU-free variant (§8), Nanda et al. 50,000.",
     numbers=(
         SourceNumber("grok_epoch", "test accuracy reaches 100% after a plateau (grokking)", "blog §4",
                      "~4,000 epochs (train accuracy 100% far earlier)"),

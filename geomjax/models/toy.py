@@ -49,6 +49,7 @@ __all__ = [
     "check_ids",
     "clock_activations",
     "check_one_layer",
+    "clock_positions",
     "head_weights",
     "nanda_config",
     "nanogpt_config",
@@ -463,9 +464,9 @@ def param_count(params: Params) -> int:
 
 
 def check_one_layer(mcfg: ToyConfig) -> None:
-    """Raise ValueError unless ``mcfg`` is a 1-layer, LayerNorm-free, causal, learned-position model
-    without dropout (Nanda et al.'s architecture, which :func:`geomjax.train.grokking.last_position_logits` and
-    :func:`clock_activations` implement)."""
+    """Raise ValueError unless ``mcfg`` is a 1-layer, LayerNorm-free, causal model with learned positions
+    (Nanda et al.'s code) or none (the clock blog §3: "There are no positional embeddings") and no dropout:
+    the architecture :func:`geomjax.train.grokking.last_position_logits` and :func:`clock_activations` implement."""
     bad = []
     if mcfg.n_layers != 1:
         bad.append(f"n_layers={mcfg.n_layers} (need 1)")
@@ -473,13 +474,22 @@ def check_one_layer(mcfg: ToyConfig) -> None:
         bad.append(f"layer_norm={mcfg.layer_norm!r} (need 'none')")
     if not mcfg.causal:
         bad.append("causal=False")
-    if mcfg.pos_embedding != "learned":
-        bad.append(f"pos_embedding={mcfg.pos_embedding!r} (need 'learned')")
+    if mcfg.pos_embedding not in ("learned", "none"):
+        bad.append(f"pos_embedding={mcfg.pos_embedding!r} (need 'learned' or 'none')")
     if mcfg.tie_embeddings or mcfg.scale_embeddings or mcfg.dropout or mcfg.d_mlp == 0:
         bad.append("tied/scaled embeddings, dropout or no MLP")
     if bad:
         raise ValueError("last_position_logits: the model is not Nanda et al.'s 1-layer architecture: "
                          + "; ".join(bad) + "; use ToyTransformer.apply for other models")
+
+
+def clock_positions(params: Params, mcfg: ToyConfig, T: int) -> Float[Array, "T d"]:
+    """The position vectors added to the first ``T`` token embeddings of a :func:`check_one_layer` model:
+    its learned ``pos_embed`` rows, or zeros where the model has none (the clock blog's model; adding
+    zeros leaves every embedding bit-identical)."""
+    if mcfg.pos_embedding == "none":
+        return jnp.zeros((T, mcfg.d_model), params["embed"]["embedding"].dtype)
+    return params["pos_embed"]["embedding"][:T]
 
 
 # ------------------------------------------------------------------ the clock model's forward pass
@@ -532,7 +542,7 @@ def _clock_forward(params: dict, mcfg: ToyConfig, p: int) -> ClockActivations:
     a_, b_ = np.divmod(np.arange(p * p), p)
     x = jnp.asarray(np.stack([a_, b_, np.full_like(a_, p)], 1), jnp.int32)
     with jax.default_matmul_precision("highest"):
-        h = params["embed"]["embedding"][x] + params["pos_embed"]["embedding"][None, :3]  # (N, 3, d)
+        h = params["embed"]["embedding"][x] + clock_positions(params, mcfg, 3)[None]  # (N, 3, d)
         at = params["block_0"]["attn"]
         bias = lambda n: at[n]["bias"][None, None] if "bias" in at[n] else 0.0
         q = jnp.einsum("nd,dhk->nhk", h[:, -1], at["q"]["kernel"]) + (at["q"]["bias"][None] if "bias" in at["q"] else 0.0)

@@ -2,7 +2,8 @@
 
 The model, optimizer and data are those of :func:`geomjax.train.tasks.modular_config` (the authors' released code):
 inputs (a, b, "=") with "=" = token p, a 1-layer transformer (d 128, 4 heads of 32, d_mlp 512,
-ReLU or none, learned positions, no LayerNorm, untied, 114 in and out with the last logit dropped),
+ReLU or none, learned positions or none (the clock blog's model), no LayerNorm, untied, 114 in and out with
+the last logit dropped),
 AdamW lr 1e-3, weight decay 1.0 on every parameter, β (0.9, 0.98), 10-step linear warm-up, full
 batch (one step = one epoch), 30% of the p² pairs for training, cross-entropy on the last position.
 
@@ -17,8 +18,9 @@ interrupted and resumed run reproduces the uninterrupted run bit-for-bit. A conf
 logs: grokked) ends the run at the first chunk whose logs meet it; the epoch count is then the cap, and
 the run records where and why it stopped (``history.json``'s ``stopped``, :attr:`GrokkingResult.stopped`).
 
-Presets (:func:`grokking_config`): ``paper`` (50,000 epochs, Nanda et al.), ``blog`` (20,000 epochs,
-the blog's main run), ``cpu`` (a run that groks within minutes on a 2-core CPU), ``smoke`` (tests).
+Presets (:func:`grokking_config`): ``paper`` (50,000 epochs, Nanda et al., learned positions), ``blog`` (the
+blog's model: no positional embeddings; 10,000 epochs with ReLU, 20,000 ReLU-free), ``cpu`` (learned positions,
+lr 2e-3: a run that groks within minutes on a 2-core CPU; the labelled second setting), ``smoke`` (tests).
 ``relu=False`` gives the blog's ReLU-free variant.
 """
 
@@ -41,7 +43,7 @@ import numpy as np
 from geomjax.base._checks import bounded_cache, compiled_cache
 from geomjax.data import modular_addition_data
 from geomjax.models.common import gelu_erf
-from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer
+from geomjax.models.toy import ToyConfig, ToyTransformer, check_one_layer, clock_positions
 from geomjax.train.checkpoint import config_jsonable, latest_checkpoint, load_checkpoint, save_checkpoint
 from geomjax.train.losses import accuracy, cross_entropy
 from geomjax.train.loop import StopRule, make_train_step, train_loop
@@ -63,11 +65,15 @@ __all__ = [
     "grokking_data",
     "grokking_init",
     "grokking_milestones",
+    "init_program",
+    "metrics_program",
     "last_position_logits",
     "check_one_layer",
     "load_grokking_run",
+    "chunk_program",
     "make_run_chunk",
     "param_snapshots",
+    "resume_state",
     "train_grokking",
 ]
 
@@ -160,14 +166,14 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     """Preset of a grokking run (Nanda et al. / the clock blog; hyperparameters of the authors' released code).
 
     * ``paper``: Nanda et al.: p 113, 30% train, 50,000 epochs; metrics every 100, checkpoints every 2,500.
-    * ``blog``: the blog's main run: the same model and optimizer, 20,000 epochs (the blog says "no
-      positional embeddings"; Nanda's code — and this preset — learn them; the blog's own code
-      inspects ``model.embed.W_E`` of Nanda's architecture).
-    * ``cpu``: the same model and p = 113 at the blog's 30% training split, lr 2e-3 (the blog: 1e-3)
+    * ``blog``: the clock blog's model and run, as its text states them (§3: "There is no layer norm", "There
+      are no positional embeddings", ReLU MLP; §2.2: 30% split; the optimizer of Nanda et al.'s code: AdamW
+      lr 1e-3, weight decay 1, β (0.9, 0.98), full batch): 10,000 epochs with ReLU (§4), 20,000 for the
+      ReLU-free variant (§8); metrics every 100 epochs, chunks of 1,000.
+    * ``cpu``: Nanda's model (learned positions) and p = 113 at the blog's 30% split, lr 2e-3 (the blog: 1e-3)
       so that the plateau between memorisation and generalisation fits a 2-core CPU;
       :data:`CPU_EPOCHS` epochs; train loss/accuracy every epoch, test metrics every 10 epochs,
-      snapshots every 100. (The clock claims' ``full`` budget keeps its own 50% / 3,000-epoch recipe:
-      :func:`geomjax.sources.clock.claims.claim_config`.)
+      snapshots every 100. (The clock claims train the ``blog`` preset's model: :func:`geomjax.sources.clock.claims.claim_config`.)
     * ``smoke``: p 23, d 32, 2 heads, d_mlp 64, lr 3e-3, 300 epochs (tests); metrics every 10, chunks of 100.
 
     Args:
@@ -181,7 +187,7 @@ def grokking_config(preset: str = "smoke", *, relu: bool = True, seed: int = 0) 
     if preset == "paper":
         return GrokkingConfig(t, log_every=100, chunk_epochs=2500, preset=preset)
     if preset == "blog":
-        return GrokkingConfig(t, log_every=100, chunk_epochs=2000, preset=preset)
+        return GrokkingConfig(t, log_every=100, chunk_epochs=1000, preset=preset)
     if preset == "cpu":
         t = t.replace(options=dataclasses.replace(t.options, train_frac=0.3), total_steps=CPU_EPOCHS,
                       steps_per_call=100)
@@ -246,7 +252,7 @@ def last_position_logits(params: Params, x: Int[Array, "B T"], mcfg: ToyConfig) 
     act = {"relu": jax.nn.relu, "none": lambda v: v, "gelu": gelu_erf,
            "gelu_tanh": lambda v: jax.nn.gelu(v, approximate=True)}[mcfg.activation]
     T = x.shape[1]
-    E, pos = params["embed"]["embedding"], params["pos_embed"]["embedding"][:T]
+    E, pos = params["embed"]["embedding"], clock_positions(params, mcfg, T)
     a = params["block_0"]["attn"]
     # Every (position, token) pair has one residual vector, so q/k/v are tables (T, V, H, K) gathered
     # per example: the same products as projecting each example's rows, V/B times fewer FLOPs.
@@ -306,7 +312,9 @@ def _programs(cfg: GrokkingConfig):
 
 
 @compiled_cache(maxsize=8)
-def _init_fn(cfg: GrokkingConfig):
+def init_program(cfg: GrokkingConfig) -> Callable:
+    """Jitted ``init(k_params, k_run) -> TrainState`` of ``cfg``'s model and optimizer (the seed enters only
+    through the keys: :func:`grokking_init`)."""
     model, tx, _, _ = _programs(cfg)
 
     @jax.jit
@@ -318,7 +326,8 @@ def _init_fn(cfg: GrokkingConfig):
 
 
 @compiled_cache(maxsize=8)
-def _metrics_fn(cfg: GrokkingConfig):
+def metrics_program(cfg: GrokkingConfig) -> Callable:
+    """Jitted ``metrics(params, data) -> {name: scalar}``: :data:`METRICS` on the full train and test sets."""
     _, _, loss_fn, _ = _programs(cfg)
 
     @jax.jit
@@ -335,7 +344,7 @@ def grokking_init(cfg: GrokkingConfig) -> TrainState:
     """Fresh state: parameters from ``fold_in(key(seed), 0)``, run key ``fold_in(key(seed), 2)``
     (the same convention as :func:`geomjax.train.tasks.init_state`)."""
     base = jax.random.key(cfg.train.seed)
-    return _init_fn(cfg)(jax.random.fold_in(base, 0), jax.random.fold_in(base, 2))
+    return init_program(cfg)(jax.random.fold_in(base, 0), jax.random.fold_in(base, 2))
 
 
 @compiled_cache(maxsize=8)
@@ -350,6 +359,13 @@ def make_run_chunk(cfg: GrokkingConfig, n_epochs: int) -> Callable:
     train loss and accuracy, computed on the parameters before that step's update (no extra cost).
     The state is donated.
     """
+    return jax.jit(chunk_program(cfg, n_epochs), donate_argnums=0)
+
+
+@compiled_cache(maxsize=8)
+def chunk_program(cfg: GrokkingConfig, n_epochs: int) -> Callable:
+    """The unjitted ``run(state, data) -> (state, metrics)`` of :func:`make_run_chunk` (one seed): jitted there,
+    vmapped over seeds by :func:`geomjax.train.grokking_seeds.make_seeds_chunk`."""
     if n_epochs % cfg.log_every:
         raise ValueError(f"make_run_chunk: n_epochs {n_epochs} is not a multiple of log_every {cfg.log_every}")
     _, _, loss_fn, step = _programs(cfg)
@@ -368,7 +384,7 @@ def make_run_chunk(cfg: GrokkingConfig, n_epochs: int) -> Callable:
     def run(state, data):
         return jax.lax.scan(lambda s, _: interval(s, data), state, None, length=n_logs)
 
-    return jax.jit(run, donate_argnums=0)
+    return run
 
 
 @dataclasses.dataclass
@@ -401,7 +417,7 @@ class GrokkingResult:
 
 
 def _initial_metrics(cfg: GrokkingConfig, state: TrainState, data: GrokkingData) -> dict[str, float]:
-    return {k: float(v) for k, v in jax.device_get(_metrics_fn(cfg)(state.params, data)).items()}
+    return {k: float(v) for k, v in jax.device_get(metrics_program(cfg)(state.params, data)).items()}
 
 
 def _save_params(run_dir: Path, params, epoch: int) -> None:
@@ -440,6 +456,22 @@ def param_snapshots(run_dir: str | os.PathLike, template: Params) -> list[tuple[
 
 
 _COMPILED = bounded_cache(__name__ + "._COMPILED", 8)  # (config, chunk) -> compiled executable (shapes fixed by the config)
+
+
+def resume_state(run_path: Path, state: TrainState, meta: dict, where: str, resume: bool = True
+                 ) -> tuple[TrainState, int | None]:
+    """(state, the epoch resumed from or None): the latest checkpoint under ``run_path/checkpoints`` loaded into
+    ``state``'s structure (when ``resume`` and one exists), after checking it was written with metadata ``meta``.
+
+    Raises:
+      ValueError: the checkpoint was written by a different config (``where`` names the caller)."""
+    last = latest_checkpoint(run_path / "checkpoints") if resume else None
+    if last is None:
+        return state, None
+    state, m = load_checkpoint(last, state)
+    if m.get("config") != meta:
+        raise ValueError(f"{where}: {last} was written by a different config; use another run_dir or resume=False")
+    return state, int(m["step"])
 
 
 def train_grokking(
@@ -484,13 +516,8 @@ def train_grokking(
     cfg_json = run_json(cfg)
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=True)
-        last = latest_checkpoint(run_path / "checkpoints") if resume else None
-        if last is not None:
-            state, meta = load_checkpoint(last, state)
-            if meta.get("config") != cfg_json:
-                raise ValueError(f"train_grokking: {last} was written by a different config; use another run_dir "
-                                 "or resume=False")
-            resumed = int(meta["step"])
+        state, resumed = resume_state(run_path, state, cfg_json, "train_grokking", resume)
+        if resumed is not None:
             old = json.loads((run_path / "history.json").read_text())
             keep = [i for i, e in enumerate(old["epoch"]) if e <= resumed]
             hist = {k: [old[k][i] for i in keep] for k in ("epoch", *METRICS)}

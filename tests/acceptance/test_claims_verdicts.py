@@ -145,10 +145,11 @@ def test_findings_errata_block_matches_the_erratum(recorded):
 
 @pytest.mark.slow
 def test_quick_verdicts_never_contradict_full(recorded, quick_claims):
-    """clock + Song & Zhong at the quick budget (the clock claims train the p = 113 model and its ReLU-free variant
-    until they grok, cached under the session's $GEOMJAX_CACHE; the Song & Zhong results are the session's:
-    tests/conftest.py). Every clock claim decided at full is decided at quick, except the statements about the
-    converged model (a stated precondition that a run stopped at grokking cannot meet)."""
+    """clock + Song & Zhong at the quick budget (the clock claims train 2 seeds of the blog's model and of its
+    ReLU-free variant until they grok, cached under the session's $GEOMJAX_CACHE; the Song & Zhong results are the
+    session's: tests/conftest.py). No verdict contradicts the recorded full one; every statement about the recipe's
+    trained model is inconclusive at quick (2 seeds decide nothing: 22 agreeing seeds are the fewest at ±5σ) and
+    names the seeds it needs or the precondition it lacks."""
     results = quick_claims(["clock", "song_zhong"])
     bad = []
     missing = [r.id for r in results if r.id not in recorded]
@@ -159,14 +160,12 @@ def test_quick_verdicts_never_contradict_full(recorded, quick_claims):
         if R.contradicts(r.verdict, recorded[r.id]["verdict"]):
             bad.append((r.id, r.verdict, recorded[r.id]["verdict"], r.reason))
     assert not bad, bad
-    by_id = {r.id: r for r in results}
-    for cid in ("clock.relu_free_groks", "clock.petals_sum_to_circles.used"):
-        assert by_id[cid].verdict in ("holds", "inconclusive"), (cid, by_id[cid].reason)
-    converged_only = {f"clock.{k}" for k in clock._CLEANUP_EVIDENCE}
-    undecided = {r.id for r in results if r.id.startswith("clock.") and r.verdict == "inconclusive"
-                 and recorded.get(r.id, {}).get("verdict", "inconclusive") != "inconclusive"}
-    assert undecided <= converged_only, [(cid, by_id[cid].reason) for cid in undecided - converged_only]
-    assert all(by_id[cid].reason.startswith("precondition not met") for cid in undecided)
+    trained = {c.id for c in R.select_claims("clock") if c.scope == "random"}
+    assert len(trained) >= 10
+    for r in results:
+        if r.id in trained:
+            assert r.verdict == "inconclusive" and r.details["draws"] == clock.SEEDS["quick"], (r.id, r.reason)
+            assert "independent draws" in r.reason or r.reason.startswith("precondition not met"), (r.id, r.reason)
 
 
 @pytest.mark.slow  # quick subset (-m "not slow") under 3 min

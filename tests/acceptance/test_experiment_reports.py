@@ -452,7 +452,7 @@ def test_grokking_w_l_and_two_coprime_notes_read_the_curve_and_the_second_settin
     assert "over its training: best coprime pair ≥ 0.99 at 1 of 1 snapshots (epoch 375)" in note
     assert "best pair {4,9}: 0.99 (logit-restricted), 0.97 (embedding-restricted) — reproduced" in note
     s = evidence_section(RunDir(tmp_path, command="test"), "t", an, series, sec, 0.3)
-    assert "(--second-setting quick; the same model and recipe at the claims' 50% split, 375 epochs" in s.paragraphs[0]
+    assert "(--second-setting quick; the claims' models, the blog's model at the 50% split, 375 epochs" in s.paragraphs[0]
     assert [r[0] for r in s.tables[0]["rows"]] == ["this run (30% split)", "the claims' quick ReLU model (50% split)"]
     assert s.tables[0]["rows"][0][4:8] == [[23], "no", "{7,30}", "0.283"]
     assert (tmp_path / s.figures[0]["path"]).stat().st_size > 10_000

@@ -31,10 +31,13 @@ def tiny():
     return mcfg, params, P64
 
 
-@pytest.mark.parametrize("relu", [True, False])
-def test_numpy_forward_matches_the_flax_model(tiny, relu):
+@pytest.mark.parametrize("relu,pos", [(True, "learned"), (False, "learned"), (True, "none")])
+def test_numpy_forward_matches_the_flax_model(tiny, relu, pos):
     mcfg, params, P64 = tiny
-    m = mcfg if relu else mcfg.replace(activation="none")
+    m = (mcfg if relu else mcfg.replace(activation="none")).replace(pos_embedding=pos)
+    if pos == "none":  # the clock blog's model: the same parameters without pos_embed
+        params = {k: v for k, v in params.items() if k != "pos_embed"}
+        P64 = {k: v for k, v in P64.items() if k != "pos_embed"}
     a, b = np.divmod(np.arange(P * P), P)
     ids = jnp.asarray(np.stack([a, b, np.full_like(a, P)], 1), jnp.int32)
     with jax.default_matmul_precision("highest"):

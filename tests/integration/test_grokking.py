@@ -16,27 +16,32 @@ from geomjax.train.tasks import ModularOptions, modular_config
 
 
 def test_presets_match_reference():
-    for preset, epochs in (("paper", 50_000), ("blog", 20_000)):
-        c = gk.grokking_config(preset)
+    # paper: Nanda et al.'s code (learned positions); blog: the blog's text (§3 no positions; §4 10,000 epochs
+    # with ReLU, §8 the ReLU-free variant, 20,000)
+    for preset, relu, epochs, pos in (("paper", True, 50_000, "learned"), ("blog", True, 10_000, "none"),
+                                      ("blog", False, 20_000, "none")):
+        c = gk.grokking_config(preset, relu=relu)
         t = c.train
         m, o = t.model, t.optim
         assert c.epochs == epochs and t.options == ModularOptions(113, 0.3) and t.batch_size == 0
         assert (m.vocab_size, m.n_out, m.d_model, m.n_heads, m.head_dim, m.d_mlp, m.n_layers) == (114, 114, 128, 4, 32, 512, 1)
-        assert m.activation == "relu" and m.layer_norm == "none" and m.pos_embedding == "learned" and not m.tie_embeddings
+        assert m.activation == ("relu" if relu else "none") and m.layer_norm == "none" and m.pos_embedding == pos
+        assert not m.tie_embeddings
         assert not m.attn_bias and m.mlp_bias and m.init == "nanda"
         assert (o.lr, o.weight_decay, o.b1, o.b2, o.warmup_steps, o.schedule, o.decay) == (1e-3, 1.0, 0.9, 0.98, 10, "constant", "all")
     assert gk.grokking_config("cpu", relu=False).train.model.activation == "none"
-    cpu = gk.grokking_config("cpu")  # the blog's 30% split, lr 2e-3; the clock claims keep their 50% recipe
+    cpu = gk.grokking_config("cpu")  # learned positions (the second setting): the blog's 30% split, lr 2e-3
     assert (cpu.train.options.train_frac, cpu.epochs, cpu.train.optim.lr, cpu.log_every) == (0.3, gk.CPU_EPOCHS, 2e-3, 10)
-    from geomjax.sources.clock.claims import claim_config
+    assert cpu.train.model.pos_embedding == "learned"
+    from geomjax.sources.clock.claims import GROK_STOP, SEEDS, claim_config
 
-    full = claim_config("full")
-    assert (full.train.options, full.epochs, full.log_every) == (ModularOptions(113, 0.5), 3000, 25)
-    assert full.stop is None and gk.config_hash(full) == "fec16fa0c6bf7338"  # the recorded full run's cache key
-    quick = claim_config("quick")  # the full run's model, recipe, split and seed, stopped once it has grokked
-    assert quick.train.replace(total_steps=full.epochs) == full.train and quick.log_every == 25
-    assert (quick.stop.metric, quick.stop.threshold, quick.stop.patience, quick.epochs) == ("test_acc", 0.99, 2, 1000)
-    assert modular_config("blog").total_steps == 20_000
+    for relu in (True, False):  # the clock claims train the blog's model at the blog's lengths, in chunks of 100
+        full, blog = claim_config("full", relu), gk.grokking_config("blog", relu=relu)
+        assert full.train == blog.train and full.chunk_epochs == 100 and full.stop is None
+        quick = claim_config("quick", relu)  # the same runs, stopped once every seed has grokked
+        assert quick.train == blog.train and quick.stop == GROK_STOP
+    assert SEEDS == {"full": 32, "quick": 2}
+    assert modular_config("blog").total_steps == 10_000 and modular_config("blog", relu=False).total_steps == 20_000
     with pytest.raises(ValueError, match="preset"):
         gk.grokking_config("huge")
     with pytest.raises(ValueError, match="log_every"):
@@ -61,9 +66,10 @@ def test_data_split():
 
 
 @pytest.mark.slow
-def test_last_position_logits_match_model():
+@pytest.mark.parametrize("pos", ["learned", "none"])
+def test_last_position_logits_match_model(pos):
     cfg = gk.grokking_config("smoke")
-    m = cfg.train.model.replace(attn_bias=True)
+    m = cfg.train.model.replace(attn_bias=True, pos_embedding=pos)
     model = ToyTransformer(m)
     params = jax.jit(lambda k: jax.tree_util.tree_map(lambda v: v + 0.1 * jax.random.normal(k, v.shape),
                                                       model.init(k, jnp.zeros((1, 3), jnp.int32))["params"]))(jax.random.key(1))
@@ -71,8 +77,11 @@ def test_last_position_logits_match_model():
     want = jax.jit(lambda prm: model.apply({"params": prm}, x)[0][:, -1])(params)
     got = jax.jit(lambda prm: gk.last_position_logits(prm, x, m))(params)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+    assert ("pos_embed" in params) == (pos == "learned")
     with pytest.raises(ValueError, match="n_layers"):
         gk.last_position_logits(params, x, m.replace(n_layers=2))
+    with pytest.raises(ValueError, match="sinusoidal"):
+        gk.last_position_logits(params, x, m.replace(pos_embedding="sinusoidal"))
 
 
 @pytest.mark.slow

@@ -1,0 +1,43 @@
+"""The clock claims over vmapped seeds, end to end at smoke size (p 23, no positional embeddings, 2 seeds of 40
+epochs): each seed's number equals the NumPy float64 forward pass of that seed's weights, a seed that did not grok
+is undecided, and two seeds decide nothing (the verdict names the seeds needed)."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from geomjax.sources.clock import claims as clock
+from geomjax.claims.registry import run_claim, select_claims
+from geomjax.train import grokking as gk
+
+
+def _smoke(budget, relu=True, seed=0):
+    c = gk.grokking_config("smoke", relu=relu, seed=seed).replace(epochs=40, chunk_epochs=20)
+    return c.replace(train=c.train.replace(model=c.train.model.replace(pos_embedding="none")))
+
+
+@pytest.mark.slow
+def test_clock_claims_over_seeds_plumbing(tmp_path, monkeypatch):
+    monkeypatch.setenv("GEOMJAX_CACHE", str(tmp_path))
+    monkeypatch.setattr(clock, "claim_config", _smoke)
+    monkeypatch.setitem(clock.SEEDS, "quick", 2)
+    claim = select_claims("clock.mlp_affine")[0]
+    assert claim.scope == "random"
+    ev = claim.evaluate("quick", jax.random.key(0))
+    res = clock.budget_seeds("quick", True)
+    assert res.seeds == (0, 1) and (tmp_path / "grokking-seeds").is_dir()
+    p = 23
+    a, b = np.divmod(np.arange(p * p), p)
+    for j, row in enumerate(ev.details["seeds"]):
+        P = jax.tree_util.tree_map(lambda x: np.asarray(x[j], np.float64), jax.device_get(res.state.params))
+        acc = np.mean(np.argmax(clock.numpy_clock_forward(P, p, relu=False)["logits"], 1) == (a + b) % p)
+        np.testing.assert_allclose(row["rhs"], [acc], atol=1.01 / p**2)  # float32 vs float64: a tie may flip
+        grokked = max(res.history["test_acc"][:, j]) >= 0.99
+        assert (row["verdict"] == "inconclusive") or grokked, row  # not grokked: undecided, never failing
+    wit = claim.witness("quick", jax.random.key(1))
+    assert [r["seed"] for r in wit.details["seeds"]] == [0, 1]
+    out = run_claim(claim, "quick")
+    assert out.verdict == "inconclusive" and out.details["draws"] == 2
+    assert "about 32 independent draws" in out.reason, out.reason
