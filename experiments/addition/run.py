@@ -428,7 +428,7 @@ def comparison_rows(settings: dict, carry_why: tuple[str, str | None] = ("", Non
         m = settings[name]
         acc, short = m["in_distribution_accuracy"], m["short_accuracy_mean"]
         ok = abs(acc - PAPER_ACC[name]) <= ACC_TOL
-        tok = m["final_val"].get("accuracy")
+        tok = m.get("final_val", {}).get("accuracy")
         why, reading = carry_why if name == "carry" else ("", None)
         why_note = ("" if ok else "; the trend over steps and budgets: 'Exact match against training steps' below" + (
             f"; why: {why}" + (f"; reading: {reading} (rule: 'Carry: budget or capacity?')" if reading else

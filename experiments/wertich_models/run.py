@@ -546,12 +546,12 @@ def comparison_rows(models: list[tuple[str, dict]]) -> list[Row]:
         z = np.abs(np.asarray(m["trace_qk"]["z"]))
         share = float(np.mean(z < Z_RANDOM))
         why_trace, why_cos = _evidence(m)
-        raw = np.asarray(m["trace_qk"]["trace"], np.float64).sum(axis=1)  # Tr(W_q^(l)ᵀW_k^(l)): every head's block
-        n_raw = int(np.sum(np.abs(raw) < Z_RANDOM))
-        rows.append(Row("trace", f"{name}, raw as printed: Tr(W_qᵀW_k) per layer {raw.min():.3g} to {raw.max():.3g}, "
+        raw = np.asarray(m["trace_qk"].get("trace", []), np.float64).reshape(-1, np.shape(z)[-1]).sum(axis=1)
+        n_raw = int(np.sum(np.abs(raw) < Z_RANDOM))  # raw: Tr(W_q^(l)ᵀW_k^(l)) per layer, every head's block
+        rows += [] if not raw.size else [Row("trace", f"{name}, raw as printed: Tr(W_qᵀW_k) per layer {raw.min():.3g} to {raw.max():.3g}, "
                         f"{n_raw} of {raw.size} layers with abs(Tr) < {Z_RANDOM:g}", verdict(n_raw > raw.size / 2),
                         f"reproduced = most layers' raw trace within ±{Z_RANDOM:g} of 0, the printed N(0, 1)'s 99.7% range "
-                        f"(aligned matrices: Tr ≈ n = {m['trace_qk'].get('d_model', 'd')}); the thesis's N(0, 1) is of the raw trace"))
+                        f"(aligned matrices: Tr ≈ n = {m['trace_qk'].get('d_model', 'd')}); the thesis's N(0, 1) is of the raw trace")]
         rows.append(Row("trace", f"{name}, as a z-score: {share:.0%} of heads with abs(z) < {Z_RANDOM:g} (mean abs(z) "
                         f"{z.mean():.3g})", verdict(share > 0.5),
                         f"reproduced = most heads abs(z) < {Z_RANDOM:g}, z = Tr / sd of independent matrices with the "
