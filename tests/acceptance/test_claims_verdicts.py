@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import geomjax.claims as claims
-from geomjax.sources.clock import claims as clock
 from geomjax.claims import registry as R
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,27 +144,19 @@ def test_findings_errata_block_matches_the_erratum(recorded):
 
 @pytest.mark.slow
 def test_quick_verdicts_never_contradict_full(recorded, quick_claims):
-    """clock + Song & Zhong at the quick budget (the clock claims train 2 seeds of the blog's model and of its
-    ReLU-free variant until they grok, cached under the session's $GEOMJAX_CACHE; the Song & Zhong results are the
-    session's: tests/conftest.py). No verdict contradicts the recorded full one; every statement about the recipe's
-    trained model is inconclusive at quick (2 seeds decide nothing: 22 agreeing seeds are the fewest at ±5σ) and
-    names the seeds it needs or the precondition it lacks."""
-    results = quick_claims(["clock", "song_zhong"])
-    bad = []
+    """Song & Zhong at the quick budget (the session's results: tests/conftest.py) never contradict the recorded full
+    verdicts, and each has one. The clock claims are not run here: at quick they train 2 seeds of the blog's model
+    and of its ReLU-free variant until they grok (minutes of CPU each, an experiment, not a test:
+    ``benchmarks/bench_clock_quick.py`` measures and checks it, and every ``geomjax verify`` run compares its quick
+    verdicts with the recorded full ones); the judgement over seeds that makes every quick trained-model verdict
+    inconclusive is tested at smoke size (tests/unit/test_clock_over_seeds.py,
+    tests/integration/test_clock_claims_seeds.py)."""
+    results = quick_claims("song_zhong")
     missing = [r.id for r in results if r.id not in recorded]
-    assert not [m for m in missing if m.startswith("song_zhong")], f"no recorded full verdict: {missing}"
-    for r in results:
-        if r.id in missing:  # a clock full run not recorded yet: nothing to contradict
-            continue
-        if R.contradicts(r.verdict, recorded[r.id]["verdict"]):
-            bad.append((r.id, r.verdict, recorded[r.id]["verdict"], r.reason))
+    assert not missing, f"no recorded full verdict: {missing}"
+    bad = [(r.id, r.verdict, recorded[r.id]["verdict"], r.reason) for r in results
+           if R.contradicts(r.verdict, recorded[r.id]["verdict"])]
     assert not bad, bad
-    trained = {c.id for c in R.select_claims("clock") if c.scope == "random"}
-    assert len(trained) >= 10
-    for r in results:
-        if r.id in trained:
-            assert r.verdict == "inconclusive" and r.details["draws"] == clock.SEEDS["quick"], (r.id, r.reason)
-            assert "independent draws" in r.reason or r.reason.startswith("precondition not met"), (r.id, r.reason)
 
 
 @pytest.mark.slow  # quick subset (-m "not slow") under 3 min
