@@ -26,11 +26,14 @@ REFERENCE = re.compile(r":(?:func|class|mod|meth|data|attr|exc):`~?([\w.]+)`")
 
 def _resolves(name: str, module, owner=None) -> bool:
     """A Sphinx-style reference resolves: as an absolute dotted path, or inside its class / module."""
+    if name.startswith(".") and module is not None:  # Sphinx's relative form: a module of the same package
+        package = module.__name__ if hasattr(module, "__path__") else module.__name__.rpartition(".")[0]
+        name = package + name
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
+        except (ImportError, TypeError, ValueError):  # no such module, or an empty / relative name
             continue
         try:
             for p in parts[i:]:

@@ -80,7 +80,7 @@ class LocaterConfig:
       init: the model's initialisation (:class:`geomjax.models.toy.ToyConfig` ``init``): ``"gpt2"``
         (N(0, 0.02), geomjax's default) or ``"fairseq"`` (the source's toolkit: Xavier-uniform
         projections, N(0, 1/d) embeddings).
-      gradient: the penalty's gradient: ``"autodiff"`` (∇ of the penalty, :func:`locater_penalty`) or
+      gradient: the penalty's gradient: ``"autodiff"`` (∇ of the penalty, :func:`geomjax.theory.localization.locater_penalty`) or
         ``"printed"``: the §6 derivative formulae exactly as printed
         (:func:`geomjax.theory.localization.locater_grads_printed`): the scale term's gradient is the
         true one, the mean term's is κ2·(tr W_QK − 1)·tr(W_QK)·∇tr(W_QK) (the true one has 2 in place of

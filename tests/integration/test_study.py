@@ -205,7 +205,7 @@ def test_a_new_layer_metric_reaches_the_report_table_without_editing_report():
                 share_resid=0.3, incoherence_max=0.1, incoherence_mean=0.05, intra_similarity=None,
                 inter_similarity=None, dct_low_freq_energy=0.9, cluster_compactness=None)
     layers = [SimpleNamespace(name=f"layer {i}", metrics=WithNew(**base, new_metric=0.25 * i)) for i in range(2)]
-    r = SimpleNamespace(layers=layers, not_available={"intra_similarity": "one document"},
+    r = SimpleNamespace(layers=layers, not_available={"intra_similarity": "one document"}, n_contexts=4, d_model=8,
                         config=GeometryConfig(screenot_k=7))
     section = report._layers_section(r, {"metrics_by_layer": "figures/m.png"})
     md = report.render_markdown("t", [section])
