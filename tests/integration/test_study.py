@@ -147,6 +147,7 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
     assert metrics["corpora"]["stdlib"].startswith("stdlib/cpython-3.11.7-lib.json shipped with geomjax")
     assert metrics["corpora"]["stdlib"] in report
     assert "GPT-2 arch." in report
+    assert "ScreeNOT ran with k = 5" in capsys.readouterr().err  # k below the source's 20: said after the run
     assert cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(tmp_path / "b"),
                      "-T", "65", "--no-progress"]) == 2  # a user error: one line, exit status 2
     err = capsys.readouterr().err.strip().splitlines()
