@@ -71,9 +71,9 @@ def _module_key(claim: Claim, origin: str) -> str:
 def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim]]:
     """``workers`` bins of ``claims`` (order kept within each module): bin 0 for the calling process.
 
-    Claims checked by one module (:func:`_module_key`) stay in one bin; a claim no fresh process can re-register (registered by hand,
-    not by a source module or a ``--claims`` file) goes to bin 0. Modules are placed largest first on the bin with
-    the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin starts at its start-up
+    Claims checked by one module (:func:`_module_key`) stay in one bin; a claim no fresh process can re-register
+    (registered by hand, not by a source module or a ``--claims`` file) goes to bin 0. Modules are placed largest
+    first on the bin with the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin starts at its start-up
     seconds). Empty bins are dropped, except bin 0.
     """
     cost = _costs(budget)
@@ -117,9 +117,9 @@ def run_in_workers(bins: list[list[Claim]], budget: str, seed: int, errors: str,
     mesh, errors, limit, bar)`` (:func:`geomjax.claims.runner.run_ordered`); every result, bin by bin.
 
     ``limit`` = (deadline, time_budget): the deadline (``time.perf_counter()`` of this process, or None) reaches
-    each process as the seconds left; a
-    progress ``bar`` counts this process's claims one by one and another process's when its bin is done. An
-    exception of a claim (``errors="raise"``) propagates after this process's own bin has finished.
+    each process as the seconds left; a progress ``bar`` counts this process's claims one by one and another
+    process's when its bin is done. An exception of a claim (``errors="raise"``) propagates after this process's own
+    bin has finished.
     """
     specs = sorted({s for b in bins[1:] for c in b if (s := user_spec(claim_origin(c.id))) is not None})
     deadline, time_budget = limit
