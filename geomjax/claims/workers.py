@@ -73,8 +73,8 @@ def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim
 
     Claims checked by one module (:func:`_module_key`) stay in one bin; a claim no fresh process can re-register
     (registered by hand, not by a source module or a ``--claims`` file) goes to bin 0. Modules are placed largest
-    first on the bin with the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin starts at its start-up
-    seconds). Empty bins are dropped, except bin 0.
+    first on the bin with the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin
+    starts at its start-up seconds). Empty bins are dropped, except bin 0.
     """
     cost = _costs(budget)
     modules: dict[str, list[Claim]] = {}
