@@ -19,6 +19,7 @@ and claims that share a check, a rule or a prediction as one table,
 ``register_table(columns, rows, **common)`` (one :class:`Claim` per row).
 """
 
+from geomjax.claims.judge import judge_inequality
 from geomjax.claims.registry import (
     BUDGETS,
     VERDICTS,
@@ -77,6 +78,7 @@ __all__ = [
     "claims_selection",
     "decide",
     "exact_witness",
+    "judge_inequality",
     "limit_evaluation",
     "load_claims",
     "look_sigma",

@@ -43,7 +43,11 @@ def _judge_tolerance(rule: Tolerance, ev: Evaluation, pred_raw, details: dict, m
     return dec, _summary(pred), _summary(value), (_summary(sem) if np.any(sem > 0) else None), n
 
 
-def _judge_inequality(rule: Inequality, ev: Evaluation, claim_id: str, details: dict):
+def judge_inequality(rule: Inequality, ev: Evaluation, claim_id: str, details: dict):
+    """The :class:`Inequality` rule on one evaluation (lhs ≤ rhs elementwise, arrays of one shape, widened by
+    k·sem and the certified slack): the (result, details) the registry's deterministic judge returns. Public so that
+    a source can judge each draw of a statement about random instances by the claim's own rule (the clock claims:
+    one verdict per trained seed)."""
     lhs = np.asarray(ev.lhs, dtype=float)
     rhs = np.asarray(ev.rhs, dtype=float)
     if lhs.shape != rhs.shape:
@@ -92,7 +96,7 @@ def _judge_evaluation(claim: Claim, ev: Evaluation, budget: str, mc_margin=None)
     rule = claim.rule
     details: dict[str, Any] = {"kind": "deterministic", "rule": rule.describe()}
     if isinstance(rule, Inequality):
-        out = _judge_inequality(rule, ev, claim.id, details)
+        out = judge_inequality(rule, ev, claim.id, details)
     else:
         tol = rule if isinstance(rule, Tolerance) else Tolerance(origin="Monte Carlo margin", n_sigma=rule.n_sigma)
         out = _judge_tolerance(tol, ev, _resolve_predicted(claim, budget), details, mc_margin=mc_margin)

@@ -41,8 +41,7 @@ from geomjax.base.io import cache_root
 from geomjax.train.grokking import config_hash, grokking_config
 from geomjax.train.grokking_seeds import load_grokking_seeds, seed_result, train_grokking_seeds
 from geomjax.train.loop import StopRule
-from geomjax.claims.judge import _judge_inequality
-from geomjax.claims import MIN_DRAWS, Claim, Evaluation, Inequality, over_draws, per_run, register
+from geomjax.claims import MIN_DRAWS, Claim, Evaluation, Inequality, judge_inequality, over_draws, per_run, register
 
 __all__ = ["ALLOWED_FRACTION", "GROK_STOP", "SEEDS", "budget_seeds", "claim_config", "seed_analyses", "seeds_dir",
            "trained_seeds", "dft_restricted_accuracy", "numpy_clock_forward",
@@ -189,7 +188,7 @@ def _decide_seed(rule: Inequality, ev: Evaluation, claim_id: str) -> str:
     """One seed's verdict under the claim's threshold rule (the registry's inequality judgement)."""
     if ev.precondition:
         return "inconclusive"
-    return _judge_inequality(rule, ev, claim_id, {})[0].verdict
+    return judge_inequality(rule, ev, claim_id, {})[0].verdict
 
 
 def _over_seeds(claim_id: str, rule: Inequality, per_seed: list[tuple[int, Evaluation, float]], method: str,
