@@ -51,6 +51,8 @@ IGNORED_COMMON = frozenset(
         "output_attentions", "torchscript", "use_return_dict", "max_length", "min_length",
         "classifier_dropout", "chunk_size_feed_forward", "tie_encoder_decoder",
         "_attn_implementation_autoset", "output_past",
+        # transformers 5.0 writes the keys its rope-parameter validation skips; validation only
+        "ignore_keys_at_rope_validation",
     }
 )
 """Keys of every config.json that do not change the inference forward pass."""
