@@ -213,7 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument("--second-setting", default=None, choices=SECOND_SETTINGS,
                     help="the second setting of the W_L and two-coprime rows: seed --seed of the clock claims' ReLU "
                          "models of that budget (the blog's model; trained once as vmapped seeds, then read from the "
-                         "geomjax cache: quick 2 seeds stopped at grokking, full 32 seeds of 10,000 epochs, ~2 CPU-hours); "
+                         "geomjax cache: quick 2 seeds stopped at grokking, full 32 seeds of 10,000 epochs, ~3 hours on 2 CPU cores); "
                          "default full for the cpu preset, none for smoke and blog (the blog preset IS the blog's setting)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
