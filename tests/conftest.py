@@ -21,9 +21,9 @@ def _test_xla_flags() -> str:
     false): on three experiment-report tests, backend compile 34 s -> 21 s and the tests 56 s -> 41 s against
     level 1 alone (benchmarks/RESULTS.md). Level 0 compiles faster still but runs slower, so the claims that
     sample to a CPU-time budget draw fewer samples (song_zhong.incoherence_baseline.cos2 half, and
-    inconclusive), and it changed float32 results beyond the streamed-vs-in-memory test's 1e-6. Neither
-    setting used changes the arithmetic XLA:CPU is asked for (fast-math stays off); the `geomjax` command
-    keeps XLA's defaults. jaxlib 0.12 dropped the fusion-emitter flag and aborts on an unknown one, so a
+    inconclusive), and it changed float32 results beyond the streamed-vs-in-memory test's 1e-6. With the two
+    settings used every test passes with its own bound (the goldens and that 1e-6 included) and fast-math
+    stays off; the `geomjax` command keeps XLA's defaults. jaxlib 0.12 dropped the fusion-emitter flag and aborts on an unknown one, so a
     child process tries it first (once per run: the xdist workers inherit the variable).
     """
     flags = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=1"
