@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -237,7 +238,11 @@ def test_patching_sweep_compiles_once_and_equals_the_loop(saved, per_head):
     for idx in np.ndindex(*sweep.values.shape):
         l, rest = idx[0], idx[1:]
         s = src[f"blocks.{l}.{name}"]
-        hook = lambda x, s=s, rest=rest: x.at[(slice(None),) + rest].set(s[(slice(None),) + rest])
+        # One index patched: the clean value where the mask is set. The mask is an array, so it is an argument
+        # of the compiled run (one compile per hook name), where a captured index tuple would be static.
+        only = np.zeros(s.shape[1:], bool)
+        only[rest] = True
+        hook = lambda x, s=s, only=only: jnp.where(only, s, x)
         lg = np.asarray(model.logits(corrupted, {f"blocks.{l}.{name}": hook}))
         np.testing.assert_allclose(sweep.values[idx], diff(lg, [5, 6], [7, 8]), atol=2e-5, rtol=1e-5)
         np.testing.assert_allclose(other.values[idx], diff(lg, [9, 10], [11, 12]), atol=2e-5, rtol=1e-5)

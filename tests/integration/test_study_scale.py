@@ -119,10 +119,14 @@ def test_appc_streamed_equals_in_memory_on_minilm():
     labels = np.asarray(w.doc_labels)
     new = study._token_clusters(cfg, fwd, m.params, w.ids, labels, stats, progress=False)
     sel = np.concatenate([np.flatnonzero(labels == j)[: cfg.n_cluster_windows] for j in np.unique(labels)])
-    hs = fwd(m.params, jnp.asarray(w.ids[sel]))
+    # The held states come from the batches the stream runs (cfg.batch_size windows each), so both sides read
+    # the same float32 states and the comparison measures the streamed statistics alone: one forward over all
+    # 12 windows is another program, whose float32 rounding (up to 3e-6 of compactness_raw at LLVM level 0)
+    # is not what this test is about.
+    batches = [fwd(m.params, jnp.asarray(w.ids[sel[i: i + cfg.batch_size]])) for i in range(0, sel.size, cfg.batch_size)]
     for layer, tc in enumerate(new):
-        old = study.token_cluster_metrics(np.asarray(hs[layer][:, 1:]), labels[sel], stats[layer].mean,
-                                          stats[layer].pos)
+        held = np.concatenate([np.asarray(hs[layer][:, 1:]) for hs in batches])
+        old = study.token_cluster_metrics(held, labels[sel], stats[layer].mean, stats[layer].pos)
         assert abs(tc.compactness_cvec / old.compactness_cvec - 1) <= 1e-6
         assert abs(tc.compactness_raw / old.compactness_raw - 1) <= 1e-6
         if tc.pca_cvec is not None:

@@ -282,7 +282,10 @@ def test_random_attention_stacks_rows_and_no_skip_convergence():
     assert st.diversity.shape == (3, 17) and st.entropy.shape == (3, 16)
     k1, k2 = jax.random.split(jax.random.split(key, 3)[1])  # row 1: its own input X ~ N(0, 1), (T, d)
     one = G.random_attention_stack(k2, jax.random.normal(k1, (5, 4), jnp.float64), 16)
-    np.testing.assert_allclose(np.asarray(st.diversity[1]), np.asarray(one.diversity), rtol=1e-12)
+    # diversity collapses from ~0.9 to float64 noise (~1e-16): each entry is compared at the scale of the
+    # sequence (its largest, the input's), where the vmapped and the single program round differently
+    scale = float(np.abs(np.asarray(one.diversity)).max())
+    np.testing.assert_allclose(np.asarray(st.diversity[1]), np.asarray(one.diversity), rtol=1e-12, atol=1e-12 * scale)
     np.testing.assert_allclose(np.asarray(st.entropy[1]), np.asarray(one.entropy), rtol=1e-12)
     # no skip: every token converges to one (diversity → 0, attention entropy → log T), thesis §7.2.3
     assert np.all(np.asarray(st.diversity[:, -1] / st.diversity[:, 0]) < 1e-3)

@@ -639,7 +639,10 @@ register(
         statement=f"For independent isotropic Gaussian u, v ∈ R^d, E[cos²(u, v)] = 1/d (d = {_D_INCOH})",
         predicted=1.0 / _D_INCOH,
         sampler=lambda key: _cos_sample(key) ** 2,
-        n_samples={"quick": 2**18, "full": 2**21},
+        # the first look sized to decide: "holds" needs n ≥ (k·sd/δ)² ≈ 5.7·10⁵ draws even at zero error (sd of
+        # cos² = √Var Beta(1/2, (d−1)/2) ≈ 0.0216, δ = 1% of 1/d, k = 5.46σ per look), so a quick first look of
+        # 2^18 could never decide and the verdict hung on how many looks fit the CPU-time budget
+        n_samples={"quick": 2**20, "full": 2**21},
         notes="cos² ~ Beta(1/2, (d−1)/2); the scale of |cos(pos, ctx)| expected without any structure",
     )
 )
