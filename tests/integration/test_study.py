@@ -10,6 +10,7 @@ import pytest
 
 from geomjax import cli, study
 from geomjax.theory.decomposition import decompose_stream
+from tests.integration.test_timing import check_stage_table
 from tests.unit.test_geometry import _compactness_numpy
 
 
@@ -148,6 +149,7 @@ def test_geometry_end_to_end_on_random_gpt2(random_gpt2_dir, tmp_path, capsys):
     assert metrics["corpora"]["stdlib"] in report
     assert "GPT-2 arch." in report
     assert "ScreeNOT ran with k = 5" in capsys.readouterr().err  # k below the source's 20: said after the run
+    check_stage_table(out)  # every stage timed in run.json and the report (issue 36)
     assert cli.main(["geometry", "--model", str(random_gpt2_dir), "--out", str(tmp_path / "b"),
                      "-T", "65", "--no-progress"]) == 2  # a user error: one line, exit status 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -10,9 +10,7 @@ import threading
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-from geomjax import cli
 from geomjax.base import timing
 
 STUDY_STAGES = ("load: config and tokenizer", "tokenize", "load: weights", "forward + sums", "cvec draw (forward)",
@@ -68,12 +66,10 @@ def test_stage_of_a_worker_thread_and_outside_a_recording():
     assert rec.to_json()["compiled"] == rec.programs - rec.cache_hits == 1 - rec.cache_hits
 
 
-@pytest.mark.slow  # a whole (tiny) geometry run: its compiles take ~20 s of CPU
-def test_geometry_run_json_and_report_carry_the_stage_table(tmp_path):
-    out = tmp_path / "geo"
-    args = ["--n-docs", "2", "--windows-per-doc", "2", "-T", "16", "--batch-size", "2", "--screenot-k", "3",
-            "--cluster-windows", "1", "--ood-corpus", "stdlib", "--no-progress"]
-    assert cli.main(["geometry", "--out", str(out), *args]) == 0
+def check_stage_table(out) -> None:
+    """run.json's timing and the report's stage table of a whole geometry run in ``out``: every stage of the study,
+    each with its wall/CPU/compile seconds and program counts. Called by the geometry end-to-end test
+    (tests/integration/test_study.py), whose run has every optional stage on, so no second geometry run is needed."""
     t = json.loads((out / "run.json").read_text())["timing"]
     names = [s["name"] for s in t["stages"]]
     assert set(STUDY_STAGES) <= set(names), set(STUDY_STAGES) - set(names)
