@@ -13,23 +13,33 @@ import tempfile
 
 
 def _test_xla_flags() -> str:
-    """The suite's XLA flags: 8 host devices, and two XLA:CPU settings that cut its compile time.
+    """The suite's XLA flags: 8 host devices, and XLA:CPU settings that cut its compile time.
 
     The suite compiles hundreds of small programs and runs each a few times, so XLA's compile time dominates
-    it. LLVM optimisation level 0 for the code XLA emits (its default is 3), and the loop emitter for fusions
-    instead of the MLIR fusion emitters (xla_cpu_use_fusion_emitters=false): the README command 867 s (XLA's
-    defaults but level 1) -> 608 s (level 1, loop emitter) -> 533 s (level 0, loop emitter), the same tests
-    passing (benchmarks/RESULTS.md). Level 0 runs the emitted code 3-4x slower (the Monte Carlo claims), which
-    the suite's compile time more than pays for; every test passes with its own bound (the goldens included;
+    it. LLVM optimisation level 0 for the code XLA emits (its default is 3), the loop emitter for fusions
+    instead of the MLIR fusion emitters (xla_cpu_use_fusion_emitters=false), and each program's LLVM module
+    split in 2 for parallel codegen instead of XLA's default 32 (xla_cpu_parallel_codegen_split_count; the
+    two xdist workers already use both cores, and a small program split 32 ways pays the split's overhead):
+    the README command 867 s (XLA's defaults but level 1) -> 608 s (level 1, loop emitter) -> 462 s (level 0,
+    loop emitter), the same tests passing; the split in 2 took test_every_family.py from 42-43 to 35-36 CPU s
+    (benchmarks/RESULTS.md). Level 0 runs the emitted code 3-4x slower (the Monte Carlo claims), which the
+    suite's compile time more than pays for; every test passes with its own bound (the goldens included;
     song_zhong.incoherence_baseline.cos2's quick first look is now the sample that can decide, where its
-    third look within the CPU-second budget decided before), and fast-math stays off. The `geomjax` command keeps XLA's defaults. jaxlib 0.12 dropped the fusion-emitter flag and aborts on
-    an unknown one, so a child process tries it first (once per run: the xdist workers inherit the variable).
+    third look within the CPU-second budget decided before), and fast-math stays off. The `geomjax` command
+    keeps XLA's defaults. An XLA flag a jaxlib does not know aborts the process (jaxlib 0.12 dropped the
+    fusion-emitter flag), so a child process tries the optional ones first (once per run: the xdist workers
+    inherit the variable).
     """
     flags = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
-    extra = "--xla_cpu_use_fusion_emitters=false"
-    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True,
-                           env={**os.environ, "XLA_FLAGS": extra, "JAX_PLATFORMS": "cpu"})
-    return f"{flags} {extra}" if probe.returncode == 0 else flags
+    optional = ["--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=2"]
+
+    def accepted(extra: list[str]) -> bool:
+        probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True,
+                               env={**os.environ, "XLA_FLAGS": " ".join(extra), "JAX_PLATFORMS": "cpu"})
+        return probe.returncode == 0
+
+    extra = optional if accepted(optional) else [f for f in optional if accepted([f])]
+    return " ".join([flags, *extra])
 
 
 # A caller's own XLA_FLAGS win.
