@@ -5,6 +5,7 @@ The XLA flag must be set before JAX initialises its backend, so it is set at imp
 """
 
 import atexit
+import json
 import os
 import shutil
 import subprocess
@@ -66,8 +67,10 @@ _RUN_DIR = os.environ["GEOMJAX_TEST_RUN_DIR"]
 
 import jax  # noqa: E402
 
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_default_matmul_precision", "highest")
+# The suite's JAX settings (the quick claims' child process takes the same: _check_claims_in_a_child).
+_JAX_SETTINGS = {"jax_numpy_rank_promotion": "raise", "jax_default_matmul_precision": "highest"}
+for _name, _value in _JAX_SETTINGS.items():
+    jax.config.update(_name, _value)
 if os.environ.get("GEOMJAX_TEST_XCACHE", "1") == "1":
     # An in-run compilation cache (empty at the start of every run, shared by the workers): tests that build
     # the same program through a fresh closure (a new model load, another CLI run) load it instead of recompiling.
@@ -106,12 +109,12 @@ def n_devices() -> int:
 
 
 _CLAIMS_CHILD = """
-import os, pickle, sys
+import json, os, pickle, sys
 import jax
-jax.config.update("jax_numpy_rank_promotion", "raise")
-jax.config.update("jax_default_matmul_precision", "highest")
+for name, value in json.loads(sys.argv[1]).items():
+    jax.config.update(name, value)
 import geomjax.claims as claims
-store, ids = sys.argv[1], sys.argv[2:]
+store, ids = sys.argv[2], sys.argv[3:]
 for r in claims.run(select=ids, budget="quick", seed=0):
     with open(os.path.join(store, r.id + ".pkl"), "wb") as f:
         pickle.dump(r, f)
@@ -124,8 +127,8 @@ def _check_claims_in_a_child(ids: list[str], store: str) -> None:
     the suite's LLVM level 0 runs 2-4x slower (song_zhong's: 51 s at level 0, 24 s at level 1, one process); the
     child runs them as `geomjax verify` does, with the suite's 8 host devices and JAX settings."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    done = subprocess.run([sys.executable, "-c", _CLAIMS_CHILD, store, *ids], env=env, capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-c", _CLAIMS_CHILD, json.dumps(_JAX_SETTINGS), store, *ids], env=env,
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"checking {len(ids)} quick claims in a child process failed:\n{done.stderr[-4000:]}")
 

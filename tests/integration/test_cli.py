@@ -25,15 +25,21 @@ def geometry_run(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def numpy_reference():
-    """Hidden states of the windows of SMALL in memory (float64 NumPy statistics), and their document labels.
+def small_inputs():
+    """MiniLM and the study's inputs for SMALL: ``(model, params, inputs)``.
 
     The study's windows depend on the corpus, sizes and seed only (pipeline.prepare_inputs draws them
     before the OOD windows), so the OOD corpus is not tokenized here."""
     cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4, screenot_k=5,
                                   ood_corpus=None)
     model, params, tok, _ = pipeline.load_model_and_tokenizer(cfg.model)
-    inputs = pipeline.prepare_inputs(cfg, tok)
+    return model, params, pipeline.prepare_inputs(cfg, tok)
+
+
+@pytest.fixture(scope="module")
+def numpy_reference(small_inputs):
+    """Hidden states of the windows of SMALL in memory (float64 NumPy statistics), and their document labels."""
+    model, params, inputs = small_inputs
     _, inter = model.apply({"params": params}, inputs.windows.ids)
     return [np.asarray(h, np.float64)[:, 1:] for h in inter.residual], inputs.windows.doc_labels
 
@@ -200,7 +206,8 @@ def _intra_inter(ctx: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
 
 
 @pytest.mark.slow
-def test_cluster_mu_general_centres_topics_on_the_general_draw(geometry_run, numpy_reference, tmp_path):
+def test_cluster_mu_general_centres_topics_on_the_general_draw(geometry_run, numpy_reference, small_inputs,
+                                                               tmp_path):
     """`geometry --cluster-mu topics|general` (issue 16, item 8): the centring of Table 1's topic clusters is an
     option recorded in config.json, and "general" centres the topic windows' ctx on μ of the separate uniform
     draw (as Song & Zhong's topics script centres on μ from its general-corpus run). The module's run is the
@@ -213,10 +220,8 @@ def test_cluster_mu_general_centres_topics_on_the_general_draw(geometry_run, num
         runs[mu] = json.loads((run / "metrics.json").read_text())["per_layer"]
     hs, labels = numpy_reference
     labels = np.asarray(labels)
-    cfg = pipeline.GeometryConfig(n_docs=2, windows_per_doc=4, seq_len=48, batch_size=4, screenot_k=5,
-                                  ood_corpus=None)
-    model, params, tok, _ = pipeline.load_model_and_tokenizer(cfg.model)
-    _, general = model.apply({"params": params}, np.asarray(pipeline.prepare_inputs(cfg, tok).cvec_ids))
+    model, params, inputs = small_inputs
+    _, general = model.apply({"params": params}, np.asarray(inputs.cvec_ids))
     changed = 0
     for layer, (h, g) in enumerate(zip(hs, general.residual)):
         g = np.asarray(g, np.float64)[:, 1:]

@@ -123,7 +123,8 @@ def test_appc_streamed_equals_in_memory_on_minilm():
     # the same float32 states and the comparison measures the streamed statistics alone: one forward over all
     # 12 windows is another program, whose float32 rounding (up to 3e-6 of compactness_raw at LLVM level 0)
     # is not what this test is about.
-    batches = [fwd(m.params, jnp.asarray(w.ids[sel[i: i + cfg.batch_size]])) for i in range(0, sel.size, cfg.batch_size)]
+    batches = [fwd(m.params, jnp.asarray(w.ids[sel[i: i + cfg.batch_size]]))
+               for i in range(0, sel.size, cfg.batch_size)]
     for layer, tc in enumerate(new):
         held = np.concatenate([np.asarray(hs[layer][:, 1:]) for hs in batches])
         old = study.token_cluster_metrics(held, labels[sel], stats[layer].mean, stats[layer].pos)
