@@ -11,6 +11,7 @@ one-thread pool (``benchmarks/bench_load.py`` measures it side by side; ``benchm
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 
 from threadpoolctl import threadpool_limits
@@ -22,6 +23,11 @@ __all__ = ["BLAS_THREAD_VARIABLES", "host_blas_threads"]
 # The variables by which a user sizes the host BLAS pools: GEOMJAX_BLAS_THREADS (geomjax's own), then the BLAS
 # libraries' own variables, which geomjax leaves to the library when one of them is set.
 BLAS_THREAD_VARIABLES = ("GEOMJAX_BLAS_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+# The modules whose import loads the host BLAS libraries: NumPy's OpenBLAS and SciPy's (which jaxlib's LAPACK
+# kernels call too). threadpoolctl sizes only the libraries already loaded when the limits are set, and the
+# command imports both lazily, so the context loads them first.
+BLAS_MODULES = ("numpy", "scipy.linalg")
 
 
 def host_blas_threads(default: int = 1) -> contextlib.AbstractContextManager:
@@ -41,10 +47,10 @@ def host_blas_threads(default: int = 1) -> contextlib.AbstractContextManager:
       GeomjaxError: ``GEOMJAX_BLAS_THREADS`` is not a positive integer.
     """
     own = os.environ.get(BLAS_THREAD_VARIABLES[0], "").strip()
-    if own:
-        if not own.isdigit() or int(own) < 1:
-            raise GeomjaxError(f"GEOMJAX_BLAS_THREADS must be a positive integer, got {own!r}")
-        return threadpool_limits(limits=int(own), user_api="blas")
-    if any(os.environ.get(v, "").strip() for v in BLAS_THREAD_VARIABLES[1:]):
+    if own and (not own.isdigit() or int(own) < 1):
+        raise GeomjaxError(f"GEOMJAX_BLAS_THREADS must be a positive integer, got {own!r}")
+    if not own and any(os.environ.get(v, "").strip() for v in BLAS_THREAD_VARIABLES[1:]):
         return contextlib.nullcontext()
-    return threadpool_limits(limits=default, user_api="blas")
+    for name in BLAS_MODULES:
+        importlib.import_module(name)
+    return threadpool_limits(limits=int(own) if own else default, user_api="blas")

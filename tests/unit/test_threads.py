@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -50,3 +54,18 @@ def test_bad_sizing_is_one_line_error(no_user_sizing, monkeypatch, bad):
     monkeypatch.setenv("GEOMJAX_BLAS_THREADS", bad)
     with pytest.raises(GeomjaxError, match="GEOMJAX_BLAS_THREADS must be a positive integer"):
         threads.host_blas_threads()
+
+
+def test_a_fresh_process_sizes_the_pools_it_loads_later(no_user_sizing):
+    """The command's process enters the context before it imports NumPy or SciPy: the limits still reach
+    both libraries' pools (threadpoolctl sizes only what is loaded when the limits are set)."""
+    child = ("import threadpoolctl\nfrom geomjax.base import threads\n"
+             "with threads.host_blas_threads():\n"
+             "    import numpy, scipy.linalg\n"
+             "    scipy.linalg.eigh(numpy.eye(64) + numpy.ones((64, 64)))\n"
+             "    print(sorted({(d['filepath'], d['num_threads']) for d in threadpoolctl.threadpool_info()"
+             " if d['user_api'] == 'blas'}))\n")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
+    pools = ast.literal_eval(out.strip())
+    assert len({path for path, _ in pools}) >= 2, pools  # NumPy's and SciPy's libraries
+    assert {n for _, n in pools} == {1}, pools
