@@ -67,6 +67,14 @@ _RUN_DIR = os.environ["GEOMJAX_TEST_RUN_DIR"]
 
 import jax  # noqa: E402
 
+from geomjax.base import threads  # noqa: E402
+
+# The host BLAS pools (NumPy's and SciPy's OpenBLAS) at one thread, as the geomjax command sizes them: each
+# worker's idle OpenBLAS threads would spin beside the other worker's compilation. threadpoolctl's limits
+# apply when made and stay for the process; child processes (the CLI, the claims' child) inherit the variable.
+os.environ.setdefault("GEOMJAX_BLAS_THREADS", "1")
+threads.host_blas_threads()
+
 # The suite's JAX settings (the quick claims' child process takes the same: _check_claims_in_a_child).
 _JAX_SETTINGS = {"jax_numpy_rank_promotion": "raise", "jax_default_matmul_precision": "highest"}
 for _name, _value in _JAX_SETTINGS.items():
@@ -114,10 +122,12 @@ import jax
 for name, value in json.loads(sys.argv[1]).items():
     jax.config.update(name, value)
 import geomjax.claims as claims
+from geomjax.base.threads import host_blas_threads
 store, ids = sys.argv[2], sys.argv[3:]
-for r in claims.run(select=ids, budget="quick", seed=0):
-    with open(os.path.join(store, r.id + ".pkl"), "wb") as f:
-        pickle.dump(r, f)
+with host_blas_threads():
+    for r in claims.run(select=ids, budget="quick", seed=0):
+        with open(os.path.join(store, r.id + ".pkl"), "wb") as f:
+            pickle.dump(r, f)
 """
 
 
@@ -125,7 +135,8 @@ def _check_claims_in_a_child(ids: list[str], store: str) -> None:
     """Check ``ids`` at quick (seed 0) in a child process with XLA's default optimisation, pickling each result
     into ``store``. The quick claims are compute-bound (Monte Carlo draws, Theorem 2's d = 2^24 vectors), which
     the suite's LLVM level 0 runs 2-4x slower (song_zhong's: 51 s at level 0, 24 s at level 1, one process); the
-    child runs them as `geomjax verify` does, with the suite's 8 host devices and JAX settings."""
+    child runs them as `geomjax verify` does (its host BLAS sizing included), with the suite's 8 host devices and
+    JAX settings."""
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     done = subprocess.run([sys.executable, "-c", _CLAIMS_CHILD, json.dumps(_JAX_SETTINGS), store, *ids], env=env,
                           capture_output=True, text=True)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import jax
 
+from geomjax.base.threads import host_blas_threads
 from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.claims.claim import Claim, ClaimResult
 from geomjax.claims.records import load_full_verdicts
@@ -100,7 +101,8 @@ def _settings() -> dict:
 
 def _child(run_ordered, settings: dict, specs: list[str], ids: list[str], budget: str, seed: int, errors: str,
            remaining: float | None, time_budget: float | None) -> list[ClaimResult]:
-    """A fresh process's bin: the caller's JAX settings, the researcher's claims files, then the claims in order
+    """A fresh process's bin: the caller's JAX settings, the researcher's claims files, then the claims in order,
+    with the host BLAS pools sized as the command sizes them (:func:`geomjax.base.threads.host_blas_threads`),
     through ``run_ordered`` (:func:`geomjax.claims.runner.run_ordered`, passed by reference)."""
     for name, value in settings.items():
         if value is not None:
@@ -108,7 +110,8 @@ def _child(run_ordered, settings: dict, specs: list[str], ids: list[str], budget
     for spec in specs:
         load_claims(spec)
     deadline = None if remaining is None else time.perf_counter() + remaining
-    return run_ordered([registered_claim(i) for i in ids], budget, seed, None, errors, (deadline, time_budget))
+    with host_blas_threads():  # the command's BLAS sizing (the caller's variables reach this process)
+        return run_ordered([registered_claim(i) for i in ids], budget, seed, None, errors, (deadline, time_budget))
 
 
 def run_in_workers(bins: list[list[Claim]], budget: str, seed: int, errors: str,
