@@ -5,6 +5,7 @@ The XLA flag must be set before JAX initialises its backend, so it is set at imp
 """
 
 import atexit
+import gc
 import json
 import os
 import shutil
@@ -75,6 +76,13 @@ from geomjax.base import threads  # noqa: E402
 os.environ.setdefault("GEOMJAX_BLAS_THREADS", "1")
 threads.host_blas_threads()
 
+# Python's cyclic garbage collector: a worker holds millions of objects (JAX, Flax, torch, transformers and the
+# tests' models), so each full collection scans them all; with the default thresholds (700, 10, 10) the full
+# collections took 4.3 of test_models_new_families.py's 60 s. A larger young generation triggers far fewer of
+# them, and the objects alive after collection (the imported libraries) are frozen out of every later scan
+# (pytest_collection_finish). The README command: 392-402 s -> 377 s (benchmarks/RESULTS.md).
+gc.set_threshold(20_000, 10, 10)
+
 # The suite's JAX settings (the quick claims' child process takes the same: _check_claims_in_a_child).
 _JAX_SETTINGS = {"jax_numpy_rank_promotion": "raise", "jax_default_matmul_precision": "highest"}
 for _name, _value in _JAX_SETTINGS.items():
@@ -98,6 +106,12 @@ def _torch_note() -> str | None:
         return None
     return (f"torch: not installed on Python {sys.version.split()[0]} (the CPU build of torch==2.13.0 is a "
             "Python 3.11 wheel; pyproject.toml installs it there only): the PyTorch-reference tests skip")
+
+
+def pytest_collection_finish(session):
+    """Freeze what is alive once the tests are collected (the imported libraries) out of later collections."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_report_header(config):
