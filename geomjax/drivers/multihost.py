@@ -39,7 +39,7 @@ from geomjax.drivers import pipeline
 from geomjax.tools.extraction import decompose_model_stream, hidden_state_forward
 from geomjax.models.toy import ToyTransformer, nanogpt_config
 
-__all__ = ["main", "launch_local", "toy_problem", "stats_arrays"]
+__all__ = ["main", "launch_local", "child_xla_flags", "toy_problem", "stats_arrays"]
 
 
 def toy_problem(n_contexts: int, seq_len: int, seed: int = 0):
@@ -70,6 +70,22 @@ def stats_arrays(stats) -> dict[str, np.ndarray]:
     }
 
 
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def child_xla_flags(caller_flags: str, devices_per_process: int) -> str:
+    """The ``XLA_FLAGS`` of a process :func:`launch_local` starts: the caller's flags with the host device count
+    replaced by ``devices_per_process`` (a caller's other flags, e.g. an optimisation level or a dump folder,
+    reach every process).
+
+    Args:
+      caller_flags: the caller's ``XLA_FLAGS`` (space-separated; may be empty).
+      devices_per_process: CPU host devices of each process.
+    """
+    kept = [f for f in caller_flags.split() if f.split("=", 1)[0] != _DEVICE_COUNT_FLAG]
+    return " ".join([f"{_DEVICE_COUNT_FLAG}={devices_per_process}", *kept])
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,8 +96,9 @@ def launch_local(n_processes: int, devices_per_process: int, args: list[str], ti
                  python: str | None = None) -> list[subprocess.CompletedProcess]:
     """Start ``n_processes`` local processes of ``python -m geomjax.drivers.multihost`` and wait for all.
 
-    Each process gets ``devices_per_process`` CPU host devices and the shared coordinator
-    ``127.0.0.1:<free port>``. ``args`` are passed through (``--out``, sizes, ...).
+    Each process gets ``devices_per_process`` CPU host devices (the caller's other XLA flags kept:
+    :func:`child_xla_flags`) and the shared coordinator ``127.0.0.1:<free port>``. ``args`` are passed
+    through (``--out``, sizes, ...).
 
     Raises:
       RuntimeError: a process failed or timed out (its output is included).
@@ -91,7 +108,7 @@ def launch_local(n_processes: int, devices_per_process: int, args: list[str], ti
                          f"{n_processes}, {devices_per_process}")
     port = _free_port()
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
+    env["XLA_FLAGS"] = child_xla_flags(env.get("XLA_FLAGS", ""), devices_per_process)
     env["JAX_PLATFORMS"] = "cpu"
     procs = []
     for i in range(n_processes):

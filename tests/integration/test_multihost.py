@@ -47,6 +47,13 @@ def test_launch_local_reports_a_failing_process():
         multihost.launch_local(2, 1, ["--contexts", "10", "--batch-size", "4"], timeout=120)
 
 
+def test_children_keep_the_callers_xla_flags_but_the_device_count():
+    flags = "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 --xla_dump_to=/tmp/d"
+    assert multihost.child_xla_flags(flags, 2).split() == [
+        "--xla_force_host_platform_device_count=2", "--xla_backend_optimization_level=0", "--xla_dump_to=/tmp/d"]
+    assert multihost.child_xla_flags("", 3) == "--xla_force_host_platform_device_count=3"
+
+
 def test_initialize_needs_all_three_arguments():
     from geomjax.base.parallel import initialize
 
