@@ -5,7 +5,9 @@ work beside it (eigendecompositions of d x d Grams, ScreeNOT, SVDs of the mid la
 OpenBLAS's worker threads spin while they wait for work, so a pool of one thread per core competes with
 XLA's threads for the cores, and on a shared machine with the other processes' threads too: a warm
 ``geomjax demo`` beside two busy processes on 2 cores took 66.5 s against 15.2 s quiet, and 25.9 s with a
-one-thread pool (``benchmarks/bench_load.py`` measures it side by side; ``benchmarks/RESULTS.md``).
+one-thread pool. With :func:`host_blas_threads` applied (it loads NumPy's and SciPy's libraries first, since
+threadpoolctl sizes only loaded ones), it takes 1.79x its quiet time against 2.85x with two-thread pools
+(``benchmarks/bench_load.py`` measures it side by side; ``benchmarks/RESULTS.md``).
 """
 
 from __future__ import annotations
