@@ -67,5 +67,5 @@ def test_a_fresh_process_sizes_the_pools_it_loads_later(no_user_sizing):
              " if d['user_api'] == 'blas'}))\n")
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout
     pools = ast.literal_eval(out.strip())
-    assert len({path for path, _ in pools}) >= 2, pools  # NumPy's and SciPy's libraries
+    assert pools, pools  # NumPy's and SciPy's libraries (two files with pip's wheels, one where they share it)
     assert {n for _, n in pools} == {1}, pools
