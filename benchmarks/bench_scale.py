@@ -287,7 +287,8 @@ def section_devices(quick: bool, tmp: Path) -> str:
     for n in counts:
         f = tmp / f"dev{n}.npz"
         res = json.loads(_spawn(["--child-devices", str(n), str(C), str(T), str(B), str(repeats), str(f)], n))
-        arr = dict(np.load(f))
+        with np.load(f) as z:
+            arr = dict(z)
         if base is None:
             base, base_arrays = res, arr
         diffs = {k: float(np.abs(arr[k] - base_arrays[k]).max() / max(np.abs(base_arrays[k]).max(), 1e-30))
@@ -319,7 +320,8 @@ def section_multihost(quick: bool, tmp: Path) -> str:
     res = multihost.launch_local(2, 2, ["--contexts", str(C), "--seq-len", str(T), "--batch-size", str(B),
                                         "--accum-dtype", "float64", "--out", str(out)], timeout=600)
     wall = time.perf_counter() - t0
-    a, b = dict(np.load(ref)), dict(np.load(out))
+    with np.load(ref) as za, np.load(out) as zb:
+        a, b = dict(za), dict(zb)
     diff = max(float(np.abs(a[k] - b[k]).max() / np.abs(a[k]).max()) for k in a if k != "n_contexts")
     return (f"### Two processes × 2 CPU devices (jax.distributed, gloo) vs one process × 4 devices\n\n"
             f"Toy GPT-style model, C {C}, T {T}, B {B}, float64 statistics. Max relative difference of "

@@ -140,7 +140,8 @@ def test_llama_cache_equals_transformers_golden():
     """The committed Llama golden (GQA, rotary): hidden states and attentions from transformers."""
     module, params = gj.convert.load_pretrained(GOLDENS / "llama_tiny")
     model = lens.Model(module, params, None, "llama_tiny")
-    ref = np.load(GOLDENS / "llama_tiny_outputs.npz")
+    with np.load(GOLDENS / "llama_tiny_outputs.npz") as z:
+        ref = dict(z)
     out, cache = model.run_with_cache(ref["ids"])
     for a, b in zip(cache.hidden_states(), ref["hidden_states"]):
         np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-5)

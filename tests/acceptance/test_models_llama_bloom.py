@@ -133,7 +133,8 @@ def test_rope_inv_freq_closed_form_and_errors():
 @pytest.mark.parametrize("family", slow_beyond_first(["llama", "mistral", "bloom"]))
 def test_goldens(family):
     """Committed transformers outputs (scripts/make_goldens.py) reproduced without PyTorch."""
-    ref = np.load(GOLD / f"{family}_tiny_outputs.npz")
+    with np.load(GOLD / f"{family}_tiny_outputs.npz") as z:  # closed here, not whenever the collector runs
+        ref = dict(z)
     model, params = gj.convert.load_pretrained(GOLD / f"{family}_tiny")
     logits, inter = model.apply({"params": params}, ref["ids"], return_attention=True)
     np.testing.assert_allclose(np.stack(inter.hidden_states), ref["hidden_states"], rtol=1e-5, atol=1e-5)

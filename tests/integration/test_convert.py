@@ -27,12 +27,14 @@ ATOL = 1e-5
 
 @pytest.fixture(scope="module")
 def gpt2_gold():
-    return dict(np.load(GOLD / "gpt2_tiny_outputs.npz"))
+    with np.load(GOLD / "gpt2_tiny_outputs.npz") as z:
+        return dict(z)
 
 
 @pytest.fixture(scope="module")
 def bert_gold():
-    return dict(np.load(GOLD / "bert_tiny_outputs.npz"))
+    with np.load(GOLD / "bert_tiny_outputs.npz") as z:
+        return dict(z)
 
 
 @pytest.fixture(scope="module")
