@@ -66,6 +66,18 @@ if "GEOMJAX_TEST_RUN_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["GEOMJAX_TEST_RUN_DIR"], True)
 _RUN_DIR = os.environ["GEOMJAX_TEST_RUN_DIR"]
 
+# Python's bytecode cache, once per run. Where bytecode writing is off (PYTHONDONTWRITEBYTECODE, set on this
+# project's machines, or -B), every process of the run (the two workers, the CLI runs, the claims' and the
+# multi-host children) compiled geomjax from source again, pytest rewrote every test module's asserts again, and
+# jaxtyping re-instrumented its packages again. The run writes that bytecode under its run folder instead
+# (PYTHONPYCACHEPREFIX; a prefix of the caller's own is kept): nothing is written beside the sources, the folder
+# goes at exit, and each module is compiled once per run. The README command: 743 -> 693 user CPU s.
+if sys.dont_write_bytecode:
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", sys.pycache_prefix or os.path.join(_RUN_DIR, "pycache"))
+    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    sys.dont_write_bytecode = False
+
 import jax  # noqa: E402
 
 from geomjax.base import threads  # noqa: E402
