@@ -71,7 +71,8 @@ _RUN_DIR = os.environ["GEOMJAX_TEST_RUN_DIR"]
 # multi-host children) compiled geomjax from source again, pytest rewrote every test module's asserts again, and
 # jaxtyping re-instrumented its packages again. The run writes that bytecode under its run folder instead
 # (PYTHONPYCACHEPREFIX; a prefix of the caller's own is kept): nothing is written beside the sources, the folder
-# goes at exit, and each module is compiled once per run. The README command: 743 -> 693 user CPU s.
+# goes at exit, and each module is compiled once per run. The README command: 743 -> 693 user CPU s (one run each;
+# benchmarks/RESULTS.md).
 if sys.dont_write_bytecode:
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     os.environ.setdefault("PYTHONPYCACHEPREFIX", sys.pycache_prefix or os.path.join(_RUN_DIR, "pycache"))
