@@ -226,7 +226,8 @@ def cos_attention_corr(hidden, att, causal: bool) -> np.ndarray:
 
 
 def random_params(ad: Adapter, seed: int, T: int):
-    return ad.model.init(jax.random.key(seed), jnp.zeros((1, T), jnp.int32))["params"]
+    """The model's initialisation at ``seed`` (lazy_init: init's bits, without its forward pass)."""
+    return ad.model.lazy_init(jax.random.key(seed), jax.ShapeDtypeStruct((1, T), jnp.int32))["params"]
 
 
 def lm_loss(ad: Adapter, params, batch) -> float:

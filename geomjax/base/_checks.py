@@ -158,6 +158,16 @@ def check_prng_key(key, where: str) -> None:
     )
 
 
+def to_device(x) -> jax.Array:
+    """``jnp.asarray(x)`` (same dtype, weak type, values and placement), but a NumPy array is copied to the
+    default device with ``jax.device_put`` instead: ``jnp.asarray`` of a NumPy array outside ``jit`` compiles an
+    identity program for each new shape and dtype (JAX's ``lax.stage``), tens of milliseconds apiece for a
+    checkpoint's every tensor (tests/unit/test_numerics.py checks the equality)."""
+    if isinstance(x, np.ndarray) and not isinstance(x, np.ma.MaskedArray):
+        return jax.device_put(x, may_alias=False)
+    return jnp.asarray(x)
+
+
 def _dtype_of(x) -> np.dtype:
     return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
@@ -169,7 +179,7 @@ def as_real_array(x, where: str, what: str = "array") -> jax.Array:
     if not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
         raise GeomjaxTypeError(f"{where}: {what} must be a real array, got dtype {dt}")
     check_no_silent_float64(dt, where, what)
-    x = jnp.asarray(x)
+    x = to_device(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = x.astype(jnp.result_type(float))
     return x
@@ -183,7 +193,7 @@ def as_float32_or_64(x, where: str, what: str = "array") -> jax.Array:
     dt = _dtype_of(x)
     if dt == np.float64:
         check_no_silent_float64(dt, where, what)
-        return jnp.asarray(x)
+        return to_device(x)
     return jnp.asarray(x, jnp.float32)
 
 
@@ -201,7 +211,7 @@ def as_float_array(x, name: str, ndim: int, shape_doc: str, finite: bool = False
     check_no_silent_float64(dt, "geomjax", name)  # float64_aware prevents it for public fns
     if finite:
         check_finite(x, name)
-    return jnp.asarray(x)
+    return to_device(x)
 
 
 @jax.jit

@@ -20,7 +20,6 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from geomjax.convert.safetensors_io import (
@@ -49,6 +48,7 @@ from geomjax.models.bert import Bert
 from geomjax.models.common import CausalLM, HFConfig
 from geomjax.models.interface import model_from_config
 from geomjax.models.registry import family_of
+from geomjax.base._checks import to_device
 from geomjax.base.parallel import shard_params
 from geomjax.typing import Params
 
@@ -172,7 +172,7 @@ def load_pretrained(
     if fam.from_weights is not None:  # what only the weights say (BERT's pooler)
         config = fam.from_weights(config, tensors)
     if mesh is None and not host:  # each parameter onto the device as it is converted (sharded: as it is read)
-        return model_from_config(config), convert_tensors(tensors, config, dtype=dtype, ignore=ignore, place=jnp.asarray)
+        return model_from_config(config), convert_tensors(tensors, config, dtype=dtype, ignore=ignore, place=to_device)
     params = convert_tensors(tensors, config, dtype=dtype, ignore=ignore)
     if host:
         return model_from_config(config), params

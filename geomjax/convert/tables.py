@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.base._checks import compiled_cache
 from geomjax.errors import GeomjaxError
 from geomjax.models import bert, bloom, gpt2, llama
 from geomjax.models.common import HFConfig
@@ -67,7 +68,17 @@ def _strip_prefix(tensors: Mapping[str, np.ndarray], prefix: str) -> dict[str, s
 
 
 def expected_param_shapes(config: HFConfig) -> PyTree[jax.ShapeDtypeStruct]:
-    """Return the parameter tree of the Flax model as ``jax.ShapeDtypeStruct`` leaves (no compute)."""
+    """Return the parameter tree of the Flax model as ``jax.ShapeDtypeStruct`` leaves (no compute).
+
+    The tree is traced once per config (and x64 setting): loading, writing or drawing the parameters of a
+    checkpoint asks for it each time, and a trace of ``init`` takes as long as a small forward's. A fresh
+    copy of the nested dicts is returned, so a caller may edit it."""
+    return jax.tree_util.tree_map(lambda s: s, _param_shapes(config, bool(jax.config.jax_enable_x64)))
+
+
+@compiled_cache(maxsize=32)
+def _param_shapes(config: HFConfig, x64: bool) -> PyTree[jax.ShapeDtypeStruct]:
+    del x64  # part of the key: the dtypes eval_shape gives
     model = model_from_config(config)
     ids = np.zeros((1, 1), np.int32)
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids))

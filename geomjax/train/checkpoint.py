@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from geomjax.base._checks import to_device
 from geomjax.base.io import to_jsonable
 from geomjax.typing import Array, PyTree, Shaped
 
@@ -164,5 +165,5 @@ def load_checkpoint(path: str | os.PathLike, template: PyTree[Shaped[Array, "...
         if arr.dtype != want_dtype:
             raise ValueError(f"checkpoint parameter {name!r} has dtype {arr.dtype} but the model expects "
                              f"{want_dtype}; {hint}")
-        out.append(jnp.asarray(arr))
+        out.append(to_device(arr))
     return jax.tree_util.tree_unflatten(treedef, out), meta

@@ -6,7 +6,6 @@ attribution against the stream and the logits, factored circuits against NumPy, 
 
 from __future__ import annotations
 
-import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,7 @@ import geomjax as gj
 from geomjax import lens
 from geomjax.analysis import circuits
 from geomjax.errors import GeomjaxError
+from tests._compiles import count_compiles
 from tests._marks import slow_beyond_first
 from tests.unit.test_shapes import unchecked_shapes
 
@@ -73,22 +73,6 @@ def saved(tmp_path_factory):
 
 def _ids(T=7, B=2, seed=0):
     return np.random.default_rng(seed).integers(3, V, size=(B, T)).astype(np.int32)
-
-
-@contextlib.contextmanager
-def count_compiles():
-    """Counts XLA backend compilations (jax.monitoring's compile event) inside the block."""
-    counter = [0]
-
-    def listener(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            counter[0] += 1
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield counter
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
 
 
 @pytest.mark.parametrize("kind", slow_beyond_first(["LlamaModel", "MistralModel", "BloomModel", "GPT2Model", "BertModel"]))

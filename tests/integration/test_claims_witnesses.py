@@ -24,7 +24,7 @@ def tiny():
     """A random (untrained) Nanda-architecture model at p = 11, d 32, 2 heads, d_mlp 64, with MLP biases."""
     mcfg = nanda_config(P, d_model=32, n_heads=2, d_mlp=64)
     ids = jnp.zeros((1, 3), jnp.int32)
-    params = ToyTransformer(mcfg).init(jax.random.key(3), ids)["params"]
+    params = ToyTransformer(mcfg).lazy_init(jax.random.key(3), jax.ShapeDtypeStruct(ids.shape, ids.dtype))["params"]
     # nonzero MLP biases so that the ReLU matters
     params["block_0"]["mlp"]["fc"]["bias"] = jax.random.normal(jax.random.key(4), (64,))
     P64 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), jax.device_get(params))

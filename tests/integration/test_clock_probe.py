@@ -10,8 +10,8 @@ import pytest
 from geomjax.theory import fourier as fx
 from geomjax.tools.clock_probe import analyze, key_series
 from geomjax.train import grokking as gk
+from tests._compiles import count_compiles
 
-_COMPILE = "/jax/core/compile/backend_compile_duration"
 
 
 def _planted_run(tmp_path):
@@ -44,14 +44,9 @@ def test_second_analysis_compiles_nothing_and_repeats_its_numbers(tmp_path):
     res = _planted_run(tmp_path)
     first = analyze(res)
     assert first["key"] == [3, 5] and [q["epoch"] for q in first["progress"]] == [0, 100]
-    compiles = []
-    listener = lambda event, duration, **kw: compiles.append(event) if event == _COMPILE else None  # noqa: E731
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with count_compiles() as compiles:
         second = analyze(res)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-    assert compiles == []
+    assert compiles[0] == 0
     assert second["progress"] == first["progress"] and second["sufficiency"] == first["sufficiency"]
     assert second["sufficiency_embed"] == first["sufficiency_embed"]
     np.testing.assert_array_equal(second["petals"][3]["z"], first["petals"][3]["z"])

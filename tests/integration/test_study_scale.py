@@ -31,7 +31,7 @@ def _tiny_llama(d=32, layers=3, V=64):
     c = LlamaConfig(vocab_size=V, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4,
                     intermediate_size=48, max_position_embeddings=128, num_key_value_heads=2)
     model = Llama(c)
-    params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    params = model.lazy_init(jax.random.key(0), jax.ShapeDtypeStruct((1, 8), jnp.int32))["params"]
     params = jax.tree.map(lambda a: np.asarray(a) + 0.05 * np.random.default_rng(1).standard_normal(a.shape)
                           .astype(np.float32), params)  # away from the init's symmetries
     return model, params

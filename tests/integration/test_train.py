@@ -115,6 +115,17 @@ def test_checkpoint_round_trip_and_errors(full_run, smoke_cfg, tmp_path):
 
 
 @pytest.mark.slow
+def test_init_state_parameters_are_flax_init_bit_for_bit(smoke_cfg):
+    """init_state draws the parameters with lazy_init (no forward pass): the same bits as model.init."""
+    cfg = smoke_cfg
+    want = train.build_programs(cfg).model.init(jax.random.fold_in(jax.random.key(cfg.seed), 0),
+                                                jnp.zeros((1, cfg.seq_len), jnp.int32))["params"]
+    got = train.init_state(cfg).params
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert g.dtype == w.dtype and np.array_equal(np.asarray(g), np.asarray(w))
+
+
 def test_data_parallel_step_matches_single_device(smoke_cfg):
     cfg = smoke_cfg
     data, _, _ = train.load_task_data(cfg)

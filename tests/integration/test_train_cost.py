@@ -18,7 +18,7 @@ from geomjax.train.cost import CPU_FLOPS, count_params, toy_training_cost, train
 
 def test_count_params_matches_an_initialised_model():
     cfg = ToyConfig(vocab_size=13, n_layers=2, n_heads=2, d_model=16, d_mlp=32, max_len=9)
-    params = ToyTransformer(cfg).init(jax.random.key(1), jnp.zeros((1, 9), jnp.int32))["params"]
+    params = ToyTransformer(cfg).lazy_init(jax.random.key(1), jax.ShapeDtypeStruct((1, 9), jnp.int32))["params"]
     leaves = jax.tree_util.tree_leaves_with_path(params)
     total = sum(int(np.prod(v.shape)) for _, v in leaves)
     emb = sum(int(np.prod(v.shape)) for p, v in leaves if jax.tree_util.keystr(p).endswith("['embedding']"))

@@ -14,8 +14,9 @@ import pytest
 from geomjax import attention as att
 from geomjax import kernel_factorization as kf
 from geomjax import smoothness as sm
-from geomjax.base._checks import x64_context
+from geomjax.base._checks import to_device, x64_context
 from geomjax.errors import GeomjaxError, GeomjaxTypeError
+from tests._compiles import count_compiles
 from tests.unit.test_shapes import unchecked_shapes
 
 
@@ -108,6 +109,29 @@ def test_x64_context_is_the_one_switch():
     for no in ("float32", np.zeros(2, np.float32), [1, 2], None):
         with x64_context(no):
             assert not jax.config.jax_enable_x64
+
+
+def test_to_device_equals_asarray_without_compiling():
+    """to_device gives what jnp.asarray gives (dtype, weak type, values, placement) for NumPy arrays of every
+    dtype, with x64 off and on, and for lists and scalars; a NumPy array is copied, and compiles nothing."""
+    import ml_dtypes
+
+    for x64 in (False, True):
+        with jax.enable_x64(x64):
+            for dt in (np.float32, np.float64, np.int32, np.int64, np.bool_, np.float16, ml_dtypes.bfloat16):
+                a = (np.arange(6).reshape(2, 3) % 2).astype(dt)
+                for x in (a, a.T, a[:, 1], np.asarray(a[0, 1]), [1.5, 2.0], 3):
+                    want, got = jnp.asarray(x), to_device(x)
+                    assert (got.dtype, got.weak_type, got.shape, got.sharding, got.committed) == (
+                        want.dtype, want.weak_type, want.shape, want.sharding, want.committed)
+                    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    src = np.ones(3, np.float32)
+    got = to_device(src)
+    src[:] = 5
+    assert float(got[0]) == 1.0  # a copy, not a view of the host array
+    with count_compiles() as compiles:  # a shape no other test uses
+        to_device(np.zeros((7, 11, 13), np.float32))
+    assert compiles[0] == 0
 
 
 @unchecked_shapes()
