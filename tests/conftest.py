@@ -66,18 +66,14 @@ if "GEOMJAX_TEST_RUN_DIR" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["GEOMJAX_TEST_RUN_DIR"], True)
 _RUN_DIR = os.environ["GEOMJAX_TEST_RUN_DIR"]
 
-# Python's bytecode cache, once per run. Where bytecode writing is off (PYTHONDONTWRITEBYTECODE, set on this
-# project's machines, or -B), every process of the run (the two workers, the CLI runs, the claims' and the
-# multi-host children) compiled geomjax from source again, pytest rewrote every test module's asserts again, and
-# jaxtyping re-instrumented its packages again. The run writes that bytecode under its run folder instead
-# (PYTHONPYCACHEPREFIX; a prefix of the caller's own is kept): nothing is written beside the sources, the folder
-# goes at exit, and each module is compiled once per run. The README command: 743 -> 693 user CPU s (one run each;
-# benchmarks/RESULTS.md).
-if sys.dont_write_bytecode:
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", sys.pycache_prefix or os.path.join(_RUN_DIR, "pycache"))
-    sys.pycache_prefix = os.environ["PYTHONPYCACHEPREFIX"]
-    sys.dont_write_bytecode = False
+# Bytecode: a run leaves Python's bytecode settings as the caller has them. Where writing is off
+# (PYTHONDONTWRITEBYTECODE, set on this project's machines, or -B), an earlier version wrote the run's bytecode under
+# the run folder (PYTHONPYCACHEPREFIX). That hid the bytecode pip installed beside the libraries, so the run compiled
+# what its processes imported of jax, torch, transformers, scipy, ... from source again (both workers at once, each
+# lazily imported module again in the process that first needed it): on a subset of the suite
+# (test_models_new_families, test_multihost, test_docs, test_claims, test_cli; -n 2, alternating) 119-121 s and
+# 211-214 CPU s with the prefix, 99-108 s and 183-199 CPU s without (benchmarks/RESULTS.md). geomjax's own modules
+# compile in a fraction of a second.
 
 import jax  # noqa: E402
 
