@@ -9,6 +9,7 @@ between the guides must point at files that exist.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ def python_blocks(path: Path) -> list[str]:
 def test_python_blocks_run(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a guide's tempfile.mkdtemp() goes with tmp_path
     namespace: dict = {"__name__": "__guide__"}
     # a guide may register claims of its own (docs/your_paper.md): they leave the registry with the guide. The
     # sources are discovered first: a guide that first imports them must not take their claims away with its own
