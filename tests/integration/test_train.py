@@ -114,7 +114,6 @@ def test_checkpoint_round_trip_and_errors(full_run, smoke_cfg, tmp_path):
         train.fit(wider, run_dir=run, progress=False)
 
 
-@pytest.mark.slow
 def test_init_state_parameters_are_flax_init_bit_for_bit(smoke_cfg):
     """init_state draws the parameters with lazy_init (no forward pass): the same bits as model.init."""
     cfg = smoke_cfg
@@ -126,6 +125,7 @@ def test_init_state_parameters_are_flax_init_bit_for_bit(smoke_cfg):
         assert g.dtype == w.dtype and np.array_equal(np.asarray(g), np.asarray(w))
 
 
+@pytest.mark.slow
 def test_data_parallel_step_matches_single_device(smoke_cfg):
     cfg = smoke_cfg
     data, _, _ = train.load_task_data(cfg)

@@ -125,11 +125,11 @@ def test_to_device_equals_asarray_without_compiling():
                     assert (got.dtype, got.weak_type, got.shape, got.sharding, got.committed) == (
                         want.dtype, want.weak_type, want.shape, want.sharding, want.committed)
                     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    for n in range(1000, 1100):  # a copy, not a view of the host array (device_put alone aliased about half)
+    for n in range(1000, 1100):  # a copy, not a view of the host array (device_put alone aliased 30-90% of these)
         src = np.ones(n, np.float32)
         got = to_device(src)
         src[:] = 5
-        assert float(got[0]) == 1.0 and float(got.sum()) == n
+        assert (np.asarray(got) == 1).all()  # read back on the host: no program per shape
     with count_compiles() as compiles:  # a shape no other test uses
         to_device(np.zeros((7, 11, 13), np.float32))
     assert compiles[0] == 0
