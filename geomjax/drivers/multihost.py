@@ -29,7 +29,6 @@ import sys
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from geomjax import data
@@ -55,7 +54,7 @@ def toy_problem(n_contexts: int, seq_len: int, seed: int = 0):
     model = ToyTransformer(cfg)
     ids = np.random.default_rng(seed).integers(0, 61, size=(n_contexts, seq_len)).astype(np.int32)
     # lazy_init: init's parameters bit for bit, without its forward pass
-    params = model.lazy_init(jax.random.key(seed), jax.ShapeDtypeStruct((1, seq_len), jnp.int32))["params"]
+    params = model.lazy_init(jax.random.key(seed), jax.ShapeDtypeStruct((1, seq_len), np.int32))["params"]
     params = jax.tree.map(np.asarray, params)  # host values: replicated onto the global mesh later
     return hidden_state_forward(model, "residual"), params, ids
 
