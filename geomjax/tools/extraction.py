@@ -269,11 +269,22 @@ def _step_body(state: StreamState, params, ids, is_first, *, forward, drop_first
     return jax.tree.map(lambda a: a[None], state), m, finite
 
 
+def _state_shapes(n_dev: int, n_states: int, T: int, d: int, dtype: str) -> StreamState:
+    """The stream state's shapes and dtypes (``jax.ShapeDtypeStruct`` leaves): :func:`stream_init`'s per
+    hidden state (n_states, ...), with one slot of partial sums per device in front (n_dev, n_states, ...).
+    Traced, not run."""
+    one = jax.eval_shape(jax.vmap(partial(stream_init, accum_dtype=dtype)),
+                         jax.ShapeDtypeStruct((n_states, 1, T, d), dtype))
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct((n_dev,) + a.shape, a.dtype), one)
+
+
 def _empty_state(n_dev: int, n_states: int, T: int, d: int, dtype: str) -> StreamState:
-    """Zero state (n_dev, n_states, ...) of the right shapes (replaced on the first step): one slot of
-    partial sums per device."""
-    one = jax.vmap(partial(stream_init, accum_dtype=dtype))(jnp.zeros((n_states, 1, T, d), dtype))
-    return jax.tree.map(lambda a: jnp.broadcast_to(a, (n_dev,) + a.shape), one)
+    """Zero state (n_dev, n_states, ...) of :func:`_state_shapes` (replaced on the first step), on the host.
+
+    Every entry is zero: it is what :func:`stream_init` gives for a zero batch (zero shifts and sums). Built
+    with NumPy from the traced shapes, so a new (T, d, L) compiles nothing here (stream_init run eagerly
+    compiled each of its operations for every new shape)."""
+    return jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), _state_shapes(n_dev, n_states, T, d, dtype))
 
 
 def param_specs(forward: ForwardFn, params: PyTree, n: int) -> PyTree:
@@ -627,7 +638,7 @@ def _compile_step(forward, param_shapes, batch, seq_len, mesh, accum_dtype, drop
         ids = jax.ShapeDtypeStruct((batch, seq_len), jnp.int32, sharding=NamedSharding(mesh, P(AXIS)))
         shapes = jax.eval_shape(forward, params, ids)
         n_states, T_state, d = len(shapes), shapes[0].shape[1] - int(drop_first), shapes[0].shape[-1]
-        st = jax.eval_shape(lambda: _empty_state(n, n_states, T_state, d, accum_dtype))
+        st = _state_shapes(n, n_states, T_state, d, accum_dtype)
         state = _sds(st, mesh, jax.tree.map(lambda a: P(AXIS), st))
         step = _make_step(forward, drop_first, accum_dtype, mesh, _tree_key(specs))
         return step.lower(state, params, ids, jax.ShapeDtypeStruct((), jnp.bool_)).compile(), (n_states, T_state, d)

@@ -107,7 +107,7 @@ def test_gpt2_parity(shape, tmp_path):
     hf_sdpa = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         ref = hf_sdpa(torch.tensor(ids), attention_mask=torch.tensor(mask), output_hidden_states=True)
-    logits, inter = model.apply({"params": params}, ids, mask)
+    logits, inter = jax.jit(model.apply)({"params": params}, ids.astype(np.int32), mask)
     valid = mask.astype(bool)
     for a, b in zip(inter.hidden_states + (logits,), ref.hidden_states + (ref.logits,)):
         np.testing.assert_allclose(np.asarray(a)[valid], b.numpy()[valid], atol=ATOL, rtol=0)

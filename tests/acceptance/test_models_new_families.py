@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -108,7 +109,8 @@ def test_parity_with_transformers(checkpoints, name):
     ids = np.random.default_rng(3).integers(0, V, (2, T))
     ref = _hf(hf, ids)
     model, params = gj.convert.load_pretrained(path)
-    logits, inter = model.apply({"params": params}, ids, return_attention=True)
+    logits, inter = jax.jit(model.apply, static_argnames="return_attention")(
+        {"params": params}, ids.astype(np.int32), return_attention=True)
     assert len(inter.hidden_states) == len(ref.hidden_states) == model.config.num_layers + 1
     for layer, (a, b) in enumerate(zip(inter.hidden_states, ref.hidden_states)):
         np.testing.assert_allclose(np.asarray(a), b.numpy(), rtol=1e-5, atol=1e-5, err_msg=f"{name} layer {layer}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -42,7 +43,8 @@ def test_parity_with_transformers(phi3):
     with torch.no_grad():
         ref = hf(torch.tensor(ids), output_hidden_states=True, output_attentions=True)
     model, params = gj.convert.load_pretrained(d)
-    logits, inter = model.apply({"params": params}, ids, return_attention=True)
+    logits, inter = jax.jit(model.apply, static_argnames="return_attention")(
+        {"params": params}, ids.astype(np.int32), return_attention=True)
     for a, b in zip(inter.hidden_states, ref.hidden_states, strict=True):
         np.testing.assert_allclose(np.asarray(a), b.numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(logits), ref.logits.numpy(), rtol=1e-5, atol=1e-5)
