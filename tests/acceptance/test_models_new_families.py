@@ -196,7 +196,8 @@ def test_legend_names_of_each_family(checkpoints, name):
     want |= set() if name.startswith("gpt_neox") else {"mlp.pre_linear"}
     assert want <= names, (name, want - names)
     assert {"ln_final", "ln_final.scale", "hook_embed"} <= set(cache)
-    hs = model_interface(m.model).hidden_states(m.params, np.arange(1, 6)[None], final_norm=False)
+    hs = jax.jit(model_interface(m.model).hidden_states, static_argnames="final_norm")(
+        m.params, np.arange(1, 6)[None], final_norm=False)
     np.testing.assert_allclose(np.asarray(cache.hidden_states(final_norm=False)[-1]), np.asarray(hs[-1]),
                                rtol=1e-5, atol=1e-5)  # two compiled programs: rounding only
 

@@ -175,7 +175,7 @@ def test_decay_mask_and_adamw():
     # zero gradients: only decayed leaves move, by lr * wd * w (decoupled decay)
     tx, _ = train.make_optimizer(train.OptimConfig(lr=0.1, schedule="constant", weight_decay=0.5, grad_clip=1.0))
     st = tx.init(params)
-    upd, _ = tx.update(jax.tree_util.tree_map(jnp.zeros_like, params), st, params)
+    upd, _ = jax.jit(tx.update)(jax.tree_util.tree_map(jnp.zeros_like, params), st, params)  # one program
     new = optax.apply_updates(params, upd)
     np.testing.assert_allclose(new["attn"]["q"]["kernel"], 1 - 0.1 * 0.5, rtol=1e-6)
     np.testing.assert_array_equal(new["attn"]["q"]["bias"], 1.0)
