@@ -555,7 +555,8 @@ def _layers_section(r, figure_paths: dict) -> Section:
         "frequencies; Tr(Σ_B Σ_W⁺) of ctx.")
     if caution := screenot_k_caution(r.config.screenot_k):
         s.paragraphs.append(caution)
-    s.figure(figure_paths["metrics_by_layer"], "Per-layer metrics (layer 0 = embedding output).")
+    if "metrics_by_layer" in figure_paths:
+        s.figure(figure_paths["metrics_by_layer"], "Per-layer metrics (layer 0 = embedding output).")
     return s
 
 
@@ -699,6 +700,9 @@ def _paper_section(r, has_ood: bool) -> Section:
 
 def _figures_section(r, figure_paths: dict) -> Section:
     s = Section("Figures (Song & Zhong Figs. 1-3, 24-26)")
+    if not figure_paths:
+        s.paragraphs.append("Not drawn: the run was made with --no-figures (GeometryConfig.figures False).")
+        return s
     s.figure(figure_paths["fig1_pca"], "Fig. 1: PCA of pos and cvec by layer.")
     s.figure(figure_paths["fig1_pca_3d"], "Fig. 1 in 3-D: the spiral of pos on P's top-3 PCs.")
     s.figure(figure_paths["fig2_gram"], "Fig. 2: normalized Gram of [pos; ctx] (lines: pos block, documents).")
@@ -763,7 +767,7 @@ def sections(result, figure_paths: dict[str, str]) -> list[Section]:
     Args:
       result: a ``geomjax.analysis.study.StudyResult``.
       figure_paths: figure name (``geomjax.analysis.plots.study_figures``) -> path relative to the run
-        directory ("figures/fig1_pca.png").
+        directory ("figures/fig1_pca.png"); empty for a run without figures (``--no-figures``).
     """
     layers = result.layers
     has_ood = layers[0].ood is not None

@@ -114,6 +114,8 @@ class GeometryConfig:
       n_cluster_windows: windows per document whose token-level cvec and raw states go into the
         App. C compactness (Figs. 24-26); 0: skip.
       theorem1: evaluate eq. (6) of Theorem 1 on every layer's pos Gram.
+      figures: draw the study's figures (``geomjax.analysis.plots.study_figures``); False: metrics.json and
+        the report's tables only (a sweep of many runs, a batch job), the figures' host time saved.
       cluster_mu: centring of ctx for Table 1's intra/inter cluster similarity: "topics" (default: μ of
         the topic windows themselves) or "general" (μ of the separate uniform draw of ``n_cvec`` corpus
         windows, as the Song & Zhong topics script centres the topic windows on μ from its general-corpus
@@ -159,6 +161,8 @@ class GeometryConfig:
         "windows per document for the token-level cvec/raw compactness (App. C); 0 to skip"))
     theorem1: bool = _opt(True, flag="--no-theorem1", negate=True,
                           help="skip eq. (6) of Theorem 1 on the layers' pos Grams")
+    figures: bool = _opt(True, flag="--no-figures", negate=True, group="execution",
+                         help="draw no figures: metrics.json and the report's tables only")
     bos: bool = _opt(False, group="conventions",
                      help="prepend the model's BOS id to every window (dropped with the first position)")
     param_dtype: str | None = _opt(None, group="conventions", choices=("float32", "bfloat16", "float16"),

@@ -65,7 +65,7 @@ __all__ = [
 
 def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True, alongside=None):
     """Song & Zhong §2 study of every hidden state (``geomjax.analysis.study.run``); writes its figures
-    into ``run``.
+    into ``run`` (none with ``cfg.figures`` False).
 
     The figures (host work: matplotlib) are drawn by a worker thread from the moment the study has
     everything they show, that is while the OOD forward (Table 2, which no figure draws) runs, and, if
@@ -92,9 +92,9 @@ def run_geometry(cfg: GeometryConfig, run: report.RunDir, progress: bool = True,
             drawn.append(pool.submit(contextvars.copy_context().run, draw, partial))
 
         try:
-            result = study.run(cfg, progress=progress, before_ood=start)
+            result = study.run(cfg, progress=progress, before_ood=start if cfg.figures else None)
             more, extra = alongside() if alongside is not None else ([], {})
-            paths = drawn[0].result()
+            paths = drawn[0].result() if drawn else {}
         finally:  # never leave the thread drawing into a run directory that is about to be abandoned
             for f in drawn:
                 f.cancel()

@@ -83,8 +83,14 @@ def test_geometry_end_to_end(tiny, tmp_path, fam):
     (ckpts, corpus) = tiny
     path, _ = ckpts[fam]
     out = tmp_path / "run"
-    assert cli.main(["geometry", "--model", str(path), "--corpus", str(corpus), "--out", str(out), *SMALL]) == 0
+    # the family's port and the study's numbers; the figures (the same code for every family) are drawn by
+    # tests/integration/test_study.py and test_cli.py
+    assert cli.main(["geometry", "--model", str(path), "--corpus", str(corpus), "--out", str(out), *SMALL,
+                     "--no-figures"]) == 0
+    assert not any((out / "figures").iterdir()) and "Not drawn: the run was made with --no-figures" in (
+        out / "report.md").read_text()
     cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["figures"] is False
     conv = cfg["model_conventions"]
     assert conv["family"] == fam and conv["final_norm_applied"] is True and conv["first_position_dropped"]
     assert conv["positions"] == ("alibi" if fam == "bloom" else "rotary") and conv["bos_prepended"] is None

@@ -348,7 +348,8 @@ def test_geometry_end_to_end(checkpoints, tmp_path, name):
     shutil.copytree(checkpoints[name][0], d)
     _word_tokenizer(corpus).save(str(d / "tokenizer.json"))
     out = tmp_path / "run"
-    assert cli.main(["geometry", "--model", str(d), "--corpus", str(corpus), "--out", str(out), *SMALL]) == 0
+    assert cli.main(["geometry", "--model", str(d), "--corpus", str(corpus), "--out", str(out), *SMALL,
+                     "--no-figures"]) == 0  # figures: the same code for every family (test_study, test_cli)
     conv = json.loads((out / "config.json").read_text())["config"]["model_conventions"]
     assert conv["positions"] == "rotary" and conv["final_norm_applied"] is True
     metrics = json.loads((out / "metrics.json").read_text())
