@@ -100,7 +100,7 @@ def test_report_rerenders(geometry_run):
 @pytest.mark.slow
 def test_raw_relative_norm_includes_mean(tmp_path, numpy_reference):
     out = tmp_path / "raw"
-    cli.main(["geometry", "--out", str(out), "--raw-relative-norm", *SMALL])
+    cli.main(["geometry", "--out", str(out), "--raw-relative-norm", "--no-figures", *SMALL])  # metrics only
     metrics = json.loads((out / "metrics.json").read_text())
     hs, _ = numpy_reference
     for m, h in zip(metrics["per_layer"], hs):
@@ -213,7 +213,7 @@ def test_cluster_mu_general_centres_topics_on_the_general_draw(geometry_run, num
     draw (as Song & Zhong's topics script centres on μ from its general-corpus run). The module's run is the
     default, "topics"; both against the in-memory NumPy computation of the same windows."""
     out = tmp_path / "general"
-    assert cli.main(["geometry", "--out", str(out), "--cluster-mu", "general", *SMALL]) == 0
+    assert cli.main(["geometry", "--out", str(out), "--cluster-mu", "general", "--no-figures", *SMALL]) == 0
     runs = {}
     for mu, run in (("topics", geometry_run), ("general", out)):
         assert json.loads((run / "config.json").read_text())["config"]["cluster_mu"] == mu
