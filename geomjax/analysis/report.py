@@ -555,7 +555,7 @@ def _layers_section(r, figure_paths: dict) -> Section:
         "frequencies; Tr(Σ_B Σ_W⁺) of ctx.")
     if caution := screenot_k_caution(r.config.screenot_k):
         s.paragraphs.append(caution)
-    if "metrics_by_layer" in figure_paths:
+    if r.config.figures:
         s.figure(figure_paths["metrics_by_layer"], "Per-layer metrics (layer 0 = embedding output).")
     return s
 
@@ -700,7 +700,7 @@ def _paper_section(r, has_ood: bool) -> Section:
 
 def _figures_section(r, figure_paths: dict) -> Section:
     s = Section("Figures (Song & Zhong Figs. 1-3, 24-26)")
-    if not figure_paths:
+    if not r.config.figures:
         s.paragraphs.append("Not drawn: the run was made with --no-figures (GeometryConfig.figures False).")
         return s
     s.figure(figure_paths["fig1_pca"], "Fig. 1: PCA of pos and cvec by layer.")
@@ -767,7 +767,7 @@ def sections(result, figure_paths: dict[str, str]) -> list[Section]:
     Args:
       result: a ``geomjax.analysis.study.StudyResult``.
       figure_paths: figure name (``geomjax.analysis.plots.study_figures``) -> path relative to the run
-        directory ("figures/fig1_pca.png"); empty for a run without figures (``--no-figures``).
+        directory ("figures/fig1_pca.png"); empty when ``result.config.figures`` is False (``--no-figures``).
     """
     layers = result.layers
     has_ood = layers[0].ood is not None
