@@ -78,6 +78,15 @@ _RUN_DIR = os.environ["GEOMJAX_TEST_RUN_DIR"]
 import jax  # noqa: E402
 
 from geomjax.base import threads  # noqa: E402
+from tests import _mlir_context  # noqa: E402
+
+# JAX >= 0.11.1 reuses each thread's MLIR context for 10 lowerings; on an older JAX (the README's Python 3.11 has
+# jax 0.10.2) the run installs the same policy (tests/_mlir_context.py). The README command, alternating on the same
+# machine: 281.6 and 297.7 s (502 and 532 user CPU s) with it, 324.9 and 331.9 s (579 and 593) without
+# (benchmarks/RESULTS.md); GEOMJAX_TEST_CTX=0 turns it off. The quick claims' child (below) is compute-bound: 28 s
+# either way.
+if os.environ.get("GEOMJAX_TEST_CTX", "1") == "1":
+    _mlir_context.install()
 
 # The host BLAS pools (NumPy's and SciPy's OpenBLAS) at one thread, as the geomjax command sizes them: each
 # worker's idle OpenBLAS threads would spin beside the other worker's compilation. threadpoolctl's limits
