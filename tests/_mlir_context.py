@@ -8,8 +8,9 @@ command runs jax 0.10.2, where every lowering makes a new context.
 :func:`install` puts the same policy in place on a JAX without it, with one difference. Upstream's commit also made
 JAX's cache-key canonicalisation clone a module detached (``clone(ip=False)``): entering a reused context inherits
 the insertion point of a lowering still open in it (MLIR's Python bindings carry the insertion point over when the
-context is the same), so a program compiled while another one is being lowered (a constant evaluated inside a
-lowering rule) had its canonical clone inserted into the other module (an MLIR verifier error, seen once per run).
+context is the same), so a program compiled while another one is being lowered (``jax.random.uniform`` under x64 in
+``ensure_compile_time_eval``: its random-bit programs compile inside uniform's lowering) had its canonical clone
+inserted into the other module (an MLIR verifier error in tests/unit/test_localization_exact.py).
 Rather than patch the cache key too, a context is not reused while an insertion point is open: the nested program
 gets a fresh context, as it did before.
 """
