@@ -40,7 +40,7 @@ from geomjax.train.grokking import (METRICS, GrokkingConfig, GrokkingData, Grokk
 from geomjax.train.loop import train_loop
 from geomjax.train.state import TrainState
 
-__all__ = ["GrokkingSeeds", "load_grokking_seeds", "make_seeds_chunk", "seed_result", "seeds_data", "seeds_init",
+__all__ = ["GrokkingSeeds", "continues", "load_grokking_seeds", "make_seeds_chunk", "seed_result", "seeds_data", "seeds_init",
            "train_grokking_seeds"]
 
 #: vmap axes of a stacked state: parameters, optimizer state and run key per seed; the epoch counter shared
@@ -133,9 +133,41 @@ def _read_history(run_path: Path, upto: int) -> tuple[dict, float]:
     return {k: list(v) for k, v in out.items()}, secs
 
 
+def continues(cfg: GrokkingConfig, prefix: GrokkingConfig) -> bool:
+    """Whether a run of ``prefix`` is the beginning of a run of ``cfg`` (the same seeds): the same model, data,
+    optimizer, schedule and cadence, differing at most in the stop rule and the preset's name (a run stopped early by
+    a rule is the first epochs of the run without it)."""
+    strip = lambda c: c.replace(stop=None, preset="", seed=0)  # noqa: E731
+    return strip(cfg) == strip(prefix)
+
+
+def _prefix(cfg: GrokkingConfig, seeds: tuple[int, ...], run: GrokkingSeeds) -> tuple[TrainState, dict, float]:
+    """(state, history lists, seconds) to continue ``run`` as the beginning of a run of ``cfg`` over ``seeds``."""
+    if run.seeds != seeds or not continues(cfg, run.config) or run.epoch % cfg.chunk or run.epoch > cfg.epochs:
+        raise ValueError(f"train_grokking_seeds: init_from (seeds {run.seeds}, epoch {run.epoch}, preset "
+                         f"{run.config.preset!r}) is not the beginning of this run (seeds {seeds}, preset "
+                         f"{cfg.preset!r}, chunks of {cfg.chunk}, {cfg.epochs} epochs): it must train the same "
+                         "model, data and optimizer and stop at a chunk boundary")
+    state = jax.tree_util.tree_map(jnp.copy, run.state)  # the chunks donate their state: keep ``run``'s intact
+    return state, {k: list(v) for k, v in run.history.items()}, run.seconds
+
+
+def _write_run(run_path: Path, state: TrainState, meta: dict, hist: dict, seconds: float, stopped: dict | None):
+    """A checkpoint of ``state`` (newest 2 kept) and ``history.npz`` (the history, training seconds, how it stopped),
+    written atomically."""
+    save_checkpoint(run_path / "checkpoints", state, meta, keep=2)
+    arrays = {k: np.asarray(v) for k, v in hist.items()}
+    tmp = run_path / "history.npz.tmp"
+    with open(tmp, "wb") as f:
+        np.savez(f, seconds=np.asarray(seconds), **arrays,
+                 **({"stopped": np.asarray(json.dumps(stopped))} if stopped else {}))
+    tmp.replace(run_path / "history.npz")
+
+
 def train_grokking_seeds(cfg: GrokkingConfig, seeds: Iterable[int], run_dir: str | os.PathLike | None = None, *,
                          resume: bool = True, progress: bool = True, stop_at: int | None = None,
-                         log_file: str | os.PathLike | None = None) -> GrokkingSeeds:
+                         log_file: str | os.PathLike | None = None,
+                         init_from: GrokkingSeeds | None = None) -> GrokkingSeeds:
     """Train K seeds of ``cfg`` as one vmapped program (see the module docstring); resume from ``run_dir``.
 
     Args:
@@ -144,6 +176,13 @@ def train_grokking_seeds(cfg: GrokkingConfig, seeds: Iterable[int], run_dir: str
       resume: continue from the latest checkpoint. progress: a tqdm bar.
       stop_at: stop after this epoch (a multiple of ``cfg.chunk``; an interruption).
       log_file: append a line per chunk (epoch, the seeds' lowest and highest test accuracy, wall time).
+      init_from: when ``run_dir`` holds no checkpoint to resume, continue this run of the same seeds instead of
+        starting at epoch 0: a run whose training is this one's (:func:`continues`: it differs at most in its stop
+        rule and preset name), so it is this run's prefix and the result equals the run trained from scratch
+        bit for bit (an epoch depends only on the state it starts from).
+
+    Raises:
+      ValueError: a checkpoint of another config or seeds in ``run_dir``; ``init_from`` not a prefix of this run.
     """
     seeds, N = _check_seeds(seeds), cfg.chunk
     if stop_at is not None and (stop_at % N or stop_at <= 0):
@@ -157,6 +196,10 @@ def train_grokking_seeds(cfg: GrokkingConfig, seeds: Iterable[int], run_dir: str
         if resumed is not None:
             hist, prior = _read_history(run_path, resumed)
         (run_path / "seeds_config.json").write_text(json.dumps(meta, indent=2))
+    if init_from is not None and int(jax.device_get(state.step)) == 0:
+        state, hist, prior = _prefix(cfg, seeds, init_from)
+        if run_path is not None:  # the folder holds the run from its first epoch on, even before a chunk runs
+            _write_run(run_path, state, meta, hist, prior, init_from.stopped if cfg.stop else None)
     start = int(jax.device_get(state.step))
     if start == 0:
         m0 = jax.device_get(jax.vmap(metrics_program(cfg))(state.params, data))
@@ -184,13 +227,7 @@ def train_grokking_seeds(cfg: GrokkingConfig, seeds: Iterable[int], run_dir: str
                         f"train_acc min {np.min(hist['train_acc'][-1]):.4f} wall {time.perf_counter() - t0:.1f}s\n")
 
     def save(st, loop_hist):
-        save_checkpoint(run_path / "checkpoints", st, meta, keep=2)
-        arrays = {k: np.asarray(v) for k, v in hist.items()}
-        tmp = run_path / "history.npz.tmp"
-        with open(tmp, "wb") as f:
-            np.savez(f, seconds=np.asarray(prior + time.perf_counter() - t0), **arrays,
-                     **({"stopped": np.asarray(json.dumps(loop_hist.stopped))} if loop_hist.stopped else {}))
-        tmp.replace(run_path / "history.npz")
+        _write_run(run_path, st, meta, hist, prior + time.perf_counter() - t0, loop_hist.stopped)
 
     state, loop_hist = train_loop(
         state, run, data, total_steps=cfg.epochs, steps_per_call=N, checkpoint=save if run_path else None,

@@ -1,13 +1,17 @@
-"""geomjax.train.grokking_seeds: K seeds as one vmapped program equal the seeds trained alone; exact resume."""
+"""geomjax.train.grokking_seeds: K seeds as one vmapped program equal the seeds trained alone; exact resume; a run
+stopped by a rule continues into the run without it exactly."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import numpy as np
 import pytest
 
 from geomjax.train import grokking as gk
-from geomjax.train.grokking_seeds import load_grokking_seeds, seed_result, train_grokking_seeds
+from geomjax.train.grokking_seeds import continues, load_grokking_seeds, seed_result, train_grokking_seeds
+from geomjax.train.loop import StopRule
 
 SEEDS = (0, 3)
 
@@ -38,8 +42,14 @@ def test_vmapped_seeds_equal_the_seeds_trained_alone(cfg, tmp_path):
         np.testing.assert_allclose(got.history["test_acc"], h["test_acc"], atol=1.01 / n_test)
 
 
+def _assert_same_state(a, b):
+    for u, v in zip(jax.tree_util.tree_leaves(a.state), jax.tree_util.tree_leaves(b.state)):
+        np.testing.assert_array_equal(np.asarray(jax.random.key_data(u) if jax.dtypes.issubdtype(u.dtype, jax.dtypes.prng_key) else u),
+                                      np.asarray(jax.random.key_data(v) if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key) else v))
+
+
 @pytest.mark.slow
-def test_seeds_run_resumes_exactly(cfg, tmp_path):
+def test_seeds_run_resumes_and_continues_exactly(cfg, tmp_path):
     full = train_grokking_seeds(cfg, SEEDS, tmp_path / "a", progress=False)
     part = train_grokking_seeds(cfg, SEEDS, tmp_path / "b", progress=False, stop_at=20)
     assert part.epoch == 20
@@ -47,11 +57,23 @@ def test_seeds_run_resumes_exactly(cfg, tmp_path):
         load_grokking_seeds(tmp_path / "b", cfg, SEEDS)
     res = train_grokking_seeds(cfg, SEEDS, tmp_path / "b", progress=False)
     assert res.epoch == cfg.epochs
-    for u, v in zip(jax.tree_util.tree_leaves(full.state), jax.tree_util.tree_leaves(res.state)):
-        np.testing.assert_array_equal(np.asarray(jax.random.key_data(u) if jax.dtypes.issubdtype(u.dtype, jax.dtypes.prng_key) else u),
-                                      np.asarray(jax.random.key_data(v) if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key) else v))
+    _assert_same_state(full, res)
     loaded = load_grokking_seeds(tmp_path / "b", cfg, SEEDS)
     for k, v in full.history.items():
         np.testing.assert_array_equal(loaded.history[k], v)
     with pytest.raises(ValueError, match="different config"):
         train_grokking_seeds(cfg, (0, 4), tmp_path / "a", progress=False)
+
+    # a run stopped by a rule (the clock claims' quick budget) is the beginning of the run without it (full)
+    rule = StopRule("train_acc", 0.0, patience=2, origin="test: met at the first chunk (epoch 0 alone cannot)")
+    early = train_grokking_seeds(cfg.replace(stop=rule, preset="early"), SEEDS, progress=False)
+    assert early.epoch == 20 and early.stopped["by"] == "rule" and continues(cfg, early.config)
+    cont = train_grokking_seeds(cfg, SEEDS, tmp_path / "c", progress=False, init_from=early)
+    assert cont.epoch == cfg.epochs and np.asarray(jax.random.key_data(early.state.rng)).size  # not donated away
+    _assert_same_state(full, cont)
+    again = load_grokking_seeds(tmp_path / "c", cfg, SEEDS)
+    for k, v in full.history.items():
+        np.testing.assert_array_equal(again.history[k], v)
+    with pytest.raises(ValueError, match="not the beginning"):
+        train_grokking_seeds(cfg.replace(train=cfg.train.replace(optim=dataclasses.replace(cfg.train.optim, lr=1e-3))), SEEDS,
+                             progress=False, init_from=early)

@@ -111,6 +111,7 @@ NO_ARRAYS = {
     "geomjax.train.grokking.metrics_program": "GrokkingConfig -> jitted metrics program",
     "geomjax.train.grokking.chunk_program": "(config, epochs) -> unjitted chunk program",
     "geomjax.train.grokking.resume_state": "(folder, TrainState, metadata) -> (TrainState, epoch)",
+    "geomjax.train.grokking_seeds.continues": "(config, config) -> bool",
     "geomjax.train.grokking_seeds.load_grokking_seeds": "(folder, config, seeds) -> GrokkingSeeds",
     "geomjax.train.grokking_seeds.make_seeds_chunk": "(config, epochs) -> jitted vmapped program",
     "geomjax.train.grokking_seeds.seed_result": "GrokkingSeeds -> GrokkingResult",
