@@ -31,7 +31,8 @@ import numpy as np
 
 from geomjax.theory import fourier as fx
 from geomjax.models.toy import clock_activations, head_weights
-from geomjax.train.grokking import GrokkingResult, grokking_data, grokking_milestones, param_snapshots
+from geomjax.train.grokking import (GrokkingResult, grokking_data, grokking_milestones, last_position_logits,
+                                    param_snapshots)
 
 __all__ = ["analyze", "key_series"]
 
@@ -41,13 +42,16 @@ def _train_idx(cfg) -> np.ndarray:
     return x[:, 0] * cfg.train.options.p + x[:, 1]
 
 
-def analyze(res: GrokkingResult, *, seed: int = 0, with_snapshots: bool = True) -> dict[str, Any]:
+def analyze(res: GrokkingResult, *, seed: int = 0, with_snapshots: bool = True,
+            with_embedding_restriction: bool = True) -> dict[str, Any]:
     """Every analysis of the blog / Nanda et al. on a trained run (arrays + numbers; no figures).
 
     Args:
       res: a :class:`geomjax.train.grokking.GrokkingResult` (its final parameters, history, run_dir).
       seed: picks the random (non-key) frequencies and the illustrated a values.
       with_snapshots: compute restricted/excluded loss over training from the parameter snapshots.
+      with_embedding_restriction: compute ``sufficiency_embed`` (the blog §11's reading: the model run with W_E
+        projected on each key-frequency set, one forward pass over all p² pairs per set; the costliest analysis).
     """
 
     cfg = res.config
@@ -70,7 +74,7 @@ def analyze(res: GrokkingResult, *, seed: int = 0, with_snapshots: bool = True) 
                       *_loss_inputs(cfg, out["key"], y)) if out["key"] else None
     o_planes = _analyze_petals_planes(out, kp)
     _analyze_mlp(out, params, base, kp, mcfg, p, y, o_planes)
-    _analyze_readout(out, res, params, base, kp, y, with_snapshots)
+    _analyze_readout(out, res, params, base, kp, y, with_snapshots, with_embedding_restriction)
     return out
 
 
@@ -253,10 +257,12 @@ def _progress_program(stacked: dict, mcfg, p: int, waves, y, train_idx, test_idx
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _embed_counts_program(params: dict, mcfg, p: int, rows, y):
     """Correct answers over all p² inputs of the models whose W_E keeps only the Fourier ``rows[i]`` (n, J, p)
-    (the blog §11's embedding restriction; zero rows allowed)."""
+    (the blog §11's embedding restriction; zero rows allowed). Each model's answer is its "=" logits
+    (:func:`~geomjax.train.grokking.last_position_logits`: the MLP and read-out at that position only)."""
+    x = jnp.stack([*np.divmod(np.arange(p * p), p), np.full(p * p, p)], axis=1)  # (p², 3): a b =
 
     def one(r):
-        L = clock_activations(fx.project_embedding(params, p, r), mcfg, p).logits.reshape(p * p, -1)[:, :p]
+        L = last_position_logits(fx.project_embedding(params, p, r), x, mcfg)[:, :p]
         return jnp.sum(jnp.argmax(L, axis=1) == y)
 
     return jax.lax.map(one, rows)
@@ -296,7 +302,8 @@ def _progress(res, params, key, y: np.ndarray) -> list[dict]:
             for i, (ep, prm) in enumerate(snaps)]
 
 
-def _analyze_readout(out: dict, res, params, base: dict, kp: dict | None, y: np.ndarray, with_snapshots: bool) -> None:
+def _analyze_readout(out: dict, res, params, base: dict, kp: dict | None, y: np.ndarray, with_snapshots: bool,
+                     with_embedding_restriction: bool = True) -> None:
     """Correct-logit ranks (blog §10), Nanda's restricted/excluded loss over training, sufficiency of one
     circle, two coprime circles and all key frequencies (§11), logit- and embedding-restricted."""
 
@@ -314,7 +321,8 @@ def _analyze_readout(out: dict, res, params, base: dict, kp: dict | None, y: np.
             if math.gcd(k1, k2) == 1:
                 sets[f"{k1},{k2}"] = [k1, k2]
     sets["all"] = key
-    out["sufficiency_embed"] = _restricted_model_accuracies(params, mcfg, p, y, sets)
+    if with_embedding_restriction:
+        out["sufficiency_embed"] = _restricted_model_accuracies(params, mcfg, p, y, sets)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

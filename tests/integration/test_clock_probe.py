@@ -1,5 +1,6 @@
 """geomjax.tools.clock_probe.analyze as compiled programs: a second analysis of a run with the same shapes
-compiles nothing and gives the same numbers; the progress measures cover every parameter snapshot."""
+compiles nothing and gives the same numbers; the progress measures cover every parameter snapshot; the
+embedding-restricted accuracies equal a NumPy float64 forward pass of the model with W_E filtered by np.fft."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from geomjax.sources.clock.claims import numpy_clock_forward
 from geomjax.theory import fourier as fx
 from geomjax.tools.clock_probe import analyze, key_series
 from geomjax.train import grokking as gk
@@ -54,6 +56,19 @@ def test_second_analysis_compiles_nothing_and_repeats_its_numbers(tmp_path):
     last, final = first["progress"][-1], first["restricted_final"]
     for k in ("restricted", "excluded", "train", "test"):
         assert abs(last[k] - final[k]) <= 1e-5 * max(1.0, abs(final[k]))
+    # the blog §11's embedding restriction, independently: W_E[:p] keeps the DC and ±k terms of np.fft over the
+    # tokens, and the model runs in float64 NumPy (a pair whose top two logits tie within float32 rounding may flip)
+    P = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), jax.device_get(res.state.params))
+    p = res.config.train.options.p
+    a, b = np.divmod(np.arange(p * p), p)
+    assert set(first["sufficiency_embed"]) == {"3", "5", "3,5", "all"}
+    for name, acc in first["sufficiency_embed"].items():
+        keep = np.zeros(p, bool)
+        keep[[0] + [f for k in (first["key"] if name == "all" else name.split(",")) for f in (int(k), p - int(k))]] = True
+        E = P["embed"]["embedding"].copy()
+        E[:p] = np.fft.ifft(np.where(keep[:, None], np.fft.fft(E[:p], axis=0), 0), axis=0).real
+        right = np.argmax(numpy_clock_forward({**P, "embed": {"embedding": E}}, p)["logits"], 1) == (a + b) % p
+        assert abs(acc * p * p - right.sum()) <= 1, (name, acc, right.mean())
 
 
 def _np_strong(W: np.ndarray, p: int) -> list[int]:
