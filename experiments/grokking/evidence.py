@@ -4,7 +4,7 @@ as W_E") and §11.2 ("two circles of coprime frequencies suffice") measured over
 * over training: :func:`geomjax.tools.clock_probe.key_series` at every parameter snapshot of the report's ReLU run
   (its key frequencies of W_E and W_L, and its logits restricted to its best coprime pair of key frequencies);
 * a second setting: one seed of the clock claims' ReLU models (:func:`geomjax.sources.clock.claims.claim_config`: the
-  blog's model; ``quick`` 2 seeds stopped once they have grokked, ``full`` 32 seeds of 10,000 epochs), trained once
+  blog's model; 32 seeds, ``quick`` stopped once they have grokked, ``full`` trained to 10,000 epochs), trained once
   as one vmapped program and cached under the geomjax cache (:func:`geomjax.sources.clock.claims.budget_seeds`), analysed by
   :func:`geomjax.tools.clock_probe.analyze` at its final epoch (the seeds' runs keep no snapshots).
 

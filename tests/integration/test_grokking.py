@@ -40,7 +40,7 @@ def test_presets_match_reference():
         assert full.train == blog.train and full.chunk_epochs == 100 and full.stop is None
         quick = claim_config("quick", relu)  # the same runs, stopped once every seed has grokked
         assert quick.train == blog.train and quick.stop == GROK_STOP
-    assert SEEDS == {"full": 32, "quick": 2}
+    assert SEEDS == {"full": 32, "quick": 32}  # the same 32 runs: quick stops them at grokking, full trains on
     assert modular_config("blog").total_steps == 10_000 and modular_config("blog", relu=False).total_steps == 20_000
     with pytest.raises(ValueError, match="preset"):
         gk.grokking_config("huge")

@@ -13,12 +13,14 @@ What is trained (:func:`claim_config`): the clock blog's model and run (§2–4,
 LayerNorm, ReLU MLP, p = 113, 30% split, AdamW lr 1e-3, weight decay 1, β (0.9, 0.98), full batch; ReLU 10,000
 epochs, the ReLU-free variant 20,000):
 
-* budget ``full``: 32 seeds (:data:`~geomjax.claims.rules.MIN_DRAWS`), the blog's lengths. One-time cost: about 2
-  CPU-hours for the 32 ReLU models and 4 for the ReLU-free ones on a quiet 2-core machine (``scripts/
-  train_clock_seeds.py`` trains and resumes them in the background); minutes on a GPU.
-* budget ``quick``: 2 seeds, stopped once both have grokked (:data:`GROK_STOP`). Two seeds cannot decide a
-  statement about the recipe (with every seed agreeing, 22 are needed at ±5σ): its verdicts are inconclusive and
-  name the seeds needed.
+* budget ``quick``: 32 seeds (:data:`~geomjax.claims.rules.MIN_DRAWS`), each run stopped once every seed has grokked
+  (:data:`GROK_STOP`): it decides every statement except the two about the converged model. A quick run reads these
+  models from the cache and never trains them; without them its verdicts are inconclusive and say what trains them
+  (:func:`untrained`). One-time cost (:data:`TRAIN_COST`): about 1.5 CPU-hours for the ReLU models and 5.5 for the
+  ReLU-free ones on a quiet 2-core machine (``scripts/train_clock_seeds.py --budget quick`` trains and resumes them
+  in the background); minutes on a GPU.
+* budget ``full``: the same 32 runs trained on to the blog's lengths. A full run trains what is missing, continuing
+  the finished quick runs (:func:`budget_seeds`), so that the two budgets together cost what ``full`` alone does.
 
 Key frequencies: the blog's rule (Fourier norms above 10× the median; §5) applied to W_E AND the
 read-out W_L, so that a key frequency is one the model uses (W_E-only ones are reported apart);
@@ -43,8 +45,8 @@ from geomjax.train.grokking_seeds import load_grokking_seeds, seed_result, train
 from geomjax.train.loop import StopRule
 from geomjax.claims import MIN_DRAWS, Claim, Evaluation, Inequality, judge_inequality, over_draws, per_run, register
 
-__all__ = ["ALLOWED_FRACTION", "GROK_STOP", "SEEDS", "budget_seeds", "claim_config", "seed_analyses", "seeds_dir",
-           "trained_seeds", "dft_restricted_accuracy", "numpy_clock_forward",
+__all__ = ["ALLOWED_FRACTION", "GROK_STOP", "SEEDS", "TRAIN_COST", "budget_seeds", "claim_config", "finished_seeds",
+           "seed_analyses", "seeds_dir", "trained_seeds", "untrained", "dft_restricted_accuracy", "numpy_clock_forward",
            "numpy_key_frequencies", "numpy_summed_petal_fraction", "trained_analyses", "trained_description"]
 
 SRC_BLOG = "Clock blog"
@@ -59,10 +61,20 @@ GROK_STOP = StopRule(
            "(a single log can be a transient: full-batch AdamW shows late loss spikes)")
 """The quick budget's stop: the run ends once every seed has grokked (:class:`geomjax.train.loop.StopRule`)."""
 
-SEEDS = {"full": MIN_DRAWS, "quick": 2}
-"""Independently trained models (seeds 0..K−1) per budget: ``full`` the registry's :data:`MIN_DRAWS` (32), the fewest
-over which a statement about a random instance is decided either way; ``quick`` what fits a quick run (2), which
-decides nothing (its verdicts are inconclusive, naming the K needed)."""
+SEEDS = {"full": MIN_DRAWS, "quick": MIN_DRAWS}
+"""Independently trained models (seeds 0..K−1) per budget: the registry's :data:`MIN_DRAWS` (32) at both, the fewest
+over which a statement about a random instance is decided either way (with every seed agreeing, 22 decide "holds";
+a refutation needs 32). The budgets differ in how long the models train, not in how many there are: ``quick`` stops
+each run once every seed has grokked, ``full`` trains on to the blog's lengths (continuing the quick run)."""
+
+TRAIN_COST = {
+    True: "about 1.5 hours of a quiet 2-core CPU for the 32 ReLU models to grokking (about 5,000 epochs at 34 ms per "
+          "seed and epoch, measured 2026-11-29), 3 to the blog's 10,000 epochs; minutes on a GPU",
+    False: "about 5.5 hours of a quiet 2-core CPU for the 32 ReLU-free models to grokking (about 18,500 epochs, as "
+           "the first 2 seeds took, at 34 ms per seed and epoch), 6 to the blog's 20,000; minutes on a GPU"}
+"""The one-time cost of training a budget's models (:func:`untrained` names it): 32 vmapped seeds of the blog's
+model ran at 33.7 ms per seed and epoch on the 2-core machine (2, 4 and 8 seeds: 32–34 ms), and the first 2 seeds
+grokked by epoch 4,700 (ReLU) and 18,500 (ReLU-free)."""
 
 CLAIM_CHUNK = 100
 """Epochs per jitted call of the claims' runs (a checkpoint after each: a 32-seed run on 2 CPU cores is
@@ -89,42 +101,69 @@ def seeds_dir(cfg, seeds, root: str | os.PathLike | None = None) -> Path:
     return Path(root or cache_root()) / "grokking-seeds" / f"{config_hash(cfg.replace(seed=0))}-{seeds[0]}x{len(seeds)}"
 
 
-def trained_seeds(cfg, seeds, *, progress: bool = False, root: str | os.PathLike | None = None,
-                  log_file: str | os.PathLike | None = None):
-    """The K seeds of ``cfg`` trained as one vmapped program (:func:`geomjax.train.grokking_seeds.train_grokking_seeds`),
-    loaded from :func:`seeds_dir` when finished, else trained or resumed there."""
-    d = seeds_dir(cfg, seeds, root)
+def finished_seeds(cfg, seeds, root: str | os.PathLike | None = None):
+    """The K seeds of ``cfg`` from :func:`seeds_dir` when that run is finished (at its epochs, or stopped by its
+    rule), else None."""
     try:
-        return load_grokking_seeds(d, cfg, seeds)
+        return load_grokking_seeds(seeds_dir(cfg, seeds, root), cfg, seeds)
     except (FileNotFoundError, ValueError):
-        return train_grokking_seeds(cfg, seeds, d, progress=progress, log_file=log_file)
+        return None
+
+
+def trained_seeds(cfg, seeds, *, progress: bool = False, root: str | os.PathLike | None = None,
+                  log_file: str | os.PathLike | None = None, init_from=None):
+    """The K seeds of ``cfg`` trained as one vmapped program (:func:`geomjax.train.grokking_seeds.train_grokking_seeds`),
+    loaded from :func:`seeds_dir` when finished, else trained or resumed there (``init_from``: a finished run that
+    is this one's beginning, continued when there is nothing to resume)."""
+    done = finished_seeds(cfg, seeds, root)
+    if done is not None:
+        return done
+    return train_grokking_seeds(cfg, tuple(seeds), seeds_dir(cfg, seeds, root), progress=progress, log_file=log_file,
+                                init_from=init_from)
 
 
 def budget_seeds(budget: str, relu: bool = True, *, progress: bool = False, log_file=None):
-    """The budget's trained models (:data:`SEEDS` of :func:`claim_config`), trained once and cached."""
-    return trained_seeds(claim_config(budget, relu), range(SEEDS[budget]), progress=progress, log_file=log_file)
+    """The budget's trained models (:data:`SEEDS` of :func:`claim_config`), trained once and cached. The quick
+    budget's runs are the full budget's first epochs (the same seeds and training, stopped at grokking), so a full
+    run with nothing to resume continues the finished quick run (bit for bit the run trained from epoch 0)."""
+    seeds = range(SEEDS[budget])
+    prefix = finished_seeds(claim_config("quick", relu), seeds) if budget == "full" else None
+    return trained_seeds(claim_config(budget, relu), seeds, progress=progress, log_file=log_file, init_from=prefix)
 
 
 # ---------------------------------------------------------------------------------------- the claims' analyses
 
+def untrained(budget: str, relu: bool) -> str:
+    """Why a quick run has no verdicts on the budget's ``relu`` models: they are not trained yet, and a quick run
+    reads trained models but never trains them (hours on a CPU); what trains them, and its one-time cost."""
+    c, k = claim_config(budget, relu), SEEDS[budget]
+    return (f"the {k} {'ReLU' if relu else 'ReLU-free'} models of budget {budget!r} are not trained yet (a quick run "
+            f"reads them from {seeds_dir(c, range(k))} and never trains them): train them once with "
+            f"`python scripts/train_clock_seeds.py --budget {budget}` (geomjax.sources.clock.claims.budget_seeds; "
+            f"{TRAIN_COST[relu]}), or run `geomjax verify --budget full`, which trains what it needs")
+
+
 @per_run
-def seed_analyses(budget: str) -> tuple[list[dict], list[dict]]:
-    """(analyses of the K ReLU models, analyses of the K ReLU-free models) of a budget (trained or cached; K =
-    :data:`SEEDS`), once per claims run: every clock claim reads them. Each carries ``seed``, ``stopped`` (how a run
-    with a stop rule ended) and ``train_seconds`` (the vmapped run's seconds / K)."""
+def seed_analyses(budget: str) -> tuple[list[dict] | None, list[dict] | None]:
+    """(analyses of the K ReLU models, analyses of the K ReLU-free models) of a budget (K = :data:`SEEDS`), once per
+    claims run: every clock claim reads them. Each carries ``seed``, ``stopped`` (how a run with a stop rule ended)
+    and ``train_seconds`` (the vmapped run's seconds / K); the embedding-restricted accuracies (``sufficiency_embed``,
+    reported, never judged) only the first seed's, whose details a verdict shows. Budget ``full`` trains what is not cached; ``quick`` only
+    reads the cache: None for models not trained yet (:func:`untrained`)."""
     out = []
     for relu in (True, False):
-        res = budget_seeds(budget, relu)
-        out.append([analyze(r := seed_result(res, j), seed=0, with_snapshots=False)
+        res = (finished_seeds(claim_config(budget, relu), range(SEEDS[budget])) if budget == "quick"
+               else budget_seeds(budget, relu))
+        out.append(None if res is None else
+                   [analyze(r := seed_result(res, j), seed=0, with_snapshots=False, with_embedding_restriction=j == 0)
                     | {"seed": s, "stopped": r.stopped, "train_seconds": r.seconds} for j, s in enumerate(res.seeds)])
     return out[0], out[1]
 
 
-def trained_analyses(budget: str, seed: int = 0) -> tuple[dict, dict]:
+def trained_analyses(budget: str, seed: int = 0) -> tuple[dict | None, dict | None]:
     """(analysis of the ReLU model, analysis of the ReLU-free model) of one seed of the budget's trained models
-    (:func:`seed_analyses`): the clock report's illustrations."""
-    relu, free = seed_analyses(budget)
-    return relu[seed], free[seed]
+    (:func:`seed_analyses`; None for models a quick run finds untrained): the clock report's illustrations."""
+    return tuple(None if a is None else a[seed] for a in seed_analyses(budget))
 
 
 def trained_description(budget: str) -> str:
@@ -223,6 +262,10 @@ def _trained_claim(rule: Inequality, measure, relu: bool = True, cleanup: bool =
     @functools.wraps(measure)
     def evaluate(budget, key):
         ans = seed_analyses(budget)[0 if relu else 1]
+        if ans is None:  # a quick run without the trained models: no seed was judged
+            return Evaluation(lhs=np.full(1, np.nan), rhs=np.full(1, ALLOWED_FRACTION), draws=0,  # nothing measured
+                              precondition=untrained(budget, relu), method="not run: no trained models",
+                              details={"seeds": []})
         per_seed = []
         for an in ans:
             ev = measure(an, budget)
@@ -584,8 +627,9 @@ def _ev_restricted(which: str, detail: str, sufficient: bool):
         best = max(s[which].values()) if s[which] else 0.0
         lhs, rhs, slack = (0.99, best, 0.0) if sufficient else (best, 0.99, np.array([1e-9]))
         return Evaluation(lhs=np.array([lhs]), rhs=np.array([rhs]), slack=slack,
-                          details={detail: s[which], "accuracy_all": s["all"],
-                                   "embedding_restricted": an["sufficiency_embed"], "what": trained_description(budget)})
+                          details={detail: s[which], "accuracy_all": s["all"], "what": trained_description(budget),
+                                   **({"embedding_restricted": an["sufficiency_embed"]} if "sufficiency_embed" in an
+                                      else {})})
 
     return evaluate
 

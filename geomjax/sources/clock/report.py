@@ -9,7 +9,7 @@ import numpy as np
 
 from geomjax.theory import fourier as fx
 from geomjax.analysis import plots
-from geomjax.sources.clock.claims import claim_config, trained_analyses, trained_description
+from geomjax.sources.clock.claims import claim_config, trained_analyses, trained_description, untrained
 from geomjax.analysis.report import Section, schedule_section
 
 __all__ = ["analysis_sections", "report_sections"]
@@ -350,15 +350,18 @@ def report_sections(run, *, budget: str = "quick", seed: int = 0):
     loads from the cache) the budget's ReLU and ReLU-free runs (:func:`geomjax.sources.clock.claims.claim_config`), the
     same analyses the claims of the run read (:func:`geomjax.sources.clock.claims.trained_analyses`)."""
     an, free = trained_analyses(budget, seed)
-    sections, metrics = analysis_sections(run, an, free, title=f"{budget}")
-
     head = Section("Clock: what was trained")
     head.paragraphs.append(trained_description(budget) + "; the ReLU-free variant uses the same recipe with activation 'none'.")
+    head.paragraphs.extend(f"Not shown: {untrained(budget, relu)}." for relu, a in ((True, an), (False, free)) if a is None)
+    if an is None:
+        return [head], {"trained": {"ReLU": False, "ReLU-free": free is not None}}
+    sections, metrics = analysis_sections(run, an, free, title=f"{budget}")
     for name, a in (("ReLU", an), ("ReLU-free", free)):
-        if a.get("stopped") is not None:
+        if a is not None and a.get("stopped") is not None:
             st = a["stopped"]
             head.paragraphs.append(f"The {name} run stopped at epoch {st['step']} ({st['by']}: {st['reason']}).")
-    metrics["stopped"] = {"ReLU": an.get("stopped"), "ReLU-free": free.get("stopped")}
+    metrics["stopped"] = {"ReLU": an.get("stopped"), "ReLU-free": None if free is None else free.get("stopped")}
+    metrics["trained"] = {"ReLU": True, "ReLU-free": free is not None}
     metrics["effective_schedule"] = {name: claim_config(budget, relu, seed).effective_schedule()
                                      for name, relu in (("ReLU", True), ("ReLU-free", False))}
     return [head, schedule_section(metrics["effective_schedule"])] + sections, metrics
