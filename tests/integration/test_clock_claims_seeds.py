@@ -42,6 +42,10 @@ def test_clock_claims_over_seeds_plumbing(tmp_path, monkeypatch):
         np.testing.assert_allclose(row["rhs"], [acc], atol=1.01 / p**2)  # float32 vs float64: a tie may flip
         grokked = max(res.history["test_acc"][:, j]) >= 0.99
         assert (row["verdict"] == "inconclusive") or grokked, row  # not grokked: undecided, never failing
+    an0, an1 = clock.seed_analyses("quick")[0]  # the embedding restriction (reported, not judged): the first seed's
+    assert "sufficiency_embed" in an0 and "sufficiency_embed" not in an1
+    emb1 = clock.trained_analyses("quick", 1)[0]["sufficiency_embed"]  # another seed's report computes its own
+    assert "all" in emb1 and {str(k) for k in an1["key"]} <= set(emb1)
     wit = claim.witness("quick", jax.random.key(1))
     assert [r["seed"] for r in wit.details["seeds"]] == [0, 1]
     out = run_claim(claim, "quick")

@@ -148,8 +148,8 @@ def seed_analyses(budget: str) -> tuple[list[dict] | None, list[dict] | None]:
     """(analyses of the K ReLU models, analyses of the K ReLU-free models) of a budget (K = :data:`SEEDS`), once per
     claims run: every clock claim reads them. Each carries ``seed``, ``stopped`` (how a run with a stop rule ended)
     and ``train_seconds`` (the vmapped run's seconds / K); the embedding-restricted accuracies (``sufficiency_embed``,
-    reported, never judged) only the first seed's, whose details a verdict shows. Budget ``full`` trains what is not cached; ``quick`` only
-    reads the cache: None for models not trained yet (:func:`untrained`)."""
+    reported, never judged) only the first seed's, whose details a verdict shows. Budget ``full`` trains what is not
+    cached; ``quick`` only reads the cache: None for models not trained yet (:func:`untrained`)."""
     out = []
     for relu in (True, False):
         res = (finished_seeds(claim_config(budget, relu), range(SEEDS[budget])) if budget == "quick"
@@ -162,8 +162,16 @@ def seed_analyses(budget: str) -> tuple[list[dict] | None, list[dict] | None]:
 
 def trained_analyses(budget: str, seed: int = 0) -> tuple[dict | None, dict | None]:
     """(analysis of the ReLU model, analysis of the ReLU-free model) of one seed of the budget's trained models
-    (:func:`seed_analyses`; None for models a quick run finds untrained): the clock report's illustrations."""
-    return tuple(None if a is None else a[seed] for a in seed_analyses(budget))
+    (:func:`seed_analyses`; None for models a quick run finds untrained): the clock report's illustrations, with the
+    embedding-restricted accuracies (computed here for a seed other than the first)."""
+    out = []
+    for relu, ans in zip((True, False), seed_analyses(budget)):
+        an = None if ans is None else ans[seed]
+        if an is not None and "sufficiency_embed" not in an:
+            res = seed_result(budget_seeds(budget, relu), seed)  # cached: its analysis exists
+            an = an | {"sufficiency_embed": analyze(res, seed=0, with_snapshots=False)["sufficiency_embed"]}
+        out.append(an)
+    return out[0], out[1]
 
 
 def trained_description(budget: str) -> str:
