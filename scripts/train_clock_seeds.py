@@ -7,8 +7,8 @@ Runs the ReLU models first, then the ReLU-free ones (:func:`geomjax.sources.cloc
 when the same command is run again. ``--budget quick`` stops the runs once every seed has grokked (what a quick
 ``geomjax verify`` reads; it never trains them itself); ``--budget full`` continues those runs to the blog's lengths.
 One-time cost on a quiet 2-core CPU (:data:`geomjax.sources.clock.claims.TRAIN_COST`; 33.7 ms per seed and epoch
-measured for 32 vmapped seeds, 2026-11-29): quick about 1.5 hours for the ReLU models and 5.5 for the ReLU-free
-ones; full about 3 and 6 in all; minutes on a GPU.
+measured for 32 vmapped seeds, 2026-11-29): quick about 2.3 hours for the ReLU models (the slowest seed grokked at
+epoch 6,900) and 5.5 to 6 for the ReLU-free ones; full about 3 and 6 in all; minutes on a GPU.
 """
 
 from __future__ import annotations

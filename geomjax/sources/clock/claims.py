@@ -16,8 +16,8 @@ epochs, the ReLU-free variant 20,000):
 * budget ``quick``: 32 seeds (:data:`~geomjax.claims.rules.MIN_DRAWS`), each run stopped once every seed has grokked
   (:data:`GROK_STOP`): it decides every statement except the two about the converged model. A quick run reads these
   models from the cache and never trains them; without them its verdicts are inconclusive and say what trains them
-  (:func:`untrained`). One-time cost (:data:`TRAIN_COST`): about 1.5 CPU-hours for the ReLU models and 5.5 for the
-  ReLU-free ones on a quiet 2-core machine (``scripts/train_clock_seeds.py --budget quick`` trains and resumes them
+  (:func:`untrained`). One-time cost (:data:`TRAIN_COST`): about 2.3 CPU-hours for the ReLU models and 5.5 to 6 for
+  the ReLU-free ones on a quiet 2-core machine (``scripts/train_clock_seeds.py --budget quick`` trains and resumes them
   in the background); minutes on a GPU.
 * budget ``full``: the same 32 runs trained on to the blog's lengths. A full run trains what is missing, continuing
   the finished quick runs (:func:`budget_seeds`), so that the two budgets together cost what ``full`` alone does.
@@ -68,13 +68,13 @@ a refutation needs 32). The budgets differ in how long the models train, not in 
 each run once every seed has grokked, ``full`` trains on to the blog's lengths (continuing the quick run)."""
 
 TRAIN_COST = {
-    True: "about 1.5 hours of a quiet 2-core CPU for the 32 ReLU models to grokking (about 5,000 epochs at 34 ms per "
-          "seed and epoch, measured 2026-11-29), 3 to the blog's 10,000 epochs; minutes on a GPU",
-    False: "about 5.5 hours of a quiet 2-core CPU for the 32 ReLU-free models to grokking (about 18,500 epochs, as "
-           "the first 2 seeds took, at 34 ms per seed and epoch), 6 to the blog's 20,000; minutes on a GPU"}
+    True: "about 2.3 hours of a 2-core CPU for the 32 ReLU models to grokking (the slowest seed grokked at epoch "
+          "6,900: 8,226 s, 2026-11-29), 3 to the blog's 10,000 epochs; minutes on a GPU",
+    False: "5.5 to 6 hours of a 2-core CPU for the 32 ReLU-free models to grokking (the first 2 seeds took 18,500 "
+           "epochs; 34 ms per seed and epoch), 6 to the blog's 20,000; minutes on a GPU"}
 """The one-time cost of training a budget's models (:func:`untrained` names it): 32 vmapped seeds of the blog's
-model ran at 33.7 ms per seed and epoch on the 2-core machine (2, 4 and 8 seeds: 32–34 ms), and the first 2 seeds
-grokked by epoch 4,700 (ReLU) and 18,500 (ReLU-free)."""
+model ran at 33.7 ms per seed and epoch on the 2-core machine (1, 2, 4 and 8 seeds: 31–34 ms); the slowest of the 32
+ReLU seeds grokked at epoch 6,900 (the first 2 by 4,700), the first 2 ReLU-free seeds by 18,500."""
 
 CLAIM_CHUNK = 100
 """Epochs per jitted call of the claims' runs (a checkpoint after each: a 32-seed run on 2 CPU cores is
