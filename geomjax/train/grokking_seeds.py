@@ -40,8 +40,8 @@ from geomjax.train.grokking import (METRICS, GrokkingConfig, GrokkingData, Grokk
 from geomjax.train.loop import train_loop
 from geomjax.train.state import TrainState
 
-__all__ = ["GrokkingSeeds", "continues", "load_grokking_seeds", "make_seeds_chunk", "seed_result", "seeds_data", "seeds_init",
-           "train_grokking_seeds"]
+__all__ = ["GrokkingSeeds", "continues", "load_grokking_seeds", "make_seeds_chunk", "seed_result", "seeds_data",
+           "seeds_init", "train_grokking_seeds"]
 
 #: vmap axes of a stacked state: parameters, optimizer state and run key per seed; the epoch counter shared
 SEED_AXES = TrainState(params=0, opt_state=0, step=None, rng=0)

@@ -111,24 +111,24 @@ def finished_seeds(cfg, seeds, root: str | os.PathLike | None = None):
 
 
 def trained_seeds(cfg, seeds, *, progress: bool = False, root: str | os.PathLike | None = None,
-                  log_file: str | os.PathLike | None = None, init_from=None):
+                  log_file: str | os.PathLike | None = None, prefix_cfg=None):
     """The K seeds of ``cfg`` trained as one vmapped program (:func:`geomjax.train.grokking_seeds.train_grokking_seeds`),
-    loaded from :func:`seeds_dir` when finished, else trained or resumed there (``init_from``: a finished run that
-    is this one's beginning, continued when there is nothing to resume)."""
+    loaded from :func:`seeds_dir` when finished, else trained or resumed there (``prefix_cfg``: the config of a run
+    that is this one's beginning, continued when it is finished and there is nothing to resume)."""
     done = finished_seeds(cfg, seeds, root)
     if done is not None:
         return done
+    prefix = finished_seeds(prefix_cfg, seeds, root) if prefix_cfg is not None else None
     return train_grokking_seeds(cfg, tuple(seeds), seeds_dir(cfg, seeds, root), progress=progress, log_file=log_file,
-                                init_from=init_from)
+                                init_from=prefix)
 
 
 def budget_seeds(budget: str, relu: bool = True, *, progress: bool = False, log_file=None):
     """The budget's trained models (:data:`SEEDS` of :func:`claim_config`), trained once and cached. The quick
     budget's runs are the full budget's first epochs (the same seeds and training, stopped at grokking), so a full
     run with nothing to resume continues the finished quick run (bit for bit the run trained from epoch 0)."""
-    seeds = range(SEEDS[budget])
-    prefix = finished_seeds(claim_config("quick", relu), seeds) if budget == "full" else None
-    return trained_seeds(claim_config(budget, relu), seeds, progress=progress, log_file=log_file, init_from=prefix)
+    return trained_seeds(claim_config(budget, relu), range(SEEDS[budget]), progress=progress, log_file=log_file,
+                         prefix_cfg=claim_config("quick", relu) if budget == "full" else None)
 
 
 # ---------------------------------------------------------------------------------------- the claims' analyses
