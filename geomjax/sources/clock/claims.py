@@ -321,7 +321,9 @@ def _np_witness(rule: Inequality, measure_np, method: str):
 
 def numpy_clock_forward(P: dict, p: int, relu: bool = True) -> dict[str, np.ndarray]:
     """Nanda et al.'s 1-layer, LayerNorm-free model on all p² inputs "a b =", in NumPy float64 (the second
-    witness of the clock claims; independent of :func:`geomjax.models.toy.clock_activations`).
+    witness of the clock claims; independent of :func:`geomjax.models.toy.clock_activations`). Attention is
+    computed from per-token tables (a key, value and score per token and position: every input is "a b =" and
+    only the "=" position is read), the MLP on the p² residuals.
 
     Args:
       P: parameters as nested dicts of float64 arrays (embed, pos_embed if positions are learned, block_0/attn q,k,v (d, H, K) and
@@ -333,23 +335,28 @@ def numpy_clock_forward(P: dict, p: int, relu: bool = True) -> dict[str, np.ndar
       dict ``logits`` (p², p) over the answers 0..p−1 and ``o_heads`` (p², H, d), the per-head attention
       outputs at the "=" position.
     """
-    a, b = np.divmod(np.arange(p * p), p)
     E = P["embed"]["embedding"]
     pos = P["pos_embed"]["embedding"] if "pos_embed" in P else np.zeros((3, E.shape[1]))  # the blog's model: none
-    x = np.stack([E[a], E[b], np.broadcast_to(E[p], (p * p, E.shape[1]))], 1) + pos[None, :3]  # (N, 3, d)
     at = P["block_0"]["attn"]
     lin = lambda h, n: np.tensordot(h, at[n]["kernel"], axes=(-1, 0)) + at[n].get("bias", 0.0)  # (..., H, K)
-    q, k, v = lin(x[:, 2], "q"), lin(x, "k"), lin(x, "v")  # (N, H, K), (N, 3, H, K) ×2
-    sc = np.einsum("nhk,nthk->nht", q, k) / math.sqrt(q.shape[-1])
+    toks = [E[:p] + pos[0], E[:p] + pos[1], (E[p] + pos[2])[None]]  # position t's token rows: a, b, "="
+    q = lin(toks[2][0], "q")  # (H, K): the query of "="
+    k, v = [lin(x, "k") for x in toks], [lin(x, "v") for x in toks]  # (p|1, H, K) per position
+    scores = [np.einsum("thk,hk->th", kt, q) / math.sqrt(q.shape[-1]) for kt in k]  # (p|1, H)
+    sc = np.stack(np.broadcast_arrays(scores[0][:, None], scores[1][None, :], scores[2][None]), -1)  # (p, p, H, 3)
     w = np.exp(sc - sc.max(-1, keepdims=True))
     w /= w.sum(-1, keepdims=True)
-    z = np.einsum("nht,nthk->nhk", w, v)
-    o_heads = np.einsum("nhk,hkd->nhd", z, at["o"]["kernel"])
-    r = x[:, 2] + o_heads.sum(1) + at["o"].get("bias", 0.0)
+    z = (w[..., 0, None] * v[0][:, None] + w[..., 1, None] * v[1][None, :]
+         + w[..., 2, None] * v[2][None]).reshape(p * p, *q.shape)  # (p², H, K)
+    o_heads = np.stack([z[:, h] @ Wo for h, Wo in enumerate(at["o"]["kernel"])], 1)  # (p², H, d)
+    r = toks[2] + o_heads.sum(1) + at["o"].get("bias", 0.0)
     m = P["block_0"]["mlp"]
-    pre = r @ m["fc"]["kernel"] + m["fc"].get("bias", 0.0)
-    post = np.maximum(pre, 0.0) if relu else pre
-    resid = r + post @ m["proj"]["kernel"] + m["proj"].get("bias", 0.0)
+    b_fc, b_proj = m["fc"].get("bias", 0.0), m["proj"].get("bias", 0.0)
+    if relu:
+        resid = r + np.maximum(r @ m["fc"]["kernel"] + b_fc, 0.0) @ m["proj"]["kernel"] + b_proj
+    else:  # without the ReLU the MLP is one affine map, r ↦ r W_in W_out + b_in W_out + b_out: (d, d), applied once
+        W_in, W_out = m["fc"]["kernel"], m["proj"]["kernel"]
+        resid = r + r @ (W_in @ W_out) + (np.broadcast_to(b_fc, W_in.shape[1:]) @ W_out + b_proj)
     logits = resid @ P["unembed"]["kernel"] + P["unembed"].get("bias", 0.0)
     return {"logits": logits[:, :p], "o_heads": o_heads}
 
@@ -369,15 +376,14 @@ def numpy_key_frequencies(P: dict, p: int, ratio: float = 10.0) -> list[int]:
 
 def dft_restricted_accuracy(logits: np.ndarray, p: int, freqs) -> float:
     """Accuracy over all p² pairs of logits restricted to the waves of a + b at ``freqs`` (Nanda et al. §5.1),
-    by a 2-D DFT over (a, b): the bins (0, 0) (the mean) and (±w, ±w) are kept, every other bin zeroed."""
-    F = np.fft.fft2(logits.reshape(p, p, -1), axes=(0, 1))
-    keep = np.zeros((p, p), bool)
-    keep[0, 0] = True
-    for w in freqs:
-        keep[w % p, w % p] = keep[-w % p, -w % p] = True
-    rest = np.real(np.fft.ifft2(np.where(keep[..., None], F, 0.0), axes=(0, 1))).reshape(p * p, -1)
-    a, b = np.divmod(np.arange(p * p), p)
-    return float(np.mean(np.argmax(rest, 1) == (a + b) % p))
+    by a DFT: the 2-D DFT's bins (0, 0) and (±w, ±w) — the only ones kept — are the 1-D DFT over s = a + b (mod p)
+    of the logits summed over each s, and what they restore depends on s alone (each s is p of the pairs)."""
+    L = logits.reshape(p, p, -1)
+    G = sum(np.roll(L[a], a, axis=0) for a in range(p))  # G[s] = Σ_a L[a, s − a]: (p, C)
+    keep = np.zeros(p, bool)
+    keep[[0, *(w % p for w in freqs), *(-w % p for w in freqs)]] = True
+    rest = np.real(np.fft.ifft(np.where(keep[:, None], np.fft.fft(G, axis=0), 0.0), axis=0)) / p  # (p, C), by s
+    return float(np.mean(np.argmax(rest, 1) == np.arange(p)))
 
 
 def _np_affine(P, p, an, budget):
@@ -425,7 +431,8 @@ def _np_petals(used_only: bool):
 
 _NP_METHODS = {
     "affine": "NumPy float64 forward pass with the ReLU replaced by the identity (clock.numpy_clock_forward), per seed",
-    "two": "NumPy float64 forward pass; key frequencies by np.fft; restriction by a 2-D DFT of the logits, per seed",
+    "two": "NumPy float64 forward pass; key frequencies by np.fft; restriction by the DFT over a + b of the logits summed "
+           "over each a + b (the 2-D DFT's diagonal bins), per seed",
     "petals": "NumPy float64 forward pass; o plane from the DFT over b; np.fft spectrum of the sum, per seed",
 }
 
