@@ -56,17 +56,29 @@ def load_quick_seconds(path: str | Path = QUICK_SECONDS) -> dict[str, float]:
     return {k: float(v) for k, v in json.loads(p.read_text())["seconds"].items()} if p.is_file() else {}
 
 
-def record_quick_seconds(results: Sequence[ClaimResult], path: str | Path = QUICK_SECONDS) -> Path:
-    """Store the seconds of quick-budget results (``run(budget="quick")``) for :func:`table`; other ids keep
-    their earlier record, ids no longer registered are dropped."""
+def load_report_seconds(path: str | Path = QUICK_SECONDS) -> dict[str, float]:
+    """{source group: seconds} of the recorded quick-budget report figures (``verify``'s source reports; {} if
+    none): the split of a run over processes counts them in the bin that draws them."""
+    p = Path(path)
+    return {k: float(v) for k, v in json.loads(p.read_text()).get("reports", {}).items()} if p.is_file() else {}
+
+
+def record_quick_seconds(results: Sequence[ClaimResult], path: str | Path = QUICK_SECONDS,
+                         reports: dict[str, float] | None = None) -> Path:
+    """Store the seconds of quick-budget results (``run(budget="quick")``) for :func:`table`, and of the sources'
+    report figures (``reports``: {group: seconds}) for the split over processes; other ids and groups keep their
+    earlier record, ids no longer registered are dropped."""
     if any(r.details.get("budget") != "quick" for r in results):
         raise GeomjaxError("record_quick_seconds: every result must come from budget 'quick'")
     rec = load_quick_seconds(path) | {r.id: float(r.details["seconds"]) for r in results if "seconds" in r.details}
+    rep = load_report_seconds(path) | {g: round(float(v), 3) for g, v in (reports or {}).items()}
     known = {c.id for c in all_claims()}
     note = ("wall-clock seconds of each claim's check at budget quick (`geomjax verify --budget quick`, "
-            "details.seconds) on a 2-core CPU, often under load: a rough cost, not a benchmark")
+            "details.seconds) on a 2-core CPU, often under load: a rough cost, not a benchmark; reports: the "
+            "seconds of each source's report figures in that run")
     Path(path).write_text(json.dumps({"budget": "quick", "note": note,
-                                      "seconds": {k: rec[k] for k in sorted(rec) if k in known}}, indent=1) + "\n")
+                                      "seconds": {k: rec[k] for k in sorted(rec) if k in known},
+                                      "reports": {g: rep[g] for g in sorted(rep)}}, indent=1) + "\n")
     return Path(path)
 
 

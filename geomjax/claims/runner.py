@@ -3,10 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import functools
-import inspect
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,72 +11,13 @@ from typing import Any, Literal
 from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.claims.claim import Claim, ClaimResult
 from geomjax.claims.judge import _claim_key, _judge_deterministic, _second_witness, _too_few_draws
+from geomjax.claims.memo import RunMemo, per_run, run_memo  # re-exported: the run's shared results
 from geomjax.claims.records import load_full_verdicts, write_results
 from geomjax.claims.registration import _select_strict
 from geomjax.claims.rules import BUDGETS, Budget
 from geomjax.claims.sampling import _judge_monte_carlo, run_deadline
 from geomjax.claims.workers import run_in_workers, split
 from geomjax.errors import GeomjaxError
-
-
-class RunMemo:
-    """The results that several claims of ONE run share (one expensive computation, e.g. a Monte Carlo
-    sample or a forward pass of a real model, read by several checks), keyed by (function, arguments).
-
-    :func:`run` and :func:`run_claim` open one with :func:`run_memo` for the duration of the call and
-    drop it afterwards (``pipeline.run_claims`` keeps it open over the report hooks too), so two runs
-    never see each other's results and nothing survives a run. Functions opt in with :func:`per_run`.
-    """
-
-    def __init__(self):
-        self._values: dict = {}
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def get_or_compute(self, key, compute: Callable[[], Any]):
-        """The value stored under ``key``, computing and storing ``compute()`` the first time."""
-        if key not in self._values:
-            self._values[key] = compute()
-        return self._values[key]
-
-
-_CURRENT_MEMO: contextvars.ContextVar[RunMemo | None] = contextvars.ContextVar("geomjax_claims_run_memo", default=None)
-
-
-@contextlib.contextmanager
-def run_memo():
-    """Context manager yielding the :class:`RunMemo` of the current run: the one already open (a
-    :func:`run_claim` inside :func:`run`), else a fresh one that is dropped when the block exits."""
-    current = _CURRENT_MEMO.get()
-    if current is not None:
-        yield current
-        return
-    memo = RunMemo()
-    token = _CURRENT_MEMO.set(memo)
-    try:
-        yield memo
-    finally:
-        _CURRENT_MEMO.reset(token)
-
-
-def per_run(fn: Callable) -> Callable:
-    """Decorator: inside a run (:func:`run_memo` open) ``fn(*args)`` is computed once and shared by the
-    run's claims; outside a run every call computes afresh. Arguments must be hashable; they are keyed
-    after binding to ``fn``'s signature, so ``f(b)`` and ``f(b, seed=0)`` share one value when 0 is the default."""
-    signature = inspect.signature(fn)
-
-    @functools.wraps(fn)
-    def shared(*args, **kwargs):
-        memo = _CURRENT_MEMO.get()
-        if memo is None:
-            return fn(*args, **kwargs)
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        key = (fn, tuple(bound.arguments.items()))
-        return memo.get_or_compute(key, lambda: fn(*args, **kwargs))
-
-    return shared
 
 
 def run_claim(claim: Claim, budget: Budget = "quick", seed: int = 0, mesh=None) -> ClaimResult:
@@ -127,7 +64,10 @@ def run(
     progress: bool = False,
     time_budget: float | None = None,
     workers: int = 1,
-) -> list[ClaimResult]:
+    *,
+    on_results: Callable[[list[ClaimResult]], None] | None = None,
+    reports: Callable[[str], Any] | None = None,
+) -> list[ClaimResult] | tuple[list[ClaimResult], dict[str, Any]]:
     """Check every selected claim and optionally write ``claims.json`` and ``claims.md``.
 
     Args:
@@ -147,9 +87,18 @@ def run(
       workers: processes that check the selection (:mod:`geomjax.claims.workers`: each registering module's claims in
         one process, bins balanced by recorded seconds, this process checking the first); the results are the same
         for any number. 1 (default) checks every claim here; with a ``mesh`` every claim is checked here too.
+      on_results: called with the results (sorted by id, ``claims.json`` written) as soon as every claim is
+        checked, before any report (``verify --budget full`` records its verdicts there).
+      reports: a function ``reports(group) -> value`` (picklable: module-level, or a ``functools.partial`` of one),
+        called once per source group with a checked claim (``Claim.group``: a source's report figures), in the
+        process that checked the most recorded seconds of that group's claims — the run's
+        :func:`~geomjax.claims.per_run` results at hand — right after its own claims, while other processes still
+        check theirs (:func:`geomjax.claims.workers.report_bins`); with ``on_results`` this process's reports wait
+        for every result to be handed over.
 
     Returns:
-      One :class:`ClaimResult` per selected claim, sorted by id.
+      One :class:`ClaimResult` per selected claim, sorted by id; with ``reports``, (those results,
+      {group: reports(group)}).
 
     Raises:
       ValueError: unknown budget or errors mode, or a ``select`` pattern that matches no claim.
@@ -172,17 +121,26 @@ def run(
         from tqdm.auto import tqdm  # display only
 
         bar = tqdm(total=len(order), desc="claims", unit="claim", leave=True)
+    limit = (deadline, time_budget)
+
+    def checked(results: list[ClaimResult]) -> list[ClaimResult]:  # every claim checked: handed over before reports
+        if bar is not None:
+            bar.close()
+        results.sort(key=lambda r: r.id)
+        if out_dir is not None:
+            write_results(results, out_dir, budget=budget, seed=seed)
+        if on_results is not None:
+            on_results(results)
+        return results
+
     with run_memo():
         if len(bins) == 1:
-            results = run_ordered(bins[0], budget, seed, mesh, errors, (deadline, time_budget), bar)
+            results = checked(run_ordered(bins[0], budget, seed, mesh, errors, limit, bar))
+            outputs = {} if reports is None else {g: reports(g) for g in sorted({c.group for c in bins[0]})}
         else:
-            results = run_in_workers(bins, budget, seed, errors, (deadline, time_budget), run_ordered, bar)
-    if bar is not None:
-        bar.close()
-    results.sort(key=lambda r: r.id)
-    if out_dir is not None:
-        write_results(results, out_dir, budget=budget, seed=seed)
-    return results
+            results, outputs = run_in_workers(bins, budget, seed, errors, limit, run_ordered, bar, checked=checked,
+                                              reports=reports, reports_wait=on_results is not None)
+    return results if reports is None else (results, outputs)
 
 
 def run_ordered(claims: Sequence[Claim], budget: str, seed: int, mesh, errors: str,

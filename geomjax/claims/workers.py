@@ -19,20 +19,23 @@ compilation cache).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 
 from geomjax.base.threads import host_blas_threads
-from geomjax.claims.catalogue import load_quick_seconds
+from geomjax.claims.catalogue import load_quick_seconds, load_report_seconds
 from geomjax.claims.claim import Claim, ClaimResult
+from geomjax.claims.memo import RunMemo, run_memo
 from geomjax.claims.records import load_full_verdicts
 from geomjax.claims.registration import claim_origin, load_claims, registered_claim, user_spec
 
-__all__ = ["default_workers", "split", "run_in_workers"]
+__all__ = ["default_workers", "split", "report_bins", "run_in_workers"]
 
 # JAX settings a fresh process takes from the caller: the ones that change results or what is compiled and cached.
 _JAX_SETTINGS = ("jax_default_matmul_precision", "jax_numpy_rank_promotion", "jax_enable_x64",
@@ -75,7 +78,8 @@ def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim
     Claims checked by one module (:func:`_module_key`) stay in one bin; a claim no fresh process can re-register
     (registered by hand, not by a source module or a ``--claims`` file) goes to bin 0. Modules are placed largest
     first on the bin with the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin
-    starts at its start-up seconds). Empty bins are dropped, except bin 0.
+    starts at its start-up seconds; a source's recorded report seconds count with its costliest module, whose bin
+    most likely draws it: :func:`report_bins`). Empty bins are dropped, except bin 0.
     """
     cost = _costs(budget)
     modules: dict[str, list[Claim]] = {}
@@ -86,11 +90,16 @@ def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim
             bins[0].append(c)
         else:
             modules.setdefault(_module_key(c, origin), []).append(c)
+    weight = {key: sum(cost.get(c.id, 1.0) for c in group) for key, group in modules.items()}
+    for g, seconds in (load_report_seconds() if budget == "quick" else {}).items():  # a source's report figures:
+        keys = [k for k in modules if modules[k][0].group == g]  # drawn where most of its claims are checked
+        if keys:
+            weight[max(keys, key=lambda k: (weight[k], k))] += seconds
     load = [sum(cost.get(c.id, 1.0) for c in bins[0])] + [_START_SECONDS] * (len(bins) - 1)
-    for _, group in sorted(modules.items(), key=lambda kv: (-sum(cost.get(c.id, 1.0) for c in kv[1]), kv[0])):
+    for key, group in sorted(modules.items(), key=lambda kv: (-weight[kv[0]], kv[0])):
         i = min(range(len(bins)), key=lambda j: (load[j], j))
         bins[i].extend(group)
-        load[i] += sum(cost.get(c.id, 1.0) for c in group)
+        load[i] += weight[key]
     order = {c.id: k for k, c in enumerate(claims)}
     return [sorted(b, key=lambda c: order[c.id]) for i, b in enumerate(bins) if i == 0 or b]
 
@@ -99,41 +108,88 @@ def _settings() -> dict:
     return {name: getattr(jax.config, name) for name in _JAX_SETTINGS}
 
 
+_BIN_MEMO: RunMemo | None = None
+"""A fresh process's :class:`~geomjax.claims.RunMemo`: its bin's shared results, kept for its report task."""
+
+
 def _child(run_ordered, settings: dict, specs: list[str], ids: list[str], budget: str, seed: int, errors: str,
            remaining: float | None, time_budget: float | None) -> list[ClaimResult]:
     """A fresh process's bin: the caller's JAX settings, the researcher's claims files, then the claims in order,
     with the host BLAS pools sized as the command sizes them (:func:`geomjax.base.threads.host_blas_threads`),
-    through ``run_ordered`` (:func:`geomjax.claims.runner.run_ordered`, passed by reference)."""
+    through ``run_ordered`` (:func:`geomjax.claims.runner.run_ordered`, passed by reference), in a memo that
+    :func:`_child_reports` re-enters."""
+    global _BIN_MEMO
     for name, value in settings.items():
         if value is not None:
             jax.config.update(name, value)
     for spec in specs:
         load_claims(spec)
     deadline = None if remaining is None else time.perf_counter() + remaining
-    with host_blas_threads():  # the command's BLAS sizing (the caller's variables reach this process)
+    _BIN_MEMO = RunMemo()
+    with run_memo(_BIN_MEMO), host_blas_threads():  # the command's BLAS sizing (the caller's variables reach it)
         return run_ordered([registered_claim(i) for i in ids], budget, seed, None, errors, (deadline, time_budget))
 
 
+def _child_reports(reports, groups: list[str]) -> dict[str, Any]:
+    """The reports of ``groups`` in the fresh process that checked their claims (its bin's memo re-entered)."""
+    with run_memo(_BIN_MEMO), host_blas_threads():
+        return {g: reports(g) for g in groups}
+
+
+def report_bins(bins: list[list[Claim]], budget: str) -> list[list[str]]:
+    """The source groups each bin reports (:func:`run_in_workers`' ``reports``): a group goes to the bin holding
+    the most recorded seconds of its claims (a claim without a record counts 1 s), then the most of its claims,
+    then the lower bin: where the results its claims share are at hand."""
+    cost, share = _costs(budget), {}
+    for i, b in enumerate(bins):
+        for c in b:
+            seconds, count = share.setdefault(c.group, ([0.0] * len(bins), [0] * len(bins)))
+            seconds[i] += cost.get(c.id, 1.0)
+            count[i] += 1
+    out: list[list[str]] = [[] for _ in bins]
+    for g, (seconds, count) in sorted(share.items()):
+        out[max(range(len(bins)), key=lambda i: (seconds[i], count[i], -i))].append(g)
+    return out
+
+
 def run_in_workers(bins: list[list[Claim]], budget: str, seed: int, errors: str,
-                   limit: tuple[float | None, float | None], run_ordered, bar=None) -> list[ClaimResult]:
-    """Bins 1.. in fresh processes and, meanwhile, bin 0 in this one, each through ``run_ordered(claims, budget, seed,
-    mesh, errors, limit, bar)`` (:func:`geomjax.claims.runner.run_ordered`); every result, bin by bin.
+                   limit: tuple[float | None, float | None], run_ordered, bar=None, *, checked=None,
+                   reports=None, reports_wait: bool = False) -> tuple[list[ClaimResult], dict[str, Any]]:
+    """Bins 1.. in fresh processes (one each) and, meanwhile, bin 0 in this one, each through ``run_ordered(claims,
+    budget, seed, mesh, errors, limit, bar)`` (:func:`geomjax.claims.runner.run_ordered`, passed by reference); then
+    every result, bin by bin, through ``checked(results)`` (:func:`geomjax.claims.runner.run`'s hand-over), and the
+    ``reports(group)`` of :func:`report_bins`, each in its bin's process right after that bin's claims (this
+    process's own after the hand-over with ``reports_wait``, so that a report that fails or is interrupted loses
+    no verdict).
 
     ``limit`` = (deadline, time_budget): the deadline (``time.perf_counter()`` of this process, or None) reaches
     each process as the seconds left; a progress ``bar`` counts this process's claims one by one and another
     process's when its bin is done. An exception of a claim (``errors="raise"``) propagates after this process's own
     bin has finished.
+
+    Returns:
+      (every result, {group: reports(group)}; empty without ``reports``).
     """
     specs = sorted({s for b in bins[1:] for c in b if (s := user_spec(claim_origin(c.id))) is not None})
     deadline, time_budget = limit
     remaining = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    groups = report_bins(bins, budget) if reports is not None else [[] for _ in bins]
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=len(bins) - 1, mp_context=ctx) as pool:
+    with contextlib.ExitStack() as stack:
+        pools = [stack.enter_context(cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx)) for _ in bins[1:]]
         futures = [pool.submit(_child, run_ordered, _settings(), specs, [c.id for c in b], budget, seed, errors,
-                               remaining, time_budget) for b in bins[1:]]
+                               remaining, time_budget) for pool, b in zip(pools, bins[1:])]
+        later = [pool.submit(_child_reports, reports, g) for pool, g in zip(pools, groups[1:]) if g]
         results = list(run_ordered(bins[0], budget, seed, None, errors, limit, bar))
+        outputs = {} if reports_wait else {g: reports(g) for g in groups[0]}
         for f, b in zip(futures, bins[1:]):
             results.extend(f.result())
             if bar is not None:
                 bar.update(len(b))
-    return results
+        if checked is not None:
+            results = checked(results)
+        if reports_wait:
+            outputs = {g: reports(g) for g in groups[0]}
+        for f in later:
+            outputs |= f.result()
+    return results, outputs

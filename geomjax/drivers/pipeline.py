@@ -12,7 +12,9 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import dataclasses
+import functools
 import shutil
+import time
 from collections.abc import Mapping
 
 import jax
@@ -213,10 +215,10 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
       (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts, ``metrics["tally"]``
       the sources' statements apart from geomjax's own readings (:func:`geomjax.claims.tally`).
     """
-    results = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress,
-                         time_budget=time_budget, workers=default_workers() if workers is None else workers)
-    if on_results is not None:
-        on_results(results)
+    results, drawn = claims.run(select=select, budget=budget, seed=seed, out_dir=run.path, progress=progress,
+                                time_budget=time_budget, workers=default_workers() if workers is None else workers,
+                                on_results=on_results, reports=functools.partial(_source_report, str(run.path),
+                                                                                 budget, seed))
     rows = []
     erratum = erratum_cells({r.id: r.verdict for r in results})
     for r in results:
@@ -240,30 +242,33 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
         "side, at the worst instance. " + ERRATUM_NOTE)
     s.table(["id", "source", "verdict", ERRATUM_COLUMN, "predicted", "estimate", "sem", "z", "sampling (Monte Carlo rounds)"], rows)
     sections = [s]
-    extra = {}
-    for name, hook in _claim_report_hooks(results):
-        more, m = hook(run, budget=budget, seed=seed)
-        sections.extend(more)
-        extra[name] = m
+    extra, seconds = {}, {}
+    for name, out in sorted(drawn.items()):
+        if out is not None:
+            sections.extend(out[0])
+            extra[name], seconds[name] = out[1], out[2]
     metrics = {"budget": budget, "seed": seed, "counts": counts, "tally": parts,
                "results": [r.to_dict() for r in results]}
     if extra:
-        metrics["figures"] = extra
+        metrics["figures"], metrics["report_seconds"] = extra, seconds
     return sections, metrics
 
 
-def _claim_report_hooks(results):
-    """``report_sections`` of every claims source with a checked claim and a report
-    (:func:`geomjax.claims.registration.source_report`), in source order.
+def _source_report(path: str, budget: str, seed: int, group: str):
+    """The ``report_sections`` of ``group``'s source drawn into the run directory at ``path`` (None when the
+    source has no report; :func:`geomjax.claims.registration.source_report`): (sections, metrics, wall seconds).
 
     A source's ``report`` module may define
     ``report_sections(run: RunDir, *, budget: str, seed: int) -> (list[Section], dict)`` to add its
-    figures to the ``verify`` report; it runs once when any of that source's claims was selected.
+    figures to the ``verify`` report; it runs once when any of that source's claims was selected, in the
+    process that checked them (``geomjax.claims.run``'s ``reports``).
     """
-    for name in sorted({r.id.split(".", 1)[0] for r in results}):
-        hook = source_report(name)
-        if hook is not None:
-            yield name, hook
+    hook = source_report(group)
+    if hook is None:
+        return None
+    t0 = time.perf_counter()
+    sections, metrics = hook(report.RunDir(path), budget=budget, seed=seed)
+    return sections, metrics, round(time.perf_counter() - t0, 3)
 
 
 def _short(x):

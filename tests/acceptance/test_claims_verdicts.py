@@ -168,12 +168,10 @@ def test_verify_full_records_verdicts_before_the_report(tmp_path, monkeypatch):
     real = R.record_full_verdicts
     monkeypatch.setattr(R, "record_full_verdicts", lambda results, path=store: real(results, path))
 
-    def failing_hooks(results):
-        def hook(run, *, budget, seed):
-            raise RuntimeError("report step killed")
-        yield "song_zhong", hook
+    def failing_report(path, budget, seed, group):
+        raise RuntimeError("report step killed")
 
-    monkeypatch.setattr(pipeline, "_claim_report_hooks", failing_hooks)
+    monkeypatch.setattr(pipeline, "_source_report", failing_report)
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="report step killed"):
         cli.main(["verify", "--source", "song_zhong.theorem1.proof_basis", "--budget", "full",

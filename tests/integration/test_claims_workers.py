@@ -4,16 +4,26 @@ built-in sources and for a researcher's ``--claims`` file re-imported by a fresh
 
 from __future__ import annotations
 
+import json
+import os
+import types
+
 import pytest
 
 from geomjax import claims
-from geomjax.claims import Claim, Evaluation, Tolerance, registration, runner, workers
+from geomjax.claims import Claim, Evaluation, Tolerance, memo, registration, runner, workers
+from geomjax.claims import catalogue
 from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.errors import GeomjaxError
 from tests.integration.test_user_claims import USER_FILE, user_file  # noqa: F401  (the fixture)
 
 # two checking modules, a fraction of a second each at quick (a refutation with its witness, a tolerance)
 SELECTION = ["song_zhong.lemma2", "wertich.s5_1_2.xavier_taylor"]
+
+
+def _where(group: str):
+    """A report that says where it ran: (process id, whether a run memo was open)."""
+    return os.getpid(), memo._CURRENT_MEMO.get() is not None
 
 
 def _same(a, b):
@@ -38,6 +48,14 @@ def test_split_keeps_modules_together_and_balances():
     assert workers.split(sel, 1, "quick") == [sel]
 
 
+def test_report_bins_follow_the_claims_seconds():
+    sel = claims.select_claims(["song_zhong.lemma2", "wertich.s5_1_2.xavier_taylor", "wertich.s6_2_2.eq6_13"])
+    lemma2, rest = [c for c in sel if c.group == "song_zhong"], [c for c in sel if c.group == "wertich"]
+    few, many = [c for c in rest if "xavier" in c.id], [c for c in rest if "eq6_13" in c.id]
+    assert workers.report_bins([lemma2 + few, many], "quick") == [["song_zhong"], ["wertich"]]
+    assert workers.report_bins([lemma2 + many, few], "quick") == [["song_zhong", "wertich"], []]
+
+
 def test_hand_registered_claims_stay_in_this_process():
     planted = Claim(id="planted_workers.one", source="test", statement="1 = 1", predicted=1.0,
                     evaluate=lambda budget, key: Evaluation(value=1.0, method="exact"),
@@ -57,10 +75,17 @@ def test_a_fresh_process_gives_the_results_of_this_one(user_file):  # noqa: F811
     sel = claims.select_claims(SELECTION) + [registration.registered_claim(i) for i in ids]
     one = claims.run(select=[c.id for c in sel], workers=1)
     here = [c for c in sel if c.id.startswith("song_zhong.")]
+    order = []
     with runner.run_memo():
-        two = workers.run_in_workers([here, [c for c in sel if c not in here]], "quick", 0, "raise", (None, None),
-                                     runner.run_ordered)
+        two, drawn = workers.run_in_workers([here, [c for c in sel if c not in here]], "quick", 0, "raise",
+                                            (None, None), runner.run_ordered, checked=lambda rs: order.append(len(rs))
+                                            or rs, reports=_where, reports_wait=True)
     _same(one, sorted(two, key=lambda r: r.id))
+    # each group reported once, by the process that checked its claims, inside that process's run memo; this
+    # process's report after every result was handed over
+    assert set(drawn) == {"song_zhong", "wertich", "calculus"}
+    assert drawn["song_zhong"] == (os.getpid(), True) and order == [len(sel)]
+    assert drawn["wertich"][0] == drawn["calculus"][0] != os.getpid() and drawn["wertich"][1]
     assert {r.id: r.verdict for r in one if r.id in ids} == {"calculus.square": "holds",
                                                              "calculus.square_misprint": "does not hold"}
 
@@ -68,3 +93,20 @@ def test_a_fresh_process_gives_the_results_of_this_one(user_file):  # noqa: F811
 def test_bad_workers_is_refused():
     with pytest.raises(GeomjaxError, match="workers must be a positive integer"):
         claims.run(select=SELECTION, workers=0)
+
+
+def test_report_seconds_are_recorded_and_weigh_in_the_split(tmp_path, monkeypatch):
+    path = tmp_path / "quick_seconds.json"
+    path.write_text(json.dumps({"seconds": {}}))
+    planted = types.SimpleNamespace(id="song_zhong.lemma2", details={"budget": "quick", "seconds": 0.5})
+    catalogue.record_quick_seconds([planted], path, reports={"bao": 12.0})
+    catalogue.record_quick_seconds([], path, reports={"wertich": 3.0})  # a later record keeps the earlier ones
+    assert catalogue.load_report_seconds(path) == {"bao": 12.0, "wertich": 3.0}
+    assert catalogue.load_quick_seconds(path) == {"song_zhong.lemma2": 0.5}
+    # a report heavier than every claim together: its source's costliest module gets a bin to itself
+    sel = claims.select_claims(None)
+    monkeypatch.setattr(workers, "load_report_seconds", lambda: {"bao": 1e6})
+    bins = workers.split(sel, 2, "quick")
+    alone = [b for b in bins if any(c.group == "bao" for c in b)]
+    assert len(alone) == 1 and {workers._module_key(c, registration.claim_origin(c.id)) for c in alone[0]} == {
+        "geomjax.sources.bao.claims"}
