@@ -18,9 +18,10 @@ class RunMemo:
     """The results that several claims of ONE run share (one expensive computation, e.g. a Monte Carlo
     sample or a forward pass of a real model, read by several checks), keyed by (function, arguments).
 
-    :func:`run` and :func:`run_claim` open one with :func:`run_memo` for the duration of the call and
-    drop it afterwards (``pipeline.run_claims`` keeps it open over the report hooks too), so two runs
-    never see each other's results and nothing survives a run. Functions opt in with :func:`per_run`.
+    :func:`~geomjax.claims.runner.run` and :func:`~geomjax.claims.runner.run_claim` open one with :func:`run_memo`
+    for the duration of the call and drop it afterwards (``pipeline.run_claims`` keeps it open over the report
+    hooks too; a worker process keeps its bin's memo for its reports), so two runs never see each other's results
+    and nothing survives a run. Functions opt in with :func:`per_run`.
     """
 
     def __init__(self):

@@ -205,11 +205,13 @@ def run_claims(run: report.RunDir, select=None, budget: str = "quick", seed: int
                progress: bool = False, on_results=None, time_budget: float | None = None, workers: int | None = 1):
     """Check the registered claims (``geomjax.claims.run``; ``time_budget``: wall seconds for the selection,
     cheapest claims first; ``workers``: processes, None for :func:`geomjax.claims.workers.default_workers`);
-    writes claims.json / claims.md.
+    writes claims.json / claims.md. Each source's report sections (:func:`_source_report`) are drawn by the
+    process that checked most of its claims, right after them (``geomjax.claims.run``'s ``reports``).
 
-    ``on_results(results)``, if given, is called as soon as the claims are checked, before the sources'
-    report sections are drawn (minutes of figures at ``full``): ``verify --budget full`` records its
-    verdicts there, so a report step that fails or is killed does not lose them.
+    ``on_results(results)``, if given, is called as soon as the claims are checked, before this process draws
+    its report sections and before a report that failed in another process raises (minutes of figures at
+    ``full``): ``verify --budget full`` records its verdicts there, so a report step that fails or is killed
+    does not lose them.
 
     Returns:
       (sections, metrics) with one table row per claim; ``metrics["counts"]`` counts verdicts, ``metrics["tally"]``
