@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "stop at the deadline, claims not reached are inconclusive")
     p_ver.add_argument("--workers", type=int, default=None, metavar="N",
                        help="processes that check the claims (default: the usable CPUs, at most 2); each source "
-                            "module's claims stay in one process, and the verdicts are the same for any N")
+                            "module's deterministic claims stay in one process, and the verdicts are the same for "
+                            "any N")
     p_ver.add_argument("--out", default=None)
     p_ver.add_argument("--overwrite", action="store_true", help="replace whatever --out holds")
     p_ver.add_argument("--no-progress", action="store_true")

@@ -84,8 +84,9 @@ def run(
       time_budget: optional wall seconds for the whole selection (``geomjax verify --time-budget``): the claims
         are checked cheapest first (:func:`cost_order`), a Monte Carlo claim's rounds stop at the run's deadline,
         and a claim not started before it is "inconclusive" ("not reached within the time budget").
-      workers: processes that check the selection (:mod:`geomjax.claims.workers`: each registering module's claims in
-        one process, bins balanced by recorded seconds, this process checking the first); the results are the same
+      workers: processes that check the selection (:mod:`geomjax.claims.workers`: each registering module's
+        deterministic claims in one process, each Monte Carlo claim on its own, bins balanced by recorded seconds,
+        this process checking the first); the results are the same
         for any number. 1 (default) checks every claim here; with a ``mesh`` every claim is checked here too.
       on_results: called with the results (sorted by id, ``claims.json`` written) as soon as every claim is
         checked, before any report (``verify --budget full`` records its verdicts there).

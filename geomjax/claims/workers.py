@@ -5,9 +5,11 @@ selection can be split across processes without changing any verdict. Most claim
 time is XLA compilation and tracing, which use one core: one process checks claims on about one core of a
 2-core machine, two processes on both.
 
-The split keeps each registering module's claims together (the results they share through
-:func:`~geomjax.claims.per_run` are computed once, in one process) and balances the bins by the recorded
-quick-budget seconds (``quick_seconds.json``; full: the recorded full verdicts' seconds), largest module first.
+The split keeps each registering module's deterministic claims together (the results they share through
+:func:`~geomjax.claims.per_run` are computed once, in one process), places each Monte Carlo claim on its own (its
+samples are a function of its key alone: a sampler is a traced program, which reads no per-run result), and
+balances the bins by the recorded quick-budget seconds (``quick_seconds.json``; full: the recorded full verdicts'
+seconds), largest unit first.
 The calling process checks the first bin itself (and every claim that a fresh process cannot re-register: one
 registered by hand rather than by an importable module), so the run's :class:`~geomjax.claims.RunMemo` holds its
 shared results for the report hooks; the other bins go to fresh processes (``spawn``), which import the sources
@@ -73,23 +75,24 @@ def _module_key(claim: Claim, origin: str) -> str:
 
 
 def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim]]:
-    """``workers`` bins of ``claims`` (order kept within each module): bin 0 for the calling process.
+    """``workers`` bins of ``claims`` (the selection's order kept within each bin): bin 0 for the calling process.
 
-    Claims checked by one module (:func:`_module_key`) stay in one bin; a claim no fresh process can re-register
-    (registered by hand, not by a source module or a ``--claims`` file) goes to bin 0. Modules are placed largest
-    first on the bin with the least recorded seconds (a claim without a record counts 1 s; a fresh process's bin
-    starts at its start-up seconds; a source's recorded report seconds count with its costliest module, whose bin
-    most likely draws it: :func:`report_bins`). Empty bins are dropped, except bin 0.
+    The deterministic claims checked by one module (:func:`_module_key`) stay in one bin, as one unit; each Monte
+    Carlo claim (a ``sampler``) is a unit of its own; a claim no fresh process can re-register (registered by hand,
+    not by a source module or a ``--claims`` file) goes to bin 0. Units are placed largest first on the bin with the
+    least recorded seconds (a claim without a record counts 1 s; a fresh process's bin starts at its start-up
+    seconds; a source's recorded report seconds count with its costliest unit, whose bin most likely draws it:
+    :func:`report_bins`). Empty bins are dropped, except bin 0.
     """
     cost = _costs(budget)
-    modules: dict[str, list[Claim]] = {}
+    modules: dict[str, list[Claim]] = {}  # unit -> its claims
     bins: list[list[Claim]] = [[] for _ in range(max(1, workers))]
     for c in claims:
         origin = claim_origin(c.id)
         if origin is None or (not origin.startswith("geomjax.sources.") and user_spec(origin) is None):
             bins[0].append(c)
         else:
-            modules.setdefault(_module_key(c, origin), []).append(c)
+            modules.setdefault(c.id if c.sampler is not None else _module_key(c, origin), []).append(c)
     weight = {key: sum(cost.get(c.id, 1.0) for c in group) for key, group in modules.items()}
     for g, seconds in (load_report_seconds() if budget == "quick" else {}).items():  # a source's report figures:
         keys = [k for k in modules if modules[k][0].group == g]  # drawn where most of its claims are checked

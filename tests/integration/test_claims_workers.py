@@ -1,5 +1,5 @@
 """Claims checked in several processes (geomjax.claims.workers, ``geomjax verify --workers``): the split keeps each
-checking module's claims together and balances the bins, and the results equal those of one process, for the
+checking module's deterministic claims together, spreads the Monte Carlo claims and balances the bins, and the results equal those of one process, for the
 built-in sources and for a researcher's ``--claims`` file re-imported by a fresh process."""
 
 from __future__ import annotations
@@ -40,8 +40,11 @@ def test_split_keeps_modules_together_and_balances():
     where = {}
     for i, b in enumerate(bins):
         for c in b:
-            key = workers._module_key(c, registration.claim_origin(c.id))
-            assert where.setdefault(key, i) == i, key  # a module's claims in one bin
+            if c.sampler is None:  # a module's deterministic claims in one bin; a Monte Carlo claim anywhere
+                key = workers._module_key(c, registration.claim_origin(c.id))
+                assert where.setdefault(key, i) == i, key
+    mc = {i for i, b in enumerate(bins) for c in b if c.group == "wertich" and c.sampler is not None}
+    assert mc == {0, 1}  # Wertich's Monte Carlo claims, most of its seconds, are spread over both processes
     cost = load_quick_seconds()
     loads = [sum(cost.get(c.id, 1.0) for c in b) for b in bins]
     assert len(bins) == 2 and max(loads) <= 0.6 * sum(loads), loads
@@ -108,5 +111,5 @@ def test_report_seconds_are_recorded_and_weigh_in_the_split(tmp_path, monkeypatc
     monkeypatch.setattr(workers, "load_report_seconds", lambda: {"bao": 1e6})
     bins = workers.split(sel, 2, "quick")
     alone = [b for b in bins if any(c.group == "bao" for c in b)]
-    assert len(alone) == 1 and {workers._module_key(c, registration.claim_origin(c.id)) for c in alone[0]} == {
-        "geomjax.sources.bao.claims"}
+    assert len(alone) == 1 and {workers._module_key(c, registration.claim_origin(c.id)) for c in alone[0]
+                                if c.sampler is None} == {"geomjax.sources.bao.claims"}
