@@ -19,12 +19,13 @@ import types
 from pathlib import Path
 
 from geomjax import cli
-from geomjax.claims.catalogue import record_quick_seconds
+from geomjax.claims.catalogue import QUICK_SECONDS, record_quick_seconds
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default=None, help="a source or id glob (verify --source); default: every claim")
+    ap.add_argument("--to", default=str(QUICK_SECONDS), help="the record to update (default: the package's)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "verify"
@@ -34,7 +35,7 @@ def main(argv=None) -> int:
             return rc
         metrics = json.loads((run / "metrics.json").read_text())
     results = [types.SimpleNamespace(id=r["id"], details=r["details"]) for r in metrics["results"]]
-    path = record_quick_seconds(results, reports=metrics.get("report_seconds", {}))
+    path = record_quick_seconds(results, args.to, reports=metrics.get("report_seconds", {}))
     total = sum(float(r.details.get("seconds", 0.0)) for r in results)
     print(f"recorded {len(results)} claims ({total:.1f} s) and reports {metrics.get('report_seconds', {})} in {path}")
     return 0

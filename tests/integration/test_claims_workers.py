@@ -4,9 +4,11 @@ built-in sources and for a researcher's ``--claims`` file re-imported by a fresh
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import types
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from geomjax.claims.catalogue import load_quick_seconds
 from geomjax.errors import GeomjaxError
 from tests.integration.test_user_claims import USER_FILE, user_file  # noqa: F401  (the fixture)
 
+ROOT = Path(__file__).resolve().parents[2]
 # two checking modules, a fraction of a second each at quick (a refutation with its witness, a tolerance)
 SELECTION = ["song_zhong.lemma2", "wertich.s5_1_2.xavier_taylor"]
 
@@ -113,3 +116,18 @@ def test_report_seconds_are_recorded_and_weigh_in_the_split(tmp_path, monkeypatc
     alone = [b for b in bins if any(c.group == "bao" for c in b)]
     assert len(alone) == 1 and {workers._module_key(c, registration.claim_origin(c.id)) for c in alone[0]
                                 if c.sampler is None} == {"geomjax.sources.bao.claims"}
+
+
+def test_record_script_records_a_verify_run(tmp_path):
+    """scripts/record_quick_seconds.py runs `geomjax verify` at quick and records its claims' and reports' seconds."""
+    spec = importlib.util.spec_from_file_location("record_quick_seconds", ROOT / "scripts" / "record_quick_seconds.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    to = tmp_path / "quick_seconds.json"
+    to.write_text(json.dumps({"seconds": {"song_zhong.lemma2": 123.0}, "reports": {"bao": 4.0}}))
+    # a clock claim without its trained models (the suite's cache is empty): checked at once, its report drawn
+    assert script.main(["--source", "clock.grokking", "--to", str(to)]) == 0
+    rec = json.loads(to.read_text())
+    assert rec["seconds"]["song_zhong.lemma2"] == 123.0  # not selected: kept
+    assert 0.0 <= rec["seconds"]["clock.grokking"] < 60.0
+    assert rec["reports"]["bao"] == 4.0 and rec["reports"]["clock"] >= 0.0  # the source's report was drawn
