@@ -89,7 +89,8 @@ def run(
         this process checking the first); the results are the same
         for any number. 1 (default) checks every claim here; with a ``mesh`` every claim is checked here too.
       on_results: called with the results (sorted by id, ``claims.json`` written) as soon as every claim is
-        checked, before any report (``verify --budget full`` records its verdicts there).
+        checked, before this process draws a report and before another process's failed report raises
+        (``verify --budget full`` records its verdicts there).
       reports: a function ``reports(group) -> value`` (picklable: module-level, or a ``functools.partial`` of one),
         called once per source group with a checked claim (``Claim.group``: a source's report figures), in the
         process that checked the most recorded seconds of that group's claims — the run's
