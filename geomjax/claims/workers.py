@@ -81,23 +81,23 @@ def split(claims: Sequence[Claim], workers: int, budget: str) -> list[list[Claim
     Carlo claim (a ``sampler``) is a unit of its own; a claim no fresh process can re-register (registered by hand,
     not by a source module or a ``--claims`` file) goes to bin 0. Units are placed largest first on the bin with the
     least recorded seconds (a claim without a record counts 1 s; a fresh process's bin starts at its start-up
-    seconds; a source's recorded report seconds count with its costliest unit, whose bin most likely draws it:
-    :func:`report_bins`). Empty bins are dropped, except bin 0.
+    seconds; a source's recorded report seconds count with the unit whose bin draws it: :func:`report_bins`). Empty
+    bins are dropped, except bin 0.
     """
     cost = _costs(budget)
     modules: dict[str, list[Claim]] = {}  # unit -> its claims
     bins: list[list[Claim]] = [[] for _ in range(max(1, workers))]
     for c in claims:
-        origin = claim_origin(c.id)
-        if origin is None or (not origin.startswith("geomjax.sources.") and user_spec(origin) is None):
+        unit = _unit(c)
+        if unit is None:
             bins[0].append(c)
         else:
-            modules.setdefault(c.id if c.sampler is not None else _module_key(c, origin), []).append(c)
+            modules.setdefault(unit, []).append(c)
     weight = {key: sum(cost.get(c.id, 1.0) for c in group) for key, group in modules.items()}
-    for g, seconds in (load_report_seconds() if budget == "quick" else {}).items():  # a source's report figures:
-        keys = [k for k in modules if modules[k][0].group == g]  # drawn where most of its claims are checked
-        if keys:
-            weight[max(keys, key=lambda k: (weight[k], k))] += seconds
+    hosts = _report_units(modules, weight)
+    for g, seconds in (load_report_seconds() if budget == "quick" else {}).items():  # a source's report figures
+        if g in hosts:
+            weight[hosts[g]] += seconds
     load = [sum(cost.get(c.id, 1.0) for c in bins[0])] + [_START_SECONDS] * (len(bins) - 1)
     for key, group in sorted(modules.items(), key=lambda kv: (-weight[kv[0]], kv[0])):
         i = min(range(len(bins)), key=lambda j: (load[j], j))
@@ -139,19 +139,43 @@ def _child_reports(reports, groups: list[str]) -> dict[str, Any]:
         return {g: reports(g) for g in groups}
 
 
+def _unit(c: Claim) -> str | None:
+    """The split's unit of ``c``: its id for a Monte Carlo claim (a ``sampler``: its samples depend on its key
+    alone), else its checking module (:func:`_module_key`: the deterministic claims that share per_run results);
+    None for a claim no fresh process can re-register (registered by hand), which stays in the calling process."""
+    origin = claim_origin(c.id)
+    if origin is None or (not origin.startswith("geomjax.sources.") and user_spec(origin) is None):
+        return None
+    return c.id if c.sampler is not None else _module_key(c, origin)
+
+
+def _report_units(units: dict[str, list[Claim]], weight: dict[str, float]) -> dict[str, str]:
+    """{source group: the unit whose process draws its report}: the group's costliest deterministic unit (where
+    the results its claims share are), else its costliest unit; ties by name."""
+    best: dict[str, tuple] = {}
+    for key, group in units.items():
+        rank = (group[0].sampler is None, weight[key], key)
+        if group[0].group not in best or rank > best[group[0].group]:
+            best[group[0].group] = rank
+    return {g: rank[2] for g, rank in best.items()}
+
+
 def report_bins(bins: list[list[Claim]], budget: str) -> list[list[str]]:
-    """The source groups each bin reports (:func:`run_in_workers`' ``reports``): a group goes to the bin holding
-    the most recorded seconds of its claims (a claim without a record counts 1 s), then the most of its claims,
-    then the lower bin: where the results its claims share are at hand."""
-    cost, share = _costs(budget), {}
+    """The source groups each bin reports (:func:`run_in_workers`' ``reports``): a group goes to the bin of its
+    costliest deterministic unit of :func:`split` (where the per_run results its claims share are at hand), else of
+    its costliest unit (recorded seconds; a claim without a record counts 1 s)."""
+    cost = _costs(budget)
+    units: dict[str, list[Claim]] = {}
+    where: dict[str, int] = {}
     for i, b in enumerate(bins):
         for c in b:
-            seconds, count = share.setdefault(c.group, ([0.0] * len(bins), [0] * len(bins)))
-            seconds[i] += cost.get(c.id, 1.0)
-            count[i] += 1
+            key = _unit(c) or f"{c.id} (this process)"
+            units.setdefault(key, []).append(c)
+            where[key] = i
+    weight = {key: sum(cost.get(c.id, 1.0) for c in group) for key, group in units.items()}
     out: list[list[str]] = [[] for _ in bins]
-    for g, (seconds, count) in sorted(share.items()):
-        out[max(range(len(bins)), key=lambda i: (seconds[i], count[i], -i))].append(g)
+    for g, key in sorted(_report_units(units, weight).items()):
+        out[where[key]].append(g)
     return out
 
 

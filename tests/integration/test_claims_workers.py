@@ -1,6 +1,7 @@
 """Claims checked in several processes (geomjax.claims.workers, ``geomjax verify --workers``): the split keeps each
-checking module's deterministic claims together, spreads the Monte Carlo claims and balances the bins, and the results equal those of one process, for the
-built-in sources and for a researcher's ``--claims`` file re-imported by a fresh process."""
+checking module's deterministic claims together, spreads the Monte Carlo claims and balances the bins, and the
+results equal those of one process, for the built-in sources and for a researcher's ``--claims`` file re-imported
+by a fresh process."""
 
 from __future__ import annotations
 
@@ -54,12 +55,17 @@ def test_split_keeps_modules_together_and_balances():
     assert workers.split(sel, 1, "quick") == [sel]
 
 
-def test_report_bins_follow_the_claims_seconds():
-    sel = claims.select_claims(["song_zhong.lemma2", "wertich.s5_1_2.xavier_taylor", "wertich.s6_2_2.eq6_13"])
-    lemma2, rest = [c for c in sel if c.group == "song_zhong"], [c for c in sel if c.group == "wertich"]
-    few, many = [c for c in rest if "xavier" in c.id], [c for c in rest if "eq6_13" in c.id]
-    assert workers.report_bins([lemma2 + few, many], "quick") == [["song_zhong"], ["wertich"]]
-    assert workers.report_bins([lemma2 + many, few], "quick") == [["song_zhong", "wertich"], []]
+def test_report_bins_follow_the_shared_results():
+    """A source's report goes where its deterministic claims (whose per_run results it may read) were checked, even
+    beside a costlier Monte Carlo claim; with Monte Carlo claims only, to the costliest one."""
+    sel = claims.select_claims(["song_zhong.lemma2", "wertich.s5_1_2.xavier_taylor", "wertich.s6_2_2.eq6_13",
+                                "wertich.s6_2_5.random_orientation_flat"])
+    lemma2 = [c for c in sel if c.group == "song_zhong"]
+    det, eq613, flat = ([c for c in sel if key in c.id] for key in ("xavier", "eq6_13", "orientation_flat"))
+    cost = load_quick_seconds()
+    assert cost[eq613[0].id] > cost[det[0].id] and cost[eq613[0].id] > cost[flat[0].id]
+    assert workers.report_bins([lemma2 + eq613, det + flat], "quick") == [["song_zhong"], ["wertich"]]
+    assert workers.report_bins([lemma2 + flat, eq613], "quick") == [["song_zhong"], ["wertich"]]
 
 
 def test_hand_registered_claims_stay_in_this_process():
